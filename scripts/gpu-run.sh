@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine from the repository root, with .gpu-bin/ carried over:
+# every test binary with ZCS_REQUIRE_GPU=1 (a missing GPU fails), then the benchmarks.
+# Logs go to $OUT (or ./gpu-out); the last lines are a summary.
+set -uo pipefail
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+export ZCS_REQUIRE_GPU=1 RUST_BACKTRACE=1
+{ nvidia-smi --query-gpu=name,memory.total,driver_version,uuid --format=csv; nvidia-smi | head -5; uname -r; } > "$out/machine.txt" 2>&1
+fail=0
+for t in .gpu-bin/test-*; do
+  echo "== $t" | tee -a "$out/gpu-tests.log"
+  if ! timeout 600 "$t" --test-threads=1 >>"$out/gpu-tests.log" 2>&1; then
+    echo "FAILED: $t" | tee -a "$out/gpu-tests.log"; fail=1
+  fi
+done
+for b in .gpu-bin/zcs_*bench; do
+  [ -x "$b" ] || continue
+  echo "== $b" | tee -a "$out/bench.log"
+  timeout 300 "$b" --backend cuda >"$out/$(basename "$b").jsonl" 2>>"$out/bench.log" || { echo "FAILED: $b" | tee -a "$out/bench.log"; fail=1; }
+done
+echo "== summary"
+cat "$out/machine.txt" | head -2
+grep -E "^test result|FAILED|SKIPPED|panicked" "$out/gpu-tests.log" | sort | uniq -c
+cat "$out"/*.jsonl 2>/dev/null
+exit $fail

@@ -1,0 +1,127 @@
+//! Test support shared by the integration tests and benchmarks: the GPU gate, child
+//! processes that re-run the current test binary, watchdogs, and a small message
+//! codec for test control traffic.
+//!
+//! # The GPU gate
+//! [`gpu_or_skip`] returns the GPU, or prints `SKIPPED <test>: <reason>` and returns
+//! `None` so the test returns early. With `ZCS_REQUIRE_GPU=1` a missing GPU is a
+//! failure instead (set it on GPU machines, so a broken driver cannot pass as a skip).
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Serialize, de::DeserializeOwned};
+use zenoh_cuda_shm::cuda::Gpu;
+use zenoh_cuda_shm::ipc::{ControlConn, Frame};
+
+/// Environment variable that turns a missing GPU into a test failure.
+pub const REQUIRE_GPU_ENV: &str = "ZCS_REQUIRE_GPU";
+/// Environment variable naming the role a re-executed test binary plays.
+pub const CHILD_ROLE_ENV: &str = "ZCS_CHILD_ROLE";
+
+/// Whether `ZCS_REQUIRE_GPU` is set to a true value.
+pub fn gpu_required() -> bool {
+    std::env::var(REQUIRE_GPU_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The GPU, or `None` after printing `SKIPPED <test>: <reason>`; panics instead when
+/// `ZCS_REQUIRE_GPU=1`.
+pub fn gpu_or_skip(test: &str) -> Option<Gpu> {
+    match Gpu::probe() {
+        Ok(gpu) => Some(gpu),
+        Err(why) if gpu_required() => panic!("{test}: {REQUIRE_GPU_ENV} is set but no usable GPU: {why}"),
+        Err(why) => {
+            // Written to the real stderr (not `eprintln!`, which the test harness
+            // captures and hides for passing tests), so every run shows what it skipped.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+            None
+        }
+    }
+}
+
+/// The role this process was started for, if it is a child started by [`spawn_child`].
+pub fn child_role() -> Option<String> {
+    std::env::var(CHILD_ROLE_ENV).ok()
+}
+
+/// Re-runs the current test binary as a child process that executes only the test
+/// `entry` (an `#[ignore]`d test that dispatches on [`child_role`]), with `role` and
+/// extra environment variables. Its stdout/stderr are inherited so its output lands in
+/// the test log.
+pub fn spawn_child(entry: &str, role: &str, env: &[(&str, String)]) -> Child {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut cmd = Command::new(exe);
+    cmd.args(["--exact", entry, "--include-ignored", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ROLE_ENV, role)
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("spawn child test process")
+}
+
+/// Re-runs the current (non-test) binary as a child with `role` and extra environment
+/// variables, for benchmarks and examples that need a second process.
+pub fn spawn_child_bin(role: &str, env: &[(&str, String)]) -> Child {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut cmd = Command::new(exe);
+    cmd.env(CHILD_ROLE_ENV, role).stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("spawn child process")
+}
+
+/// Waits for `child` to exit successfully within `timeout`; kills it and panics
+/// otherwise.
+pub fn wait_child(mut child: Child, what: &str, timeout: Duration) {
+    let t = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            assert!(status.success(), "{what} exited with {status}");
+            return;
+        }
+        if t.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Aborts the whole process if it is still running after `limit`: a hung test must
+/// fail CI, not stall it.
+pub fn watchdog(what: &'static str, limit: Duration) {
+    std::thread::Builder::new()
+        .name("zcs-watchdog".into())
+        .spawn(move || {
+            std::thread::sleep(limit);
+            eprintln!("watchdog: {what} still running after {limit:?}; aborting");
+            std::process::abort();
+        })
+        .expect("spawn watchdog");
+}
+
+/// Sends a test control message with optional descriptors.
+pub fn send_msg<T: Serialize>(conn: &ControlConn, msg: &T, fds: &[std::os::fd::BorrowedFd<'_>]) {
+    let bytes = postcard::to_stdvec(msg).expect("encode test message");
+    conn.send(&bytes, fds).expect("send test message");
+}
+
+/// Receives a test control message and its descriptors.
+pub fn recv_msg<T: DeserializeOwned>(conn: &ControlConn, timeout: Duration) -> (T, Frame) {
+    let frame = conn.recv(timeout).expect("receive test message");
+    let msg = postcard::from_bytes(&frame.bytes).expect("decode test message");
+    (msg, frame)
+}
+
+/// Percentile of a sorted slice (nearest rank).
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}

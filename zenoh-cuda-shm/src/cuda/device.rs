@@ -1,0 +1,197 @@
+//! The GPU a process works on: probing, identity (UUID) and its primary context.
+
+use std::fmt;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaStream, sys};
+
+use super::sys::{CudaError, wrap};
+
+/// A GPU's 16-byte UUID, as `cuDeviceGetUuid` reports it.
+///
+/// Unlike the ordinal it does not change with `CUDA_VISIBLE_DEVICES`, so two processes
+/// compare UUIDs to know they share a device. Displays as nvidia-smi does
+/// (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct GpuUuid(pub [u8; 16]);
+
+impl fmt::Display for GpuUuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = &self.0;
+        write!(f, "GPU-")?;
+        for (i, byte) in b.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                write!(f, "-")?;
+            }
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for GpuUuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Why no usable GPU was found.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProbeError {
+    /// `libcuda.so` could not be loaded: no NVIDIA driver on this machine.
+    #[error("no CUDA driver library (libcuda.so) on this machine")]
+    NoDriver,
+    /// The driver is there but a call failed (e.g. `cuInit` with no device node).
+    #[error("CUDA driver present but unusable")]
+    Driver(#[from] CudaError),
+    /// The driver reports no device, or fewer than the ordinal asked for.
+    #[error("no CUDA device with ordinal {ordinal} (the driver reports {count})")]
+    NoDevice {
+        /// The ordinal asked for.
+        ordinal: usize,
+        /// How many devices the driver reports.
+        count: i32,
+    },
+    /// The device lacks a capability the zero-copy path needs.
+    #[error("GPU {ordinal} ({name}) does not support {what}")]
+    Unsupported {
+        /// The device ordinal.
+        ordinal: usize,
+        /// The device name.
+        name: String,
+        /// The missing capability.
+        what: &'static str,
+    },
+}
+
+struct GpuInner {
+    ctx: Arc<CudaContext>,
+    uuid: GpuUuid,
+    name: String,
+    granularity: usize,
+    stream_mem_ops_64: bool,
+}
+
+/// One CUDA device with its primary context, checked to support what the zero-copy
+/// path needs: virtual memory management, POSIX-FD export of allocations.
+///
+/// Cheap to clone. Every CUDA owner in this crate keeps the context alive through it.
+#[derive(Clone)]
+pub struct Gpu {
+    inner: Arc<GpuInner>,
+}
+
+impl fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gpu")
+            .field("ordinal", &self.ordinal())
+            .field("name", &self.inner.name)
+            .field("uuid", &self.inner.uuid)
+            .finish()
+    }
+}
+
+impl Gpu {
+    /// Opens device 0. See [`Gpu::open`].
+    pub fn probe() -> Result<Self, ProbeError> {
+        Self::open(0)
+    }
+
+    /// Opens device `ordinal`, retaining its primary context, and checks that it
+    /// supports VMM and POSIX-FD handles. Never panics, also when no driver is
+    /// installed: that is [`ProbeError::NoDriver`].
+    pub fn open(ordinal: usize) -> Result<Self, ProbeError> {
+        // SAFETY: `is_culib_present` only tries to dlopen the library; it is the
+        // non-panicking probe cudarc provides for exactly this purpose.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(ProbeError::NoDriver);
+        }
+        // The library is present, so cudarc's lazy loader will not panic from here on.
+        cudarc::driver::result::init().map_err(wrap("cuInit"))?;
+        let count = CudaContext::device_count().map_err(wrap("cuDeviceGetCount"))?;
+        if count <= 0 || ordinal >= count as usize {
+            return Err(ProbeError::NoDevice { ordinal, count });
+        }
+        let ctx = CudaContext::new(ordinal).map_err(wrap("cuDevicePrimaryCtxRetain"))?;
+        let name = ctx.name().map_err(wrap("cuDeviceGetName"))?;
+        let attr = |a: sys::CUdevice_attribute, call| ctx.attribute(a).map_err(wrap(call));
+        let unsupported = |what| ProbeError::Unsupported { ordinal, name: name.clone(), what };
+        if attr(
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED,
+            "cuDeviceGetAttribute",
+        )? == 0
+        {
+            return Err(unsupported("virtual memory management (cuMem* VMM API)"));
+        }
+        if attr(
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+            "cuDeviceGetAttribute",
+        )? == 0
+        {
+            return Err(unsupported("POSIX file-descriptor export of allocations"));
+        }
+        let stream_mem_ops_64 =
+            attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, "cuDeviceGetAttribute")?
+                != 0;
+        let uuid = GpuUuid(ctx.uuid().map_err(wrap("cuDeviceGetUuid"))?.bytes.map(|c| c as u8));
+        ctx.bind_to_thread().map_err(wrap("cuCtxSetCurrent"))?;
+        // SAFETY: the driver is initialised and the device's primary context was just
+        // made current on this thread.
+        let granularity = unsafe { super::sys::granularity(ordinal as i32) }?;
+        tracing::debug!(ordinal, %uuid, %name, granularity, stream_mem_ops_64, "GPU opened");
+        Ok(Self { inner: Arc::new(GpuInner { ctx, uuid, name, granularity, stream_mem_ops_64 }) })
+    }
+
+    /// The primary context (cudarc), for streams, events and copies.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.inner.ctx
+    }
+
+    /// The device ordinal in this process (depends on `CUDA_VISIBLE_DEVICES`).
+    pub fn ordinal(&self) -> usize {
+        self.inner.ctx.ordinal()
+    }
+
+    /// The device UUID: the identity to compare across processes.
+    pub fn uuid(&self) -> GpuUuid {
+        self.inner.uuid
+    }
+
+    /// The device name, e.g. `NVIDIA H100 80GB HBM3`.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// VMM allocation granularity for FD-exportable memory (2 MiB on current GPUs).
+    pub fn granularity(&self) -> usize {
+        self.inner.granularity
+    }
+
+    /// Whether `cuStreamWriteValue64`/`cuStreamWaitValue64` are supported, which the
+    /// ready signal uses (no IPC events, no shared `/dev/shm` needed).
+    pub fn supports_stream_mem_ops_64(&self) -> bool {
+        self.inner.stream_mem_ops_64
+    }
+
+    /// Makes the primary context current on the calling thread.
+    pub fn bind(&self) -> Result<(), CudaError> {
+        self.inner.ctx.bind_to_thread().map_err(wrap("cuCtxSetCurrent"))
+    }
+
+    /// `(free, total)` device memory in bytes (`cuMemGetInfo`).
+    pub fn mem_info(&self) -> Result<(usize, usize), CudaError> {
+        self.inner.ctx.mem_get_info().map_err(wrap("cuMemGetInfo"))
+    }
+
+    /// A new non-blocking stream on this device.
+    pub fn new_stream(&self) -> Result<Arc<CudaStream>, CudaError> {
+        self.inner.ctx.new_stream().map_err(wrap("cuStreamCreate"))
+    }
+
+    /// The legacy default stream (the null stream), which synchronises with every
+    /// blocking stream of the context. Work ordered on it is ordered correctly.
+    pub fn legacy_default_stream(&self) -> Arc<CudaStream> {
+        self.inner.ctx.default_stream()
+    }
+}

@@ -1,0 +1,263 @@
+//! RAII owners over CUDA virtual memory management.
+//!
+//! One owner per driver lifetime, as in cuda.core's ownership model:
+//!
+//! | owner | acquired by | released by |
+//! |---|---|---|
+//! | [`PhysicalAllocation`] | `cuMemCreate` / `cuMemImportFromShareableHandle` | `cuMemRelease` |
+//! | [`VaRange`] | `cuMemAddressReserve` | `cuMemAddressFree` |
+//! | [`Mapping`] | `cuMemMap` + `cuMemSetAccess` | `cuMemUnmap` |
+//!
+//! [`VmmMapping`] holds the three in the order that makes their drops correct: unmap,
+//! then release the handle, then free the address range, then (last) let go of the
+//! context. [`DeviceBlock`] is a mapping this process allocated, with its POSIX FD
+//! exported once at creation; [`ImportedBlock`] is a mapping of another process's
+//! allocation, imported from a received FD that is closed right after the import.
+//!
+//! Drops never panic. A failing driver call in `Drop` is logged at WARN and recorded
+//! in the context (cudarc's `record_err`), so the next `check_err` reports it.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use cudarc::driver::sys::{CUdeviceptr, CUmemGenericAllocationHandle};
+
+use super::Gpu;
+use super::sys::{self, CudaError};
+
+fn drop_call(gpu: &Gpu, what: &'static str, r: impl FnOnce() -> Result<(), CudaError>) {
+    if let Err(e) = gpu.bind() {
+        tracing::warn!(error = %e, what, "cannot bind CUDA context in drop; leaking the resource");
+        return;
+    }
+    if let Err(e) = r() {
+        tracing::warn!(error = %e, what, "driver call failed in drop");
+        gpu.context().record_err::<()>(Err(e.source));
+    }
+}
+
+/// A physical device allocation (a generic allocation handle).
+#[derive(Debug)]
+pub struct PhysicalAllocation {
+    handle: CUmemGenericAllocationHandle,
+    size: usize,
+    gpu: Gpu,
+}
+
+impl PhysicalAllocation {
+    /// Allocates `size` bytes (a multiple of [`Gpu::granularity`]) of pinned device
+    /// memory that can be exported as a POSIX file descriptor.
+    pub fn create(gpu: &Gpu, size: usize) -> Result<Self, CudaError> {
+        gpu.bind()?;
+        // SAFETY: the context is current (bind above); `VmmMapping::allocate` and the
+        // pool round `size` up to the granularity before calling this.
+        let handle = unsafe { sys::mem_create(size, gpu.ordinal() as i32) }?;
+        Ok(Self { handle, size, gpu: gpu.clone() })
+    }
+
+    /// Imports an allocation exported by another process. `size` must be the size
+    /// it was created with (it travels in our protocol; the FD does not carry it).
+    /// The caller keeps ownership of `fd` and may close it right after this returns.
+    pub fn import(gpu: &Gpu, fd: BorrowedFd<'_>, size: usize) -> Result<Self, CudaError> {
+        gpu.bind()?;
+        // SAFETY: the context is current; `fd` is open for the duration of the call.
+        let handle = unsafe { sys::import_fd(fd) }?;
+        Ok(Self { handle, size, gpu: gpu.clone() })
+    }
+
+    /// Exports the allocation as a new POSIX file descriptor owned by the caller.
+    pub fn export_fd(&self) -> Result<OwnedFd, CudaError> {
+        // SAFETY: `handle` is live for `self`'s lifetime and was created with the
+        // POSIX-FD handle type (`create`) or imported from one (`import`).
+        unsafe { sys::export_fd(self.handle) }
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+}
+
+impl Drop for PhysicalAllocation {
+    fn drop(&mut self) {
+        // SAFETY: `handle` is owned by `self` and released exactly once, here.
+        drop_call(&self.gpu, "cuMemRelease", || unsafe { sys::mem_release(self.handle) });
+    }
+}
+
+/// A reserved range of device virtual addresses.
+#[derive(Debug)]
+pub struct VaRange {
+    ptr: CUdeviceptr,
+    size: usize,
+    gpu: Gpu,
+}
+
+impl VaRange {
+    /// Reserves `size` bytes of virtual address space aligned to the granularity.
+    pub fn reserve(gpu: &Gpu, size: usize) -> Result<Self, CudaError> {
+        gpu.bind()?;
+        // SAFETY: the context is current; the range is freed by `Drop`.
+        let ptr = unsafe { sys::address_reserve(size, gpu.granularity()) }?;
+        Ok(Self { ptr, size, gpu: gpu.clone() })
+    }
+}
+
+impl Drop for VaRange {
+    fn drop(&mut self) {
+        // SAFETY: the range was reserved by `reserve`; `VmmMapping` declares its
+        // `Mapping` before its `VaRange`, so the range is unmapped before this runs.
+        drop_call(&self.gpu, "cuMemAddressFree", || unsafe { sys::address_free(self.ptr, self.size) });
+    }
+}
+
+/// A physical allocation mapped read-write into a reserved range.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: CUdeviceptr,
+    size: usize,
+    gpu: Gpu,
+}
+
+impl Mapping {
+    /// Maps `phys` at the start of `va` and grants this device read-write access.
+    pub fn map(gpu: &Gpu, va: &VaRange, phys: &PhysicalAllocation) -> Result<Self, CudaError> {
+        let size = phys.size;
+        debug_assert!(size <= va.size);
+        gpu.bind()?;
+        // SAFETY: `va` is reserved with at least `size` bytes and nothing mapped in it
+        // (a fresh VaRange is only ever mapped once, by this call); `phys` owns `size`.
+        unsafe { sys::map(va.ptr, size, phys.handle) }?;
+        let mapping = Self { ptr: va.ptr, size, gpu: gpu.clone() };
+        // SAFETY: the range was mapped just above. On failure `mapping` drops and unmaps.
+        unsafe { sys::set_access_rw(va.ptr, size, gpu.ordinal() as i32) }?;
+        Ok(mapping)
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the range was mapped by `map` and is unmapped once. Callers of the
+        // crate's guards order GPU work before the owner drops (see docs/safety.md).
+        drop_call(&self.gpu, "cuMemUnmap", || unsafe { sys::unmap(self.ptr, self.size) });
+    }
+}
+
+/// Physical memory mapped at a device address in this process.
+///
+/// Fields drop top to bottom: unmap, release the handle, free the VA range. Each owner
+/// holds a [`Gpu`], which keeps the primary context alive until the last one is gone.
+#[derive(Debug)]
+pub struct VmmMapping {
+    mapping: Mapping,
+    #[expect(dead_code, reason = "held only for its Drop, which must run after the unmap")]
+    phys: PhysicalAllocation,
+    va: VaRange,
+}
+
+impl VmmMapping {
+    fn new(gpu: &Gpu, phys: PhysicalAllocation) -> Result<Self, CudaError> {
+        let va = VaRange::reserve(gpu, phys.size)?;
+        let mapping = Mapping::map(gpu, &va, &phys)?;
+        Ok(Self { mapping, phys, va })
+    }
+
+    /// Device address of the first byte.
+    pub fn device_ptr(&self) -> CUdeviceptr {
+        self.mapping.ptr
+    }
+
+    /// Mapped size in bytes.
+    pub fn size(&self) -> usize {
+        self.mapping.size
+    }
+
+    /// The device this mapping lives on.
+    pub fn gpu(&self) -> &Gpu {
+        &self.va.gpu
+    }
+}
+
+/// Rounds `len` up to a multiple of the device's allocation granularity.
+pub fn round_to_granularity(gpu: &Gpu, len: usize) -> Option<usize> {
+    let g = gpu.granularity();
+    len.max(1).checked_next_multiple_of(g)
+}
+
+/// A device allocation made by this process, mapped here, with its POSIX FD exported
+/// once at creation so handing it to a peer costs no driver call.
+#[derive(Debug)]
+pub struct DeviceBlock {
+    map: VmmMapping,
+    fd: OwnedFd,
+}
+
+impl DeviceBlock {
+    /// Allocates, maps and exports `len` bytes rounded up to the granularity.
+    pub fn allocate(gpu: &Gpu, len: usize) -> Result<Self, CudaError> {
+        let size = round_to_granularity(gpu, len).ok_or(CudaError {
+            call: "cuMemCreate",
+            source: cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE),
+        })?;
+        let _span = tracing::trace_span!("export", size).entered();
+        let phys = PhysicalAllocation::create(gpu, size)?;
+        let fd = phys.export_fd()?;
+        let map = VmmMapping::new(gpu, phys)?;
+        Ok(Self { map, fd })
+    }
+
+    /// The mapping in this process.
+    pub fn mapping(&self) -> &VmmMapping {
+        &self.map
+    }
+
+    /// Device address of the first byte.
+    pub fn device_ptr(&self) -> CUdeviceptr {
+        self.map.device_ptr()
+    }
+
+    /// Size in bytes (a multiple of the granularity).
+    pub fn size(&self) -> usize {
+        self.map.size()
+    }
+
+    /// The exported FD. Send it with `SCM_RIGHTS` (the kernel duplicates it); it stays
+    /// owned by the block and is closed when the block drops.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Another process's device allocation, imported from its FD and mapped here.
+///
+/// The physical memory stays alive while this mapping exists, even if the exporting
+/// process exits (VMM keeps memory alive while any process maps it).
+#[derive(Debug)]
+pub struct ImportedBlock {
+    map: VmmMapping,
+}
+
+impl ImportedBlock {
+    /// Imports `fd` (an allocation of exactly `size` bytes), maps it read-write and
+    /// closes the descriptor.
+    pub fn import(gpu: &Gpu, fd: OwnedFd, size: usize) -> Result<Self, CudaError> {
+        let _span = tracing::trace_span!("import", size).entered();
+        let phys = PhysicalAllocation::import(gpu, fd.as_fd(), size)?;
+        drop(fd);
+        Ok(Self { map: VmmMapping::new(gpu, phys)? })
+    }
+
+    /// The mapping in this process.
+    pub fn mapping(&self) -> &VmmMapping {
+        &self.map
+    }
+
+    /// Device address of the first byte.
+    pub fn device_ptr(&self) -> CUdeviceptr {
+        self.map.device_ptr()
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> usize {
+        self.map.size()
+    }
+}

@@ -1,0 +1,162 @@
+//! The recycler: a named thread that completes releases whose fences were still
+//! pending, and trims idle blocks.
+//!
+//! Every pending release is polled each pass (`cuEventQuery` does not block), so one
+//! slow reader never delays another's release — the reference design's recycler
+//! synchronised one event at a time. Passes back off from 20 µs to 1 ms while work is
+//! pending; with nothing pending the thread sleeps until a job arrives or the trim
+//! interval passes. Dropping the [`Recycler`] stops the thread and joins it; releases
+//! still pending then run once their fences complete, on the dropping thread, so every
+//! CUDA free happens before the pool's context can go away.
+
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::Fence;
+
+/// A release to run once all its fences are complete.
+pub(crate) struct Job {
+    pub(crate) fences: Vec<Box<dyn Fence>>,
+    pub(crate) done: Box<dyn FnOnce() + Send>,
+}
+
+enum Msg {
+    Job(Job),
+    Stop,
+}
+
+type TrimFn = Box<dyn Fn() + Send>;
+
+type SharedTx = std::sync::Arc<Mutex<Option<flume::Sender<Msg>>>>;
+
+/// Sends jobs to the recycler thread; used by the pool's shared state.
+pub(crate) struct RecyclerHandle {
+    tx: SharedTx,
+}
+
+impl RecyclerHandle {
+    pub(crate) fn submit(&self, job: Job) {
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        match tx.as_ref() {
+            // The lock is held across the send, so once `Recycler::drop` has taken the
+            // sender no job can slip into the channel after its final drain.
+            Some(tx) => {
+                if let Err(flume::SendError(Msg::Job(job))) = tx.send(Msg::Job(job)) {
+                    finish_blocking(job);
+                }
+            }
+            // The pool was dropped while a block was still in use: finish the release
+            // here, waiting for its fences, so nothing leaks.
+            None => {
+                drop(tx);
+                finish_blocking(job);
+            }
+        }
+    }
+}
+
+fn finish_blocking(job: Job) {
+    let mut backoff = Duration::from_micros(20);
+    while !job.fences.iter().all(|f| f.is_complete()) {
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(Duration::from_millis(1));
+    }
+    (job.done)();
+}
+
+/// Owns the recycler thread; joins it on drop.
+pub(crate) struct Recycler {
+    tx: SharedTx,
+    trim: std::sync::Arc<Mutex<Option<TrimFn>>>,
+    thread: Option<JoinHandle<(Vec<Job>, flume::Receiver<Msg>)>>,
+}
+
+impl Recycler {
+    pub(crate) fn start(trim_every: Duration) -> std::io::Result<(Self, RecyclerHandle)> {
+        let (tx, rx) = flume::unbounded::<Msg>();
+        let trim: std::sync::Arc<Mutex<Option<TrimFn>>> = Default::default();
+        let trim2 = std::sync::Arc::clone(&trim);
+        let thread =
+            std::thread::Builder::new().name("zcs-recycler".into()).spawn(move || run(rx, trim2, trim_every))?;
+        let tx: SharedTx = std::sync::Arc::new(Mutex::new(Some(tx)));
+        Ok((Self { tx: std::sync::Arc::clone(&tx), trim, thread: Some(thread) }, RecyclerHandle { tx }))
+    }
+
+    pub(crate) fn set_trim(&self, f: TrimFn) {
+        *self.trim.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
+    }
+}
+
+fn run(
+    rx: flume::Receiver<Msg>,
+    trim: std::sync::Arc<Mutex<Option<TrimFn>>>,
+    trim_every: Duration,
+) -> (Vec<Job>, flume::Receiver<Msg>) {
+    let mut pending: Vec<Job> = Vec::new();
+    let mut backoff = Duration::from_micros(20);
+    let mut next_trim = Instant::now() + trim_every;
+    loop {
+        let timeout = if pending.is_empty() { next_trim.saturating_duration_since(Instant::now()) } else { backoff };
+        let first = match rx.recv_timeout(timeout) {
+            Ok(m) => Some(m),
+            Err(flume::RecvTimeoutError::Timeout) => None,
+            Err(flume::RecvTimeoutError::Disconnected) => Some(Msg::Stop),
+        };
+        let mut stop = false;
+        for msg in first.into_iter().chain(rx.try_iter()) {
+            match msg {
+                Msg::Job(j) => pending.push(j),
+                Msg::Stop => stop = true,
+            }
+        }
+        if stop {
+            return (pending, rx);
+        }
+        if !pending.is_empty() {
+            let _span = tracing::trace_span!("recycle", pending = pending.len()).entered();
+            let before = pending.len();
+            let mut i = 0;
+            while i < pending.len() {
+                if pending[i].fences.iter().all(|f| f.is_complete()) {
+                    let job = pending.swap_remove(i);
+                    (job.done)();
+                } else {
+                    i += 1;
+                }
+            }
+            backoff = if pending.len() < before {
+                Duration::from_micros(20)
+            } else {
+                (backoff * 2).min(Duration::from_millis(1))
+            };
+        }
+        if Instant::now() >= next_trim {
+            if let Some(f) = trim.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                f();
+            }
+            next_trim = Instant::now() + trim_every;
+        }
+    }
+}
+
+impl Drop for Recycler {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = tx.send(Msg::Stop);
+        }
+        self.trim.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = self.thread.take() {
+            match t.join() {
+                Ok((mut left, rx)) => {
+                    left.extend(rx.drain().filter_map(|m| match m {
+                        Msg::Job(j) => Some(j),
+                        Msg::Stop => None,
+                    }));
+                    left.into_iter().for_each(finish_blocking);
+                }
+                Err(_) => tracing::error!("the recycler thread panicked"),
+            }
+        }
+    }
+}
