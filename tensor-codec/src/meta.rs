@@ -234,12 +234,13 @@ impl TensorMeta {
     }
 
     /// True if the view is compact row-major: strides empty, a zero-size tensor, or every
-    /// dimension of size > 1 has its row-major stride. False for an invalid shape.
+    /// dimension of size > 1 has its row-major stride. False for an invalid shape or a
+    /// negative stride.
     pub fn is_contiguous(&self) -> bool {
         if self.strides.is_empty() {
             return true;
         }
-        if self.strides.len() != self.shape.len() {
+        if self.strides.len() != self.shape.len() || self.strides.iter().any(|&s| s < 0) {
             return false;
         }
         match numel(&self.shape) {
@@ -533,6 +534,8 @@ mod tests {
         assert!(meta(DType::F32, &[0, 3], &[9, 9], 0).is_contiguous());
         assert!(!meta(DType::F32, &[2, 3], &[1], 0).is_contiguous());
         assert!(!meta(DType::F32, &[-2, 3], &[3, 1], 0).is_contiguous());
+        assert!(!meta(DType::F32, &[2, 3], &[3, -1], 0).is_contiguous());
+        assert!(!meta(DType::F32, &[2, 3], &[-3, 1], 0).is_contiguous());
         assert_eq!(m.rank(), 2);
     }
 }

@@ -78,8 +78,9 @@ pub enum DecodeError {
         /// How many.
         count: usize,
     },
-    /// The body decoded but describes an invalid or out-of-bounds view.
-    #[error("invalid TensorMeta")]
+    /// The body decoded but describes an invalid or out-of-bounds view. Displays as the
+    /// inner [`MetaError`].
+    #[error(transparent)]
     Invalid(#[from] MetaError),
 }
 
@@ -87,8 +88,9 @@ pub enum DecodeError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum EncodeError {
-    /// The metadata fails [`TensorMeta::validate`] for the given payload length.
-    #[error("invalid TensorMeta")]
+    /// The metadata fails [`TensorMeta::validate`] for the given payload length. Displays
+    /// as the inner [`MetaError`].
+    #[error(transparent)]
     Invalid(#[from] MetaError),
     /// postcard failed to serialize (not expected for this layout).
     #[error("postcard serialization failed")]
@@ -290,6 +292,16 @@ mod tests {
     fn encode_validates_first() {
         let m = TensorMeta::contiguous(DType::F32, vec![2], Device::CPU);
         assert_eq!(m.encode(7), Err(EncodeError::Invalid(MetaError::SpanOutOfBounds { needed: 8, available: 7 })));
+    }
+
+    #[test]
+    fn errors_display_the_field() {
+        let e = DecodeError::from(MetaError::InvalidShape { dim: 1, value: -3 });
+        assert_eq!(e.to_string(), "shape[1] = -3 is negative");
+        let e = DecodeError::UnknownVersion { found: 2, supported: 1 };
+        assert_eq!(e.to_string(), "unknown TensorMeta wire version 2 (this build reads version 1)");
+        let e = EncodeError::from(MetaError::SpanOutOfBounds { needed: 8, available: 7 });
+        assert!(e.to_string().contains("needs bytes up to 8"), "{e}");
     }
 
     #[test]

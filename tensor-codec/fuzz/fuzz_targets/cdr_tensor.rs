@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tensor_codec::cdr::ExperimentalTensor;
 use tensor_codec::Device;
+use tensor_codec::cdr::ExperimentalTensor;
 
 fuzz_target!(|bytes: &[u8]| {
     let borrowed = ExperimentalTensor::decode_cdr_borrowed(bytes);
