@@ -291,11 +291,39 @@ impl ReadGuard {
         &self.stream
     }
 
-    /// Ends the read: returns a fence after the reads enqueued on the stream. The
-    /// consumer releases its lease only once the fence is complete.
-    pub fn end(mut self) -> Result<Fence, CudaError> {
+    /// Ends the read: returns a fence after the reads enqueued on the stream, which
+    /// keeps the block mapped until it completes. The consumer releases its lease only
+    /// once the fence is complete.
+    pub fn end(mut self) -> Result<ReadFence, CudaError> {
         self.ended = true;
-        Fence::record(&self.gpu, &self.stream)
+        let fence = Fence::record(&self.gpu, &self.stream)?;
+        Ok(ReadFence { fence, _block: Arc::clone(&self.block) })
+    }
+}
+
+/// The end of a read: complete once the GPU has passed the reads; holds the block's
+/// mapping until then.
+#[derive(Debug)]
+pub struct ReadFence {
+    fence: Fence,
+    _block: Arc<ImportedBlock>,
+}
+
+impl ReadFence {
+    /// Whether the reads have completed (does not block).
+    pub fn is_complete(&self) -> Result<bool, CudaError> {
+        self.fence.is_complete()
+    }
+
+    /// Blocks until the reads have completed.
+    pub fn wait(&self) -> Result<(), CudaError> {
+        self.fence.wait()
+    }
+}
+
+impl crate::pool::Fence for ReadFence {
+    fn is_complete(&self) -> bool {
+        crate::pool::Fence::is_complete(&self.fence)
     }
 }
 

@@ -5,8 +5,8 @@
 //! a [`CudaError`] naming the call, and trace their arguments. cudarc 0.19 wraps
 //! contexts, streams, events and copies safely, but not the VMM (`cuMem*`), stream
 //! memory operations, IPC event handles or module loading from PTX text without NVRTC;
-//! those live here. The RAII owners in [`super::vmm`], [`super::signal`],
-//! [`super::event`] and [`super::module`] are the only callers.
+//! those live here. The RAII owners in [`super::vmm`], [`super::event`] and
+//! [`super::kernels`], and the guards of `crate::signal` and `crate::sample`, call them.
 //!
 //! Every function here requires that the driver library was found and initialised
 //! (see [`super::Gpu::probe`]): with cudarc's `dynamic-loading`, calling any of them on

@@ -46,7 +46,7 @@
 //! [`PoolConfig::keep_idle_bytes`].
 
 pub mod backend;
-mod recycler;
+pub(crate) mod recycler;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -90,13 +90,55 @@ impl Default for PoolConfig {
     }
 }
 
-/// Identifies a block generation: which block, and which use of it.
+/// Identifies a block generation: which block, which allocation behind its id, and
+/// which use of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct BlockKey {
-    /// Block id, stable for the block's life in this pool.
+    /// Block id (a slot index; reused after a block is trimmed).
     pub id: u32,
-    /// Generation: changes every time the block is loaned.
+    /// Serial number of the allocation behind the id, unique in this pool: an importer
+    /// caches mappings by `(id, alloc)`, so a reused id is never mistaken for the old
+    /// block.
+    pub alloc: u64,
+    /// Generation: taken from one pool-wide counter at every loan, so it only grows,
+    /// also across blocks that reuse an id (ready signals rely on this).
     pub generation: u64,
+}
+
+/// The keyed PRF behind capabilities. Its key is given to subscribers over the
+/// authenticated control socket, so they can check a descriptor's capability without
+/// a round trip; without the key a capability cannot be forged.
+#[derive(Clone)]
+pub struct CapabilityKey([u8; 16]);
+
+impl fmt::Debug for CapabilityKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CapabilityKey(..)")
+    }
+}
+
+impl CapabilityKey {
+    /// A fresh random key.
+    pub fn random() -> Self {
+        Self(rand::random())
+    }
+    /// The raw key, to hand to a subscriber.
+    pub fn to_bytes(&self) -> [u8; 16] {
+        self.0
+    }
+    /// A key received from a publisher.
+    pub fn from_bytes(b: [u8; 16]) -> Self {
+        Self(b)
+    }
+    /// The capability of a block generation.
+    pub fn capability(&self, key: BlockKey) -> u64 {
+        use std::hash::Hasher;
+        let mut h = siphasher::sip::SipHasher24::new_with_key(&self.0);
+        h.write_u32(key.id);
+        h.write_u64(key.alloc);
+        h.write_u64(key.generation);
+        h.finish()
+    }
 }
 
 /// Who holds a block: [`HolderId::LOCAL`] for the pool owner's own handles, another
@@ -257,6 +299,7 @@ enum Phase {
 struct Slot<M> {
     mem: Arc<M>,
     size: usize,
+    alloc: u64,
     generation: u64,
     capability: u64,
     phase: Phase,
@@ -275,6 +318,10 @@ struct State<M> {
     blocks_in_use: usize,
     /// Holds per holder across all blocks.
     holder_counts: BTreeMap<HolderId, usize>,
+    /// Last generation handed out (pool-wide, only grows).
+    generation: u64,
+    /// Last allocation serial handed out.
+    allocs: u64,
 }
 
 #[derive(Default)]
@@ -296,6 +343,7 @@ pub(crate) struct Shared<B: Backend> {
     returned: Condvar,
     counters: Counters,
     recycler: RecyclerHandle,
+    cap_key: CapabilityKey,
 }
 
 impl<B: Backend> Shared<B> {
@@ -309,7 +357,7 @@ impl<B: Backend> Shared<B> {
     fn release_now(&self, key: BlockKey, holder: HolderId) -> Result<(), StaleError> {
         let mut st = self.lock();
         let slot = st.slots.get_mut(key.id as usize).and_then(Option::as_mut).ok_or(StaleError::NoBlock(key.id))?;
-        if slot.generation != key.generation {
+        if slot.generation != key.generation || slot.alloc != key.alloc {
             return Err(StaleError::Generation { id: key.id, current: slot.generation, claimed: key.generation });
         }
         match slot.phase {
@@ -506,10 +554,13 @@ impl<B: Backend> Pool<B> {
                 bytes_in_use: 0,
                 blocks_in_use: 0,
                 holder_counts: BTreeMap::new(),
+                generation: 0,
+                allocs: 0,
             }),
             returned: Condvar::new(),
             counters: Counters::default(),
             recycler: handle,
+            cap_key: CapabilityKey::random(),
         });
         let weak = Arc::downgrade(&shared);
         recycler.set_trim(Box::new(move || {
@@ -528,6 +579,11 @@ impl<B: Backend> Pool<B> {
     /// The configuration.
     pub fn config(&self) -> &PoolConfig {
         &self.shared.cfg
+    }
+
+    /// The key subscribers use to verify capabilities.
+    pub fn capability_key(&self) -> &CapabilityKey {
+        &self.shared.cap_key
     }
 
     /// The size class a loan of `len` bytes gets.
@@ -553,7 +609,8 @@ impl<B: Backend> Pool<B> {
             max_bytes: cfg.max_bytes,
         })?;
         let start = Instant::now();
-        let deadline = start + timeout;
+        // A timeout too large to represent waits without a deadline (asked for).
+        let deadline = start.checked_add(timeout);
         let mut retried_alloc = false;
         let mut waited = false;
         let mut st = sh.lock();
@@ -582,9 +639,12 @@ impl<B: Backend> Pool<B> {
                                 (st.slots.len() - 1) as u32
                             }
                         };
+                        st.allocs += 1;
+                        let alloc = st.allocs;
                         st.slots[id as usize] = Some(Slot {
                             mem: Arc::new(mem),
                             size: class,
+                            alloc,
                             generation: 0,
                             capability: 0,
                             phase: Phase::Free { since: Instant::now() },
@@ -597,6 +657,8 @@ impl<B: Backend> Pool<B> {
                         st.blocks -= 1;
                         let idle = Shared::<B>::collect_idle(&mut st, None, 0);
                         if retried_alloc || idle.is_empty() {
+                            drop(st);
+                            drop(idle); // frees outside the lock
                             tracing::debug!(error = %e, class, "pool allocation failed");
                             return Err(LoanError::Alloc(e));
                         }
@@ -649,7 +711,7 @@ impl<B: Backend> Pool<B> {
             }
             // 5. Wait for a block to come back.
             let now = Instant::now();
-            if now >= deadline {
+            if deadline.is_some_and(|d| now >= d) {
                 sh.counters.exhausted.fetch_add(1, Ordering::Relaxed);
                 let in_use = st.bytes_in_use;
                 tracing::debug!(class, in_use, "pool exhausted");
@@ -664,19 +726,24 @@ impl<B: Backend> Pool<B> {
                 waited = true;
                 sh.counters.waits.fetch_add(1, Ordering::Relaxed);
             }
-            st = sh.returned.wait_timeout(st, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            st = match deadline {
+                Some(d) => sh.returned.wait_timeout(st, d - now).unwrap_or_else(|p| p.into_inner()).0,
+                None => sh.returned.wait(st).unwrap_or_else(|p| p.into_inner()),
+            };
         }
     }
 
     fn grant(&self, mut st: MutexGuard<'_, State<B::Memory>>, id: u32, len: usize) -> Loan<B> {
+        st.generation += 1;
+        let generation = st.generation;
         let slot = st.slots[id as usize].as_mut().expect("granted slot exists");
         debug_assert!(matches!(slot.phase, Phase::Free { .. }));
-        slot.generation += 1;
-        slot.capability = rand::random::<u64>() | 1;
+        let key = BlockKey { id, alloc: slot.alloc, generation };
+        slot.generation = generation;
+        slot.capability = self.shared.cap_key.capability(key);
         slot.phase = Phase::Loaned;
         slot.holds.clear();
-        let (key, cap, mem, size) =
-            (BlockKey { id, generation: slot.generation }, slot.capability, Arc::clone(&slot.mem), slot.size);
+        let (cap, mem, size) = (slot.capability, Arc::clone(&slot.mem), slot.size);
         st.bytes_in_use += size as u64;
         st.blocks_in_use += 1;
         drop(st);
@@ -734,7 +801,7 @@ impl<B: Backend> Pool<B> {
     pub fn handout(&self, key: BlockKey, capability: u64) -> Result<Arc<B::Memory>, StaleError> {
         let st = self.shared.lock();
         let slot = st.slots.get(key.id as usize).and_then(Option::as_ref).ok_or(StaleError::NoBlock(key.id))?;
-        if slot.generation != key.generation {
+        if slot.generation != key.generation || slot.alloc != key.alloc {
             return Err(StaleError::Generation { id: key.id, current: slot.generation, claimed: key.generation });
         }
         if !cap_eq(slot.capability, capability) {

@@ -69,6 +69,9 @@ fn loan_write_publish_release_recycles_with_new_generation() {
     assert_eq!(loan2.key().id, key1.id, "the warm block is reused");
     assert_eq!(loan2.key().generation, key1.generation + 1);
     assert_ne!(loan2.capability(), cap1);
+    // The capability is the keyed PRF of the key: verifiable with the pool's key only.
+    assert_eq!(p.capability_key().capability(loan2.key()), loan2.capability());
+    assert_ne!(CapabilityKey::random().capability(loan2.key()), loan2.capability());
     // The old generation and capability are refused everywhere.
     let published2 = loan2.publish();
     assert!(matches!(p.handout(key1, cap1), Err(StaleError::Generation { .. })));
@@ -82,7 +85,7 @@ fn handout_refuses_unpublished_and_unknown_blocks() {
     let p = pool(PoolConfig::default());
     let loan = p.loan(1).unwrap();
     assert_eq!(p.handout(loan.key(), loan.capability()).unwrap_err(), StaleError::NotPublished(loan.key().id));
-    let bogus = BlockKey { id: 999, generation: 1 };
+    let bogus = BlockKey { id: 999, alloc: 1, generation: 1 };
     assert_eq!(p.handout(bogus, 1).unwrap_err(), StaleError::NoBlock(999));
     assert_eq!(p.release(bogus, HolderId::new(1)).unwrap_err(), StaleError::NoBlock(999));
 }
@@ -212,6 +215,21 @@ fn at_the_cap_a_near_fit_is_reused_and_idle_blocks_are_evicted_for_room() {
     let s = p.stats();
     assert_eq!((s.blocks, s.bytes), (4, 8 * MIB as u64));
     assert_eq!(s.frees, 3, "two trimmed, one evicted");
+}
+
+#[test]
+fn generations_only_grow_even_when_a_trimmed_id_is_reused() {
+    let p = pool(PoolConfig::default());
+    let first = p.loan(MIB).unwrap().key();
+    let other = p.loan(MIB).unwrap().key();
+    assert!(other.generation > first.generation);
+    p.trim();
+    let again = p.loan(MIB).unwrap().key();
+    assert_eq!(again.id, first.id, "the trimmed id is reused");
+    assert_ne!(again.alloc, first.alloc, "but it is another allocation");
+    assert!(again.generation > other.generation);
+    // Keys of the old allocation are refused.
+    assert!(matches!(p.handout(first, 0), Err(StaleError::Generation { .. })));
 }
 
 #[test]
