@@ -1,1 +1,272 @@
-//! (being written)
+//! Shared code of the examples: Zenoh flags in the style of `z_pub`/`z_sub`, and the
+//! publisher and subscriber loops (used by `z_cuda_pub`, `z_cuda_sub` and `zcs_demo`).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
+use zenoh_cuda_shm::cuda::{DeviceBlock, Kernels, sys};
+use zenoh_cuda_shm::{GpuSession, Path, ZcsConfig};
+
+/// Zenoh connection flags, as in Zenoh's examples.
+#[derive(Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Zenoh mode: peer, client or router.
+    #[arg(short, long, default_value = "peer")]
+    pub mode: String,
+    /// Endpoints to connect to (e.g. tcp/127.0.0.1:7447).
+    #[arg(short = 'e', long)]
+    pub connect: Vec<String>,
+    /// Endpoints to listen on.
+    #[arg(short, long)]
+    pub listen: Vec<String>,
+    /// Disable multicast scouting (use with --connect/--listen).
+    #[arg(long)]
+    pub no_multicast_scouting: bool,
+    /// A Zenoh JSON5 configuration file.
+    #[arg(short, long)]
+    pub config: Option<String>,
+    /// A zenoh-cuda-shm JSON5 configuration file (see examples/config.json5).
+    #[arg(long)]
+    pub zcs_config: Option<String>,
+    /// Block memory: auto (GPU if usable), host or cuda.
+    #[arg(long)]
+    pub device: Option<String>,
+}
+
+fn json_list(v: &[String]) -> String {
+    format!("[{}]", v.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(","))
+}
+
+/// Opens the session these flags describe and prints which memory it uses.
+pub fn open(args: &CommonArgs) -> Result<GpuSession, Box<dyn std::error::Error + Send + Sync>> {
+    let mut z = match &args.config {
+        Some(f) => zenoh::Config::from_file(f)?,
+        None => zenoh::Config::default(),
+    };
+    z.insert_json5("mode", &format!("{:?}", args.mode))?;
+    if !args.connect.is_empty() {
+        z.insert_json5("connect/endpoints", &json_list(&args.connect))?;
+    }
+    if !args.listen.is_empty() {
+        z.insert_json5("listen/endpoints", &json_list(&args.listen))?;
+    }
+    if args.no_multicast_scouting {
+        z.insert_json5("scouting/multicast/enabled", "false")?;
+    }
+    let mut cfg = match &args.zcs_config {
+        Some(f) => ZcsConfig::from_file(f)?,
+        None => ZcsConfig::default(),
+    }
+    .with_env_overrides()?;
+    if let Some(d) = &args.device {
+        cfg = ZcsConfig::from_json5(&format!("{{ device: {d:?} }}"))
+            .map(|c| ZcsConfig { device: c.device, ..cfg.clone() })?;
+    }
+    let session = GpuSession::open(z, cfg).wait()?;
+    match (session.gpu(), session.host_reason()) {
+        (Some(g), _) => println!("[zcs] blocks: cuda-vmm on {} ({})", g.name(), g.uuid()),
+        (None, reason) => println!("[zcs] no GPU path ({}); falling back to host-memory blocks", reason.unwrap_or("?")),
+    }
+    Ok(session)
+}
+
+/// Flags of the publisher example.
+#[derive(Args, Debug, Clone)]
+pub struct PubArgs {
+    /// Key to publish on.
+    #[arg(short, long, default_value = "demo/zcs/frame")]
+    pub key: String,
+    /// Payload size in bytes.
+    #[arg(short, long, default_value_t = 8 << 20)]
+    pub size: usize,
+    /// Messages per second (0: as fast as possible).
+    #[arg(short, long, default_value_t = 10.0)]
+    pub rate: f64,
+    /// Messages to publish (0: forever).
+    #[arg(short = 'n', long, default_value_t = 0)]
+    pub count: u64,
+    /// Wait for this many subscribers on the zero-copy path (or 30 s) before starting.
+    #[arg(long, default_value_t = 0)]
+    pub wait_zero_copy: usize,
+}
+
+/// Publishes frames filled with a pattern that depends on the sequence number.
+pub fn run_pub(common: &CommonArgs, args: &PubArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let session = open(common)?;
+    let publisher = session.declare_publisher(args.key.clone()).wait()?;
+    println!("[zcs] publishing {} bytes on '{}' ({})", args.size, args.key, publisher.backend());
+    let kernels = match session.gpu() {
+        Some(g) => Some(Kernels::load(g)?),
+        None => None,
+    };
+    let t = Instant::now();
+    while publisher.zero_copy_subscribers() < args.wait_zero_copy && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let period = if args.rate > 0.0 { Duration::from_secs_f64(1.0 / args.rate) } else { Duration::ZERO };
+    let mut next = Instant::now();
+    let mut last_report = Instant::now();
+    let mut sent_bytes = 0u64;
+    let mut n = 0u64;
+    while args.count == 0 || n < args.count {
+        let mut loan = publisher.loan(args.size)?;
+        let seed = n + 1; // the seq this message will carry
+        match (&kernels, loan.device_ptr()) {
+            // SAFETY: the loan owns ≥ size mapped bytes until `put`, which orders the
+            // ready signal after this launch on the loan's stream.
+            (Some(k), Some(ptr)) => unsafe { k.fill(loan.stream().expect("CUDA loan"), ptr, args.size as u64, seed) }?,
+            _ => fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seed),
+        }
+        let report = publisher.put(loan)?;
+        debug_assert_eq!(report.seq, seed);
+        n += 1;
+        sent_bytes += args.size as u64;
+        if last_report.elapsed() >= Duration::from_secs(1) || (args.count != 0 && n == args.count) {
+            let s = publisher.stats();
+            let secs = last_report.elapsed().as_secs_f64();
+            println!(
+                "[pub] {n} msgs  {:.1} MB/s  zero-copy subscribers: {}  aware: {}  plain listeners: {}  copies out: {}",
+                sent_bytes as f64 / secs / 1e6,
+                publisher.zero_copy_subscribers(),
+                publisher.aware_subscribers(),
+                publisher.plain_subscribers(),
+                s.copies_out
+            );
+            sent_bytes = 0;
+            last_report = Instant::now();
+        }
+        if !period.is_zero() {
+            next += period;
+            if let Some(d) = next.checked_duration_since(Instant::now()) {
+                std::thread::sleep(d);
+            }
+        }
+    }
+    // Give subscribers a moment to finish reading before the publisher goes away.
+    std::thread::sleep(Duration::from_millis(500));
+    Ok(())
+}
+
+/// Flags of the subscriber example.
+#[derive(Args, Debug, Clone)]
+pub struct SubArgs {
+    /// Key expression to subscribe to.
+    #[arg(short, long, default_value = "demo/zcs/frame")]
+    pub key: String,
+    /// Messages to receive before exiting (0: forever).
+    #[arg(short = 'n', long, default_value_t = 0)]
+    pub count: u64,
+    /// Do not check each payload against the publisher's pattern.
+    #[arg(long)]
+    pub no_check: bool,
+    /// Give up after this many seconds without a message (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub idle_timeout: u64,
+}
+
+/// Receives frames, checks every byte, and reports the path each publisher uses.
+pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let session = open(common)?;
+    let subscriber = session.declare_subscriber(args.key.clone()).wait()?;
+    println!("[zcs] subscribed to '{}'", args.key);
+    let stream = match session.gpu() {
+        Some(g) => Some(g.new_stream()?),
+        None => None,
+    };
+    let kernels = match session.gpu() {
+        Some(g) => Some(Kernels::load(g)?),
+        None => None,
+    };
+    let counter = match session.gpu() {
+        Some(g) => Some(DeviceBlock::allocate(g, 4)?),
+        None => None,
+    };
+    let mut paths: HashMap<u64, Path> = HashMap::new();
+    let (mut n, mut bad, mut bytes) = (0u64, 0u64, 0u64);
+    let mut lat_us: Vec<f64> = Vec::new();
+    let mut last_report = Instant::now();
+    while args.count == 0 || n < args.count {
+        let sample = if args.idle_timeout > 0 {
+            match subscriber.recv_timeout(Duration::from_secs(args.idle_timeout)) {
+                Ok(s) => s,
+                Err(e) => return Err(format!("after {n} messages: {e}").into()),
+            }
+        } else {
+            subscriber.recv()?
+        };
+        let info = sample.info();
+        if info.timestamp_ns > 0 {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64;
+            lat_us.push(now.saturating_sub(info.timestamp_ns) as f64 / 1e3);
+        }
+        if paths.insert(info.publisher, info.path) != Some(info.path) {
+            println!("[zcs] publisher {:016x}: path {}", info.publisher, info.path);
+        }
+        let ok = if args.no_check {
+            true
+        } else if let Some(host) = sample.host_bytes() {
+            check_pattern(&host, 0, info.seq).is_none()
+        } else {
+            let (k, c, st, g) = (
+                kernels.as_ref().unwrap(),
+                counter.as_ref().unwrap(),
+                stream.as_ref().unwrap(),
+                session.gpu().unwrap(),
+            );
+            let read = sample.read(st)?;
+            g.bind()?;
+            // SAFETY: the counter block is mapped (≥ 4 bytes); the read range is
+            // mapped and held by `sample` until the fence recorded by `end`.
+            unsafe { sys::memset_d8_async(c.device_ptr(), 0, 4, st.cu_stream()) }?;
+            // SAFETY: as above; check only reads the range.
+            unsafe { k.check(st, read.device_ptr(), read.len() as u64, info.seq, c.device_ptr()) }?;
+            read.end()?;
+            let mut errs = [0u8; 4];
+            // SAFETY: `errs` has 4 bytes and lives until the synchronize.
+            unsafe { sys::memcpy_dtoh_async(errs.as_mut_ptr(), c.device_ptr(), 4, st.cu_stream()) }?;
+            // SAFETY: a stream of the current context.
+            unsafe { sys::stream_synchronize(st.cu_stream()) }?;
+            u32::from_le_bytes(errs) == 0
+        };
+        if !ok {
+            bad += 1;
+            eprintln!("[sub] message {} from {:016x}: CONTENT MISMATCH", info.seq, info.publisher);
+        }
+        n += 1;
+        bytes += sample.len() as u64;
+        drop(sample);
+        if last_report.elapsed() >= Duration::from_secs(1) || (args.count != 0 && n == args.count) {
+            lat_us.sort_by(f64::total_cmp);
+            let p =
+                |q: f64| lat_us.get(((lat_us.len() as f64 * q) as usize).min(lat_us.len().saturating_sub(1))).copied();
+            let s = subscriber.stats();
+            println!(
+                "[sub] {n} msgs  {:.1} MB/s  publish->receive p50 {:.0} us p99 {:.0} us  zero-copy {}  cpu-bytes {}  inline {}  plain {}  bad {bad}",
+                bytes as f64 / last_report.elapsed().as_secs_f64() / 1e6,
+                p(0.5).unwrap_or(f64::NAN),
+                p(0.99).unwrap_or(f64::NAN),
+                s.zero_copy,
+                s.cpu_bytes,
+                s.inline,
+                s.plain
+            );
+            bytes = 0;
+            lat_us.clear();
+            last_report = Instant::now();
+        }
+    }
+    if bad > 0 {
+        return Err(format!("{bad} of {n} messages had wrong content").into());
+    }
+    println!("[sub] done: {n} messages, every byte checked");
+    Ok(())
+}
+
+/// Sets up logging from `RUST_LOG` (default: warnings).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+}

@@ -9,12 +9,27 @@
 //! | [`pool`] | blocks with size classes, generations, capabilities, leases, back-pressure, recycling |
 //! | [`signal`] | stream-ordered ready signals and the read/write guards built on them |
 //! | [`ipc`] | the Unix-socket control channel: framing, FD passing, peer credentials |
+//! | [`protocol`] | key layout, liveliness tokens, descriptors, control messages (versioned) |
+//! | [`transport`] | per-put routing, handshakes, import caches, leases per connection |
+//! | [`api`] | [`GpuSession`], [`GpuPublisher`], [`GpuSubscriber`], [`GpuSample`] |
 //!
 //! See `docs/architecture.md` for the design and `docs/safety.md` for every invariant
 //! the `unsafe` code relies on.
 
+pub mod api;
+pub mod config;
 pub mod cuda;
 pub mod host;
 pub mod ipc;
 pub mod pool;
+pub mod protocol;
+pub mod sample;
 pub mod signal;
+pub mod transport;
+
+pub use api::{GpuLoan, GpuPublisher, GpuSession, GpuSubscriber, OpenError, PublishError, RecvError, WriteError};
+pub use config::ZcsConfig;
+pub use pool::BackendKind;
+pub use sample::{DeviceRead, GpuSample, Path, ReadError, SampleInfo};
+pub use transport::publisher::{DeclareError, PublisherStats, PutError, PutReport};
+pub use transport::subscriber::SubscriberStats;

@@ -1,0 +1,24 @@
+//! Publishes frames over zenoh-cuda-shm: zero-copy to subscribers on the same GPU (or,
+//! without a GPU, the same host), bytes to everyone else.
+//!
+//! ```text
+//! cargo run --release -p zcs-examples --example z_cuda_pub -- --size 33177600 --rate 30
+//! ```
+
+use clap::Parser;
+use zcs_examples::{CommonArgs, PubArgs, init_logging, run_pub};
+
+#[derive(Parser)]
+#[command(about = "zenoh-cuda-shm publisher (like z_pub)")]
+struct Cli {
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(flatten)]
+    args: PubArgs,
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    init_logging();
+    let cli = Cli::parse();
+    run_pub(&cli.common, &cli.args)
+}

@@ -1,0 +1,642 @@
+//! The public API, in the style of Zenoh 1.x: a session, builders that resolve with
+//! `.wait()` or `.await`, publishers that loan blocks and subscribers with callback or
+//! channel handlers.
+//!
+//! ```no_run
+//! use zenoh_cuda_shm::{GpuSession, ZcsConfig};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let session = GpuSession::open(zenoh::Config::default(), ZcsConfig::default()).wait()?;
+//! println!("blocks live in {}", session.backend()); // cuda-vmm, or host-memfd without a GPU
+//!
+//! let subscriber = session.declare_subscriber("demo/tensor").wait()?;
+//! let publisher = session.declare_publisher("demo/tensor").wait()?;
+//!
+//! let mut loan = publisher.loan(8 << 20)?;
+//! loan.write_bytes(0, &vec![7u8; 8 << 20])?; // or launch kernels on loan.device_ptr()
+//! publisher.put(loan)?;
+//!
+//! let sample = subscriber.recv()?;
+//! println!("{} bytes by the {} path", sample.len(), sample.path());
+//! # Ok(()) }
+//! ```
+
+use std::future::{IntoFuture, Ready, ready};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{DeviceChoice, ZcsConfig};
+use crate::cuda::{Gpu, ProbeError, Stream, sys};
+use crate::ipc::{AccessPolicy, SocketName};
+use crate::pool::{BackendKind, CudaBackend, HostBackend, Loan, LoanError, Pool, PoolStats};
+use crate::protocol::Group;
+use crate::sample::GpuSample;
+use crate::signal::{ReadySignals, SignalError, WriteGuard};
+use crate::transport::medium::{PubMedium, PublishedAny};
+use crate::transport::publisher::{DeclareError, PublisherCore, PublisherStats, PutError, PutReport};
+use crate::transport::subscriber::{SubMedium, SubscriberCore, SubscriberStats};
+
+/// Opening a session failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// Zenoh could not open.
+    #[error("zenoh open failed: {0}")]
+    Zenoh(String),
+    /// `device: cuda` was asked for but no usable GPU was found.
+    #[error("no usable GPU")]
+    NoGpu(#[source] ProbeError),
+    /// The boot id could not be read.
+    #[error("cannot read the boot id")]
+    BootId(#[source] std::io::Error),
+    /// The socket directory cannot be used.
+    #[error("socket directory")]
+    SocketDir(#[from] crate::ipc::RuntimeDirError),
+}
+
+struct SessionInner {
+    zenoh: zenoh::Session,
+    cfg: ZcsConfig,
+    gpu: Option<Gpu>,
+    group: Group,
+    why_host: Option<String>,
+}
+
+/// A Zenoh session with a GPU (or host-memory) block provider. Cheap to clone.
+#[derive(Clone)]
+pub struct GpuSession(Arc<SessionInner>);
+
+impl std::fmt::Debug for GpuSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuSession").field("backend", &self.backend()).field("group", &self.0.group).finish()
+    }
+}
+
+/// Builder returned by [`GpuSession::open`].
+#[must_use = "resolve with .wait() or .await"]
+pub struct OpenBuilder {
+    zenoh: Result<zenoh::Config, zenoh::Session>,
+    cfg: ZcsConfig,
+}
+
+impl OpenBuilder {
+    /// Opens the session (blocking).
+    pub fn wait(self) -> Result<GpuSession, OpenError> {
+        use zenoh::Wait;
+        let zenoh = match self.zenoh {
+            Ok(c) => zenoh::open(c).wait().map_err(|e| OpenError::Zenoh(e.to_string()))?,
+            Err(s) => s,
+        };
+        let cfg = self.cfg;
+        let (gpu, why_host) = match cfg.device {
+            DeviceChoice::Host => (None, Some("host memory was configured (device: host)".to_owned())),
+            DeviceChoice::Cuda => (Some(Gpu::open(cfg.gpu_ordinal).map_err(OpenError::NoGpu)?), None),
+            DeviceChoice::Auto => match Gpu::open(cfg.gpu_ordinal) {
+                Ok(g) if g.supports_stream_mem_ops_64() => (Some(g), None),
+                Ok(g) => (None, Some(format!("{} lacks 64-bit stream memory operations", g.name()))),
+                Err(e) => (None, Some(e.to_string())),
+            },
+        };
+        if let Some(dir) = &cfg.socket_dir {
+            crate::ipc::ensure_runtime_dir(dir)?;
+        }
+        let boot_id = crate::host::boot_id().map_err(OpenError::BootId)?;
+        let device = match &gpu {
+            Some(g) => Group::cuda_device(&g.uuid()),
+            None => "host".to_owned(),
+        };
+        match (&gpu, &why_host) {
+            (Some(g), _) => tracing::info!(gpu = g.name(), uuid = %g.uuid(), "zenoh-cuda-shm: CUDA VMM blocks"),
+            (None, Some(why)) => tracing::info!(why = %why, "zenoh-cuda-shm: no GPU path, using host memory blocks"),
+            (None, None) => {}
+        }
+        Ok(GpuSession(Arc::new(SessionInner { zenoh, cfg, gpu, group: Group { boot_id, device }, why_host })))
+    }
+}
+
+impl IntoFuture for OpenBuilder {
+    type Output = Result<GpuSession, OpenError>;
+    type IntoFuture = Ready<Self::Output>;
+    fn into_future(self) -> Self::IntoFuture {
+        ready(self.wait())
+    }
+}
+
+impl GpuSession {
+    /// Opens a Zenoh session with `zenoh_config` and a block provider per `config`.
+    pub fn open(zenoh_config: zenoh::Config, config: ZcsConfig) -> OpenBuilder {
+        OpenBuilder { zenoh: Ok(zenoh_config), cfg: config }
+    }
+
+    /// Wraps an open Zenoh session.
+    pub fn from_zenoh(session: zenoh::Session, config: ZcsConfig) -> OpenBuilder {
+        OpenBuilder { zenoh: Err(session), cfg: config }
+    }
+
+    /// The Zenoh session.
+    pub fn zenoh(&self) -> &zenoh::Session {
+        &self.0.zenoh
+    }
+
+    /// The GPU, if the session uses one.
+    pub fn gpu(&self) -> Option<&Gpu> {
+        self.0.gpu.as_ref()
+    }
+
+    /// Where blocks live.
+    pub fn backend(&self) -> BackendKind {
+        if self.0.gpu.is_some() { BackendKind::CudaVmm } else { BackendKind::HostMemfd }
+    }
+
+    /// Why the session uses host memory, if it does.
+    pub fn host_reason(&self) -> Option<&str> {
+        self.0.why_host.as_deref()
+    }
+
+    /// The session's configuration.
+    pub fn config(&self) -> &ZcsConfig {
+        &self.0.cfg
+    }
+
+    /// Declares a publisher on a concrete key.
+    pub fn declare_publisher(&self, key: impl Into<String>) -> PublisherBuilder {
+        PublisherBuilder { session: self.clone(), key: key.into() }
+    }
+
+    /// Declares a subscriber on a key expression (wildcards allowed). Without a
+    /// handler it delivers through a FIFO channel of 256 samples (Zenoh's default).
+    pub fn declare_subscriber(&self, key: impl Into<String>) -> SubscriberBuilder<Fifo> {
+        SubscriberBuilder { session: self.clone(), key: key.into(), handler: Fifo(256) }
+    }
+}
+
+/// Builder returned by [`GpuSession::declare_publisher`].
+#[must_use = "resolve with .wait() or .await"]
+pub struct PublisherBuilder {
+    session: GpuSession,
+    key: String,
+}
+
+impl PublisherBuilder {
+    /// Declares the publisher (blocking).
+    pub fn wait(self) -> Result<GpuPublisher, DeclareError> {
+        let s = &self.session.0;
+        let medium = match &s.gpu {
+            Some(gpu) => PubMedium::Cuda {
+                gpu: gpu.clone(),
+                pool: Pool::new(CudaBackend::new(gpu.clone()), s.cfg.pool.clone())?,
+                signals: Arc::new(ReadySignals::create(gpu)?),
+                copy_stream: gpu.new_stream().map_err(SignalError::from)?,
+            },
+            None => PubMedium::Host { pool: Pool::new(HostBackend::default(), s.cfg.pool.clone())? },
+        };
+        let stream = match &s.gpu {
+            Some(gpu) => Some(gpu.new_stream().map_err(SignalError::from)?),
+            None => None,
+        };
+        let socket = match &s.cfg.socket_dir {
+            Some(dir) => SocketName::random_path_in(dir).map_err(|e| DeclareError::Zenoh(e.to_string()))?,
+            None => SocketName::random_abstract(),
+        };
+        let mut policy = AccessPolicy::same_uid();
+        for uid in &s.cfg.allowed_uids {
+            policy = policy.with_uid(*uid);
+        }
+        let core = PublisherCore::new(
+            &s.zenoh,
+            &self.key,
+            s.group.clone(),
+            medium,
+            socket,
+            policy,
+            Duration::from_millis(s.cfg.handshake_timeout_ms),
+        )?;
+        Ok(GpuPublisher { core, stream, inline_threshold: s.cfg.inline_threshold })
+    }
+}
+
+impl IntoFuture for PublisherBuilder {
+    type Output = Result<GpuPublisher, DeclareError>;
+    type IntoFuture = Ready<Self::Output>;
+    fn into_future(self) -> Self::IntoFuture {
+        ready(self.wait())
+    }
+}
+
+/// Publishes blocks (zero-copy to GPU-ready subscribers, bytes to everyone else).
+pub struct GpuPublisher {
+    core: PublisherCore,
+    stream: Option<Stream>,
+    inline_threshold: usize,
+}
+
+impl std::fmt::Debug for GpuPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuPublisher").field("key", &self.core.shared.key).finish()
+    }
+}
+
+/// Publishing host or device data failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// No block could be loaned.
+    #[error(transparent)]
+    Loan(#[from] LoanError),
+    /// Writing into the block failed.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// The put failed.
+    #[error(transparent)]
+    Put(#[from] PutError),
+}
+
+/// Writing into a loan failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// The write does not fit the loaned length.
+    #[error("write of {len} bytes at {offset} exceeds the loaned {loaned} bytes")]
+    OutOfBounds {
+        /// Offset asked for.
+        offset: usize,
+        /// Length asked for.
+        len: usize,
+        /// Loaned length.
+        loaned: usize,
+    },
+    /// A CUDA call failed.
+    #[error(transparent)]
+    Cuda(#[from] crate::cuda::CudaError),
+    /// Enqueueing the ready signal failed.
+    #[error(transparent)]
+    Signal(#[from] SignalError),
+}
+
+enum LoanInner {
+    Cuda(WriteGuard),
+    Host(Loan<HostBackend>),
+}
+
+/// A block being written. Publish it with [`GpuPublisher::put`]; dropped unpublished,
+/// it returns to the pool (after the work queued on its stream).
+pub struct GpuLoan {
+    inner: LoanInner,
+    meta: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for GpuLoan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuLoan").field("len", &self.len()).field("device_ptr", &self.device_ptr()).finish()
+    }
+}
+
+impl GpuLoan {
+    /// The loaned length.
+    pub fn len(&self) -> usize {
+        match &self.inner {
+            LoanInner::Cuda(g) => g.len(),
+            LoanInner::Host(l) => l.len(),
+        }
+    }
+
+    /// Whether the loaned length is zero (never).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Device address to write (CUDA sessions).
+    pub fn device_ptr(&self) -> Option<u64> {
+        match &self.inner {
+            LoanInner::Cuda(g) => Some(g.device_ptr()),
+            LoanInner::Host(_) => None,
+        }
+    }
+
+    /// The stream writes must be enqueued on (CUDA sessions): the ready signal follows
+    /// them on it.
+    pub fn stream(&self) -> Option<&Stream> {
+        match &self.inner {
+            LoanInner::Cuda(g) => Some(g.stream()),
+            LoanInner::Host(_) => None,
+        }
+    }
+
+    /// The block as host memory to write (host-memory sessions).
+    pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        match &mut self.inner {
+            LoanInner::Cuda(_) => None,
+            // SAFETY: the loan owns the block exclusively until it is published, the
+            // block is mapped with ≥ len bytes, and the slice borrows `self` mutably.
+            LoanInner::Host(l) => Some(unsafe { std::slice::from_raw_parts_mut(l.addr() as *mut u8, l.len()) }),
+        }
+    }
+
+    /// Copies host bytes into the loan at `offset` (host→device on the loan's stream
+    /// for CUDA sessions).
+    pub fn write_bytes(&mut self, offset: usize, data: &[u8]) -> Result<(), WriteError> {
+        let loaned = self.len();
+        if offset.checked_add(data.len()).is_none_or(|end| end > loaned) {
+            return Err(WriteError::OutOfBounds { offset, len: data.len(), loaned });
+        }
+        match &mut self.inner {
+            LoanInner::Cuda(g) => {
+                g.inner().memory().mapping().gpu().bind()?;
+                // SAFETY: the range is inside the loaned block (checked above), which
+                // this loan owns; pageable `data` is staged by the driver before return.
+                unsafe {
+                    sys::memcpy_htod_async(
+                        g.device_ptr() + offset as u64,
+                        data.as_ptr(),
+                        data.len(),
+                        g.stream().cu_stream(),
+                    )
+                }?;
+            }
+            LoanInner::Host(_) => {
+                self.as_mut_slice().expect("host loan")[offset..offset + data.len()].copy_from_slice(data);
+            }
+        }
+        Ok(())
+    }
+
+    /// Attaches typed metadata (e.g. an encoded tensor description).
+    pub fn set_meta(&mut self, meta: Vec<u8>) {
+        self.meta = Some(meta);
+    }
+}
+
+impl GpuPublisher {
+    /// The key.
+    pub fn key(&self) -> &str {
+        &self.core.shared.key
+    }
+
+    /// Where this publisher's blocks live.
+    pub fn backend(&self) -> BackendKind {
+        match self.core.shared.medium {
+            PubMedium::Cuda { .. } => BackendKind::CudaVmm,
+            PubMedium::Host { .. } => BackendKind::HostMemfd,
+        }
+    }
+
+    /// Loans a block of `len` bytes bound to the publisher's own stream.
+    pub fn loan(&self, len: usize) -> Result<GpuLoan, LoanError> {
+        self.loan_inner(len, self.stream.clone())
+    }
+
+    /// Loans a block bound to `stream`: enqueue the writes there; the ready signal
+    /// follows them (any stream, the legacy default stream included).
+    pub fn loan_on(&self, len: usize, stream: &Stream) -> Result<GpuLoan, LoanError> {
+        self.loan_inner(len, Some(Arc::clone(stream)))
+    }
+
+    fn loan_inner(&self, len: usize, stream: Option<Stream>) -> Result<GpuLoan, LoanError> {
+        let inner = match &self.core.shared.medium {
+            PubMedium::Cuda { pool, signals, .. } => {
+                let stream = stream.expect("CUDA publishers have a stream");
+                let guard = WriteGuard::new(pool.loan(len)?, stream, Arc::clone(signals))
+                    .expect("block ids stay below the signal block's slot count");
+                LoanInner::Cuda(guard)
+            }
+            PubMedium::Host { pool } => LoanInner::Host(pool.loan(len)?),
+        };
+        Ok(GpuLoan { inner, meta: None })
+    }
+
+    /// Publishes a loan: its ready signal is enqueued after its writes, then it goes
+    /// out by the cheapest path for each subscriber.
+    pub fn put(&self, loan: GpuLoan) -> Result<PutReport, PutError> {
+        let published = match loan.inner {
+            LoanInner::Cuda(g) => PublishedAny::Cuda(g.finish()?),
+            LoanInner::Host(l) => PublishedAny::Host(l.publish()),
+        };
+        self.core.put_block(published, loan.meta)
+    }
+
+    /// Publishes host bytes: inline up to the inline threshold, else through a block.
+    pub fn put_bytes(&self, data: &[u8]) -> Result<PutReport, PublishError> {
+        self.put_bytes_meta(data, None)
+    }
+
+    /// [`GpuPublisher::put_bytes`] with typed metadata.
+    pub fn put_bytes_meta(&self, data: &[u8], meta: Option<Vec<u8>>) -> Result<PutReport, PublishError> {
+        if data.len() <= self.inline_threshold {
+            return Ok(self.core.put_inline(data.to_vec(), meta)?);
+        }
+        let mut loan = self.loan(data.len())?;
+        loan.write_bytes(0, data)?;
+        loan.meta = meta;
+        Ok(self.put(loan)?)
+    }
+
+    /// Publishes `len` bytes of device memory at `src`, copied device→device on
+    /// `stream` into a block (or to host, inline, below the threshold).
+    ///
+    /// # Safety
+    /// `src..src+len` is device memory of this session's GPU, readable by work on
+    /// `stream` and unchanged until that work has passed this copy.
+    pub unsafe fn put_device(&self, src: u64, len: usize, stream: &Stream) -> Result<PutReport, PublishError> {
+        let PubMedium::Cuda { gpu, .. } = &self.core.shared.medium else {
+            return Err(WriteError::Cuda(crate::cuda::CudaError {
+                call: "put_device",
+                source: cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE),
+            })
+            .into());
+        };
+        gpu.bind().map_err(WriteError::from)?;
+        if len <= self.inline_threshold {
+            let mut host = vec![0u8; len];
+            // SAFETY: the caller guarantees the source range; `host` has len bytes and
+            // lives until the synchronize below.
+            unsafe { sys::memcpy_dtoh_async(host.as_mut_ptr(), src, len, stream.cu_stream()) }
+                .map_err(WriteError::from)?;
+            // SAFETY: a stream of the current context.
+            unsafe { sys::stream_synchronize(stream.cu_stream()) }.map_err(WriteError::from)?;
+            return Ok(self.core.put_inline(host, None)?);
+        }
+        let loan = self.loan_on(len, stream)?;
+        // SAFETY: the destination is the loaned block (≥ len bytes, owned by the loan);
+        // the source is the caller's contract.
+        unsafe { sys::memcpy_dtod_async(loan.device_ptr().expect("CUDA loan"), src, len, stream.cu_stream()) }
+            .map_err(WriteError::from)?;
+        Ok(self.put(loan)?)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> PublisherStats {
+        self.core.stats()
+    }
+
+    /// The pool's counters.
+    pub fn pool_stats(&self) -> PoolStats {
+        self.core.shared.medium.stats()
+    }
+
+    /// GPU-ready subscriber connections (on the zero-copy path).
+    pub fn zero_copy_subscribers(&self) -> usize {
+        self.core.ready_count()
+    }
+
+    /// GPU-aware subscribers known from their tokens (ready or not).
+    pub fn aware_subscribers(&self) -> usize {
+        self.core.aware_count()
+    }
+
+    /// Whether someone listens on the plain key (and so costs a copy per message).
+    pub fn plain_subscribers(&self) -> bool {
+        self.core.plain_matching()
+    }
+
+    /// The Zenoh session.
+    pub fn session(&self) -> &zenoh::Session {
+        self.core.session()
+    }
+}
+
+/// Handler: a FIFO channel of the given capacity (blocks the delivery when full,
+/// like Zenoh's default handler).
+#[derive(Debug, Clone, Copy)]
+pub struct Fifo(pub usize);
+
+/// Handler: a callback run for every sample (keep it short: it runs on Zenoh's
+/// receive thread).
+pub struct Callback(Box<dyn Fn(GpuSample) + Send + Sync>);
+
+/// Builder returned by [`GpuSession::declare_subscriber`].
+#[must_use = "resolve with .wait() or .await"]
+pub struct SubscriberBuilder<H> {
+    session: GpuSession,
+    key: String,
+    handler: H,
+}
+
+impl<H> SubscriberBuilder<H> {
+    /// Delivers samples to `f`.
+    pub fn callback(self, f: impl Fn(GpuSample) + Send + Sync + 'static) -> SubscriberBuilder<Callback> {
+        SubscriberBuilder { session: self.session, key: self.key, handler: Callback(Box::new(f)) }
+    }
+
+    /// Delivers samples through a FIFO channel of `capacity`.
+    pub fn fifo(self, capacity: usize) -> SubscriberBuilder<Fifo> {
+        SubscriberBuilder { session: self.session, key: self.key, handler: Fifo(capacity.max(1)) }
+    }
+
+    fn core(&self, deliver: Box<dyn Fn(GpuSample) + Send + Sync>) -> Result<SubscriberCore, DeclareError> {
+        let s = &self.session.0;
+        let medium = match &s.gpu {
+            Some(g) => SubMedium::Cuda(g.clone()),
+            None => SubMedium::Host,
+        };
+        SubscriberCore::new(
+            &s.zenoh,
+            &self.key,
+            s.group.clone(),
+            medium,
+            s.cfg.plain_listen,
+            Duration::from_millis(s.cfg.handshake_timeout_ms),
+            deliver,
+        )
+    }
+}
+
+impl SubscriberBuilder<Fifo> {
+    /// Declares the subscriber (blocking).
+    pub fn wait(self) -> Result<GpuSubscriber<flume::Receiver<GpuSample>>, DeclareError> {
+        let (tx, rx) = flume::bounded(self.handler.0);
+        let core = self.core(Box::new(move |s| {
+            let _ = tx.send(s);
+        }))?;
+        Ok(GpuSubscriber { core, handler: rx })
+    }
+}
+
+impl IntoFuture for SubscriberBuilder<Fifo> {
+    type Output = Result<GpuSubscriber<flume::Receiver<GpuSample>>, DeclareError>;
+    type IntoFuture = Ready<Self::Output>;
+    fn into_future(self) -> Self::IntoFuture {
+        ready(self.wait())
+    }
+}
+
+impl SubscriberBuilder<Callback> {
+    /// Declares the subscriber (blocking).
+    pub fn wait(mut self) -> Result<GpuSubscriber<()>, DeclareError> {
+        let f = std::mem::replace(&mut self.handler.0, Box::new(|_| {}));
+        let core = self.core(f)?;
+        Ok(GpuSubscriber { core, handler: () })
+    }
+}
+
+impl IntoFuture for SubscriberBuilder<Callback> {
+    type Output = Result<GpuSubscriber<()>, DeclareError>;
+    type IntoFuture = Ready<Self::Output>;
+    fn into_future(self) -> Self::IntoFuture {
+        ready(self.wait())
+    }
+}
+
+/// A GPU-aware subscriber. Dropping it undeclares it.
+pub struct GpuSubscriber<H> {
+    core: SubscriberCore,
+    handler: H,
+}
+
+impl<H> std::fmt::Debug for GpuSubscriber<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuSubscriber").field("key", &self.core.key()).finish()
+    }
+}
+
+impl<H> GpuSubscriber<H> {
+    /// Counters.
+    pub fn stats(&self) -> SubscriberStats {
+        self.core.stats()
+    }
+
+    /// Publishers of ours this subscriber knows: `(instance id, on the zero-copy path)`.
+    pub fn publishers(&self) -> Vec<(u64, bool)> {
+        self.core.publishers()
+    }
+
+    /// The handler (the channel receiver for FIFO subscribers).
+    pub fn handler(&self) -> &H {
+        &self.handler
+    }
+}
+
+/// The subscriber's channel was closed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecvError {
+    /// No sample within the timeout.
+    #[error("no sample within the timeout")]
+    Timeout,
+    /// The subscriber is closed.
+    #[error("subscriber closed")]
+    Closed,
+}
+
+impl GpuSubscriber<flume::Receiver<GpuSample>> {
+    /// Waits for the next sample.
+    pub fn recv(&self) -> Result<GpuSample, RecvError> {
+        self.handler.recv().map_err(|_| RecvError::Closed)
+    }
+
+    /// Waits up to `timeout` for the next sample.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<GpuSample, RecvError> {
+        self.handler.recv_timeout(timeout).map_err(|e| match e {
+            flume::RecvTimeoutError::Timeout => RecvError::Timeout,
+            flume::RecvTimeoutError::Disconnected => RecvError::Closed,
+        })
+    }
+
+    /// The next sample if one is queued.
+    pub fn try_recv(&self) -> Option<GpuSample> {
+        self.handler.try_recv().ok()
+    }
+
+    /// Waits for the next sample, asynchronously.
+    pub async fn recv_async(&self) -> Result<GpuSample, RecvError> {
+        self.handler.recv_async().await.map_err(|_| RecvError::Closed)
+    }
+}

@@ -1,0 +1,408 @@
+//! Wire formats: Zenoh key layout, liveliness tokens, descriptors and the control
+//! protocol. Everything that crosses a process boundary is defined here, versioned,
+//! and decoded as hostile input (see `docs/protocol.md`).
+//!
+//! Every encoded message starts with [`VERSION`]; a decoder refuses any other value
+//! with [`DecodeError::Version`] before reading further. Bodies are postcard.
+
+use serde::{Deserialize, Serialize};
+
+use crate::pool::BlockKey;
+
+/// Protocol version carried first in every descriptor, header and control frame.
+pub const VERSION: u8 = 1;
+
+/// Root of our liveliness tokens (verbatim chunk: `**` never matches it).
+pub const TOKEN_ROOT: &str = "@zcs/v1";
+/// Verbatim chunk under the user's key for our channels.
+pub const CHANNEL_CHUNK: &str = "@zcs";
+
+/// Key for bytes meant for GPU-aware subscribers that cannot take the zero-copy path
+/// (other host, other GPU, handshake not finished): `<key>/@zcs/b`.
+pub fn bytes_key(key: &str) -> String {
+    format!("{key}/{CHANNEL_CHUNK}/b")
+}
+
+/// Key for descriptors to one locality group: `<key>/@zcs/d/<boot_id>/<group>`.
+pub fn descriptor_key(key: &str, group: &Group) -> String {
+    format!("{key}/{CHANNEL_CHUNK}/d/{}/{}", group.boot_id, group.device)
+}
+
+/// A locality group: processes that can map each other's blocks (same kernel, same
+/// device). Descriptors go to a group, not to each subscriber.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Group {
+    /// `/proc/sys/kernel/random/boot_id`, lower-case.
+    pub boot_id: String,
+    /// `cuda-<32 hex of the GPU UUID>` or `host` (memfd blocks).
+    pub device: String,
+}
+
+impl Group {
+    /// The group key chunk for a GPU UUID.
+    pub fn cuda_device(uuid: &crate::cuda::GpuUuid) -> String {
+        let mut s = String::from("cuda-");
+        for b in uuid.0 {
+            s.push_str(&format!("{b:02x}"));
+        }
+        s
+    }
+}
+
+fn valid_chunk(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Hex of a key expression, so any key fits in one token chunk.
+pub fn hex_key(key: &str) -> String {
+    key.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex_key(s: &str) -> Option<String> {
+    if s.is_empty() || !s.len().is_multiple_of(2) || s.len() > 2048 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> =
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect();
+    String::from_utf8(bytes?).ok()
+}
+
+/// Who a token describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    /// A publisher (its token names its control socket).
+    Pub,
+    /// A GPU-aware subscriber.
+    Sub,
+}
+
+/// A parsed liveliness token:
+/// `@zcs/v1/<pub|sub>/<key-hex>/<instance-hex>/<boot_id>/<device>[/<socket-chunk>]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Token {
+    /// Publisher or subscriber.
+    pub role: Role,
+    /// The user's key expression (a subscriber's may contain wildcards).
+    pub key: String,
+    /// The entity's random instance id.
+    pub instance: u64,
+    /// Its locality group.
+    pub group: Group,
+    /// A publisher's control socket, as [`crate::ipc::SocketName::to_key_chunk`].
+    pub socket: Option<String>,
+}
+
+impl Token {
+    /// Encodes the token's key expression.
+    pub fn to_key(&self) -> String {
+        let role = match self.role {
+            Role::Pub => "pub",
+            Role::Sub => "sub",
+        };
+        let mut k = format!(
+            "{TOKEN_ROOT}/{role}/{}/{:016x}/{}/{}",
+            hex_key(&self.key),
+            self.instance,
+            self.group.boot_id,
+            self.group.device
+        );
+        if let Some(s) = &self.socket {
+            k.push('/');
+            k.push_str(s);
+        }
+        k
+    }
+
+    /// Parses a token key expression; `None` for anything malformed.
+    pub fn parse(ke: &str) -> Option<Self> {
+        let rest = ke.strip_prefix(TOKEN_ROOT)?.strip_prefix('/')?;
+        let parts: Vec<&str> = rest.split('/').collect();
+        let (role, n) = match *parts.first()? {
+            "pub" => (Role::Pub, 6),
+            "sub" => (Role::Sub, 5),
+            _ => return None,
+        };
+        if parts.len() != n || !parts[1..].iter().all(|p| valid_chunk(p)) {
+            return None;
+        }
+        let instance = u64::from_str_radix(parts[2], 16).ok()?;
+        Some(Self {
+            role,
+            key: unhex_key(parts[1])?,
+            instance,
+            group: Group { boot_id: parts[3].to_owned(), device: parts[4].to_owned() },
+            socket: (role == Role::Pub).then(|| parts[5].to_owned()),
+        })
+    }
+}
+
+/// Tensor or other typed metadata that travels with a message (opaque here; the
+/// `tensor-codec` crate defines the format).
+pub type Meta = Option<Vec<u8>>;
+
+/// A descriptor: what a GPU-ready subscriber needs to read a block in place.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Descriptor {
+    /// The publisher's instance id.
+    pub publisher: u64,
+    /// Per-publisher sequence number, from 1.
+    pub seq: u64,
+    /// Which block generation.
+    pub block: BlockKey,
+    /// Capability that must be presented to get the block's FD.
+    pub capability: u64,
+    /// Size of the whole block (what an importer maps).
+    pub block_size: u64,
+    /// Offset of the payload in the block.
+    pub offset: u64,
+    /// Payload length.
+    pub len: u64,
+    /// Publication time, ns since the Unix epoch (publisher clock).
+    pub timestamp_ns: u64,
+    /// Holder ids of the subscribers charged a lease for this message; a subscriber
+    /// not listed must not read the block (it gets bytes instead).
+    pub leased: Vec<u64>,
+    /// Typed metadata.
+    pub meta: Meta,
+}
+
+/// Header attached to bytes we publish (on the plain key and on `<key>/@zcs/b`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BytesHeader {
+    /// The publisher's instance id.
+    pub publisher: u64,
+    /// Per-publisher sequence number (same numbering as descriptors).
+    pub seq: u64,
+    /// Publication time, ns since the Unix epoch (publisher clock).
+    pub timestamp_ns: u64,
+    /// Whether the payload came from a block (copied out) or was inline.
+    pub from_block: bool,
+    /// Typed metadata.
+    pub meta: Meta,
+}
+
+/// Magic prefix of our attachment, so a plain publisher's attachment is not misread.
+pub const ATTACHMENT_MAGIC: &[u8; 4] = b"ZCS\x01";
+
+/// Control messages, subscriber → publisher.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// First message on a connection.
+    Hello {
+        /// The subscriber's instance id.
+        subscriber: u64,
+        /// Its locality group (must equal the publisher's).
+        group: Group,
+    },
+    /// The probe was imported (`token` read back from it), or failed.
+    Ack {
+        /// The probe token read back, or `None` if the import failed.
+        token: Option<u64>,
+        /// Why, when the import failed.
+        error: Option<String>,
+    },
+    /// The FD of a block named in a descriptor.
+    Fd {
+        /// Block generation.
+        block: BlockKey,
+        /// Capability from the descriptor.
+        capability: u64,
+    },
+    /// Done with these block generations (their reads have completed on the GPU).
+    Release {
+        /// Block generations released.
+        blocks: Vec<BlockKey>,
+    },
+}
+
+/// Control messages, publisher → subscriber.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// Answer to `Hello`: the probe (and, for CUDA, the signal block) follows as FDs.
+    Welcome {
+        /// The publisher's instance id.
+        publisher: u64,
+        /// The holder id the publisher charges this connection's leases to.
+        holder: u64,
+        /// Key of the capability PRF (see [`crate::pool::CapabilityKey`]), so the
+        /// subscriber can verify descriptors locally.
+        capability_key: [u8; 16],
+        /// Size of the signal block (CUDA) or probe memfd (host).
+        probe_size: u64,
+        /// Token written into the probe memfd (host backend).
+        probe_token: u64,
+    },
+    /// The handshake failed.
+    Refused {
+        /// Why.
+        reason: String,
+    },
+    /// The subscriber is GPU-ready.
+    Ready,
+    /// Answer to `Fd`: the block's FD follows.
+    Fd {
+        /// Block generation.
+        block: BlockKey,
+        /// Its size.
+        size: u64,
+    },
+    /// Answer to `Fd` when the block generation or capability does not match.
+    FdDenied {
+        /// Block generation asked for.
+        block: BlockKey,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A message could not be decoded.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// Empty input.
+    #[error("empty message")]
+    Empty,
+    /// Another protocol version.
+    #[error("protocol version {found} (this build speaks {VERSION})")]
+    Version {
+        /// The version byte found.
+        found: u8,
+    },
+    /// The body is malformed or truncated.
+    #[error("malformed {what}: {detail}")]
+    Malformed {
+        /// What was being decoded.
+        what: &'static str,
+        /// The decoder's message.
+        detail: String,
+    },
+}
+
+/// Encodes a value behind the version byte.
+pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    let mut out = vec![VERSION];
+    // Serialising plain structs of integers, strings and vectors into a Vec cannot fail.
+    postcard::to_io(v, &mut out).expect("postcard encoding into a Vec");
+    out
+}
+
+/// Decodes a value behind the version byte; trailing bytes are refused.
+pub fn decode<'a, T: Deserialize<'a>>(what: &'static str, bytes: &'a [u8]) -> Result<T, DecodeError> {
+    let (&v, body) = bytes.split_first().ok_or(DecodeError::Empty)?;
+    if v != VERSION {
+        return Err(DecodeError::Version { found: v });
+    }
+    let (value, rest) =
+        postcard::take_from_bytes(body).map_err(|e| DecodeError::Malformed { what, detail: e.to_string() })?;
+    if !rest.is_empty() {
+        return Err(DecodeError::Malformed { what, detail: format!("{} trailing bytes", rest.len()) });
+    }
+    Ok(value)
+}
+
+/// Encodes our attachment: magic + versioned header.
+pub fn encode_attachment(h: &BytesHeader) -> Vec<u8> {
+    let mut out = ATTACHMENT_MAGIC.to_vec();
+    out.extend(encode(h));
+    out
+}
+
+/// Decodes our attachment; `Ok(None)` if it is not ours (no magic).
+pub fn decode_attachment(bytes: &[u8]) -> Result<Option<BytesHeader>, DecodeError> {
+    match bytes.strip_prefix(ATTACHMENT_MAGIC.as_slice()) {
+        Some(rest) => decode("attachment", rest).map(Some),
+        None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group() -> Group {
+        Group {
+            boot_id: "0b5c7e1e-3d7c-4a0e-9a43-1f1d2c3b4a59".into(),
+            device: "cuda-00112233445566778899aabbccddeeff".into(),
+        }
+    }
+
+    #[test]
+    fn tokens_round_trip() {
+        for t in [
+            Token {
+                role: Role::Pub,
+                key: "camera/front".into(),
+                instance: 42,
+                group: group(),
+                socket: Some("a7a63".into()),
+            },
+            Token { role: Role::Sub, key: "camera/**".into(), instance: u64::MAX, group: group(), socket: None },
+        ] {
+            let k = t.to_key();
+            assert!(!k.contains("**") || k.starts_with(TOKEN_ROOT));
+            assert_eq!(Token::parse(&k), Some(t));
+        }
+    }
+
+    #[test]
+    fn malformed_tokens_are_refused() {
+        for bad in [
+            "",
+            "@zcs/v1",
+            "@zcs/v2/pub/61/1/b/d/s",
+            "@zcs/v1/pub/61/1/b/d",
+            "@zcs/v1/sub/61/1/b/d/extra",
+            "@zcs/v1/pub/6/1/b/d/s",
+            "@zcs/v1/pub/zz/1/b/d/s",
+            "@zcs/v1/pub/61/xyz/b/d/s",
+            "@zcs/v1/pub/61/1/b/d/s*",
+            "@zcs/v1/pub/ff/1/b/d/s",
+        ] {
+            assert_eq!(Token::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn descriptors_round_trip_and_reject_bad_input() {
+        let d = Descriptor {
+            publisher: 1,
+            seq: 2,
+            block: BlockKey { id: 3, alloc: 8, generation: 4 },
+            capability: 5,
+            block_size: 6,
+            offset: 0,
+            len: 6,
+            timestamp_ns: 7,
+            leased: vec![1, 9],
+            meta: Some(vec![1, 2, 3]),
+        };
+        let bytes = encode(&d);
+        assert_eq!(decode::<Descriptor>("descriptor", &bytes), Ok(d));
+        let mut future = bytes.clone();
+        future[0] = 2;
+        assert_eq!(decode::<Descriptor>("descriptor", &future), Err(DecodeError::Version { found: 2 }));
+        assert_eq!(decode::<Descriptor>("descriptor", &[]), Err(DecodeError::Empty));
+        for cut in 1..bytes.len() {
+            assert!(decode::<Descriptor>("descriptor", &bytes[..cut]).is_err(), "truncated at {cut}");
+        }
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(matches!(decode::<Descriptor>("descriptor", &long), Err(DecodeError::Malformed { .. })));
+    }
+
+    #[test]
+    fn attachments_are_recognised_only_with_magic() {
+        let h = BytesHeader { publisher: 9, seq: 1, timestamp_ns: 0, from_block: true, meta: None };
+        assert_eq!(decode_attachment(&encode_attachment(&h)), Ok(Some(h)));
+        assert_eq!(decode_attachment(b"\x01\x02rmw"), Ok(None));
+        assert!(decode_attachment(b"ZCS\x01\x09").is_err());
+    }
+
+    #[test]
+    fn keys() {
+        let g = group();
+        assert_eq!(bytes_key("a/b"), "a/b/@zcs/b");
+        assert_eq!(descriptor_key("a/b", &g), format!("a/b/@zcs/d/{}/{}", g.boot_id, g.device));
+        assert_eq!(Group::cuda_device(&crate::cuda::GpuUuid([0xab; 16])), format!("cuda-{}", "ab".repeat(16)));
+    }
+}

@@ -1,0 +1,318 @@
+//! Received samples: metadata, the path that delivered them, and access to the data —
+//! a read on the caller's CUDA stream, host bytes, or an owned copy.
+
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
+
+use crate::cuda::{CudaError, Fence, Stream, sys};
+use crate::pool::{BlockKey, Fence as PoolFence};
+use crate::signal::SignalError;
+use crate::transport::medium::Imported;
+use crate::transport::subscriber::{Link, Shared, SubMedium};
+
+/// How a sample reached this subscriber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Path {
+    /// In place: the publisher's block mapped here (device memory, or host memory
+    /// where there is no GPU). No copy was made.
+    ZeroCopy,
+    /// Small payload sent inline as bytes (below the inline threshold).
+    Inline,
+    /// Bytes copied out of a block, because this subscriber could not map it (other
+    /// host or device, handshake not finished, at its lease limit).
+    CpuBytes,
+    /// From a publisher that is not ours (plain Zenoh or ROS).
+    Plain,
+}
+
+impl std::fmt::Display for Path {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::ZeroCopy => "zero-copy",
+            Self::Inline => "inline",
+            Self::CpuBytes => "cpu-bytes",
+            Self::Plain => "plain",
+        })
+    }
+}
+
+/// A sample's metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampleInfo {
+    /// The key it was published on.
+    pub key: String,
+    /// The publisher's instance id (0 for plain publishers).
+    pub publisher: u64,
+    /// The publisher's sequence number (0 for plain publishers).
+    pub seq: u64,
+    /// Publication time, ns since the Unix epoch (publisher clock; 0 if unknown).
+    pub timestamp_ns: u64,
+    /// The path that delivered it.
+    pub path: Path,
+    /// Typed metadata sent with it (e.g. a tensor description).
+    pub meta: Option<Vec<u8>>,
+}
+
+/// A block read in place, with the lease held until every read of it has completed.
+pub(crate) struct ZeroCopy {
+    block: Imported,
+    key: BlockKey,
+    offset: usize,
+    len: usize,
+    link: Arc<Link>,
+    sub: Arc<Shared>,
+    fences: Mutex<Vec<Box<dyn PoolFence>>>,
+}
+
+impl ZeroCopy {
+    pub(crate) fn new(
+        block: Imported,
+        key: BlockKey,
+        offset: usize,
+        len: usize,
+        link: Arc<Link>,
+        sub: Arc<Shared>,
+    ) -> Self {
+        Self { block, key, offset, len, link, sub, fences: Mutex::new(Vec::new()) }
+    }
+}
+
+impl Drop for ZeroCopy {
+    fn drop(&mut self) {
+        let fences = std::mem::take(self.fences.get_mut().unwrap_or_else(|p| p.into_inner()));
+        // The mapping must outlive the reads the fences cover: it moves into the
+        // deferred release, which drops it only after they completed.
+        self.sub.release_after(Arc::clone(&self.link), self.key, self.block.clone(), fences);
+    }
+}
+
+pub(crate) enum Body {
+    ZeroCopy(ZeroCopy),
+    Bytes(zenoh::bytes::ZBytes),
+}
+
+struct Inner {
+    info: SampleInfo,
+    body: Body,
+    medium: SubMedium,
+    sub: Arc<Shared>,
+}
+
+/// A received message. Cheap to clone; a zero-copy sample's lease is released once
+/// the last clone is gone and every read made through [`GpuSample::read`] has
+/// completed on its stream.
+#[derive(Clone)]
+pub struct GpuSample(Arc<Inner>);
+
+impl std::fmt::Debug for GpuSample {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuSample").field("info", &self.0.info).field("len", &self.len()).finish()
+    }
+}
+
+/// Reading a sample failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// This subscriber has no GPU (host memory session).
+    #[error("this session has no GPU")]
+    NoGpu,
+    /// A CUDA call failed.
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+    /// Ordering the read after the publisher's signal failed.
+    #[error(transparent)]
+    Signal(#[from] SignalError),
+}
+
+impl GpuSample {
+    pub(crate) fn new(info: SampleInfo, body: Body, medium: SubMedium, sub: Arc<Shared>) -> Self {
+        Self(Arc::new(Inner { info, body, medium, sub }))
+    }
+
+    /// Metadata.
+    pub fn info(&self) -> &SampleInfo {
+        &self.0.info
+    }
+
+    /// The path that delivered this sample.
+    pub fn path(&self) -> Path {
+        self.0.info.path
+    }
+
+    /// The publisher's sequence number.
+    pub fn seq(&self) -> u64 {
+        self.0.info.seq
+    }
+
+    /// Payload length in bytes.
+    pub fn len(&self) -> usize {
+        match &self.0.body {
+            Body::ZeroCopy(z) => z.len,
+            Body::Bytes(b) => b.len(),
+        }
+    }
+
+    /// Whether the payload is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The payload as host bytes, without a copy where possible: bytes paths and
+    /// zero-copy host blocks borrow; device blocks return `None` (use
+    /// [`GpuSample::read`] or [`GpuSample::to_vec`]).
+    pub fn host_bytes(&self) -> Option<Cow<'_, [u8]>> {
+        match &self.0.body {
+            Body::Bytes(b) => Some(b.to_bytes()),
+            Body::ZeroCopy(z) => match &z.block {
+                Imported::Host(b) => {
+                    // SAFETY: the block is mapped with ≥ offset+len bytes (checked against
+                    // the descriptor before delivery), kept alive by this sample, and
+                    // published: the publisher does not write it while our lease is held.
+                    let whole = unsafe { std::slice::from_raw_parts(b.as_ptr(), b.size()) };
+                    Some(Cow::Borrowed(&whole[z.offset..z.offset + z.len]))
+                }
+                Imported::Cuda(_) => None,
+            },
+        }
+    }
+
+    /// An owned host copy of the payload (a device→host copy for device blocks,
+    /// ordered after the publisher's ready signal).
+    pub fn to_vec(&self) -> Result<Vec<u8>, ReadError> {
+        if let Some(b) = self.host_bytes() {
+            return Ok(b.into_owned());
+        }
+        let SubMedium::Cuda(gpu) = &self.0.medium else { return Err(ReadError::NoGpu) };
+        let stream = gpu.new_stream()?;
+        let read = self.read(&stream)?;
+        let mut out = vec![0u8; read.len()];
+        gpu.bind()?;
+        // SAFETY: the read range is mapped and held by this sample; `out` has len bytes
+        // and lives until the synchronize below returns.
+        unsafe { sys::memcpy_dtoh_async(out.as_mut_ptr(), read.device_ptr(), out.len(), stream.cu_stream()) }?;
+        read.end()?;
+        // SAFETY: a stream of the current context.
+        unsafe { sys::stream_synchronize(stream.cu_stream()) }?;
+        Ok(out)
+    }
+
+    /// The payload in device memory, readable by work enqueued on `stream` after this
+    /// call. Zero-copy samples: `stream` waits for the publisher's ready signal (no
+    /// host wait). Bytes samples: copied host→device on `stream`. Works with any
+    /// stream, the legacy default stream included.
+    pub fn read(&self, stream: &Stream) -> Result<DeviceRead<'_>, ReadError> {
+        let SubMedium::Cuda(gpu) = &self.0.medium else { return Err(ReadError::NoGpu) };
+        match &self.0.body {
+            Body::ZeroCopy(z) => match &z.block {
+                Imported::Cuda(b) => {
+                    let signals = z.link.signals.as_ref().expect("CUDA links carry a signal block");
+                    signals.wait(stream, z.key.id, z.key.generation)?;
+                    Ok(DeviceRead {
+                        ptr: b.device_ptr() + z.offset as u64,
+                        len: z.len,
+                        stream: Arc::clone(stream),
+                        gpu: gpu.clone(),
+                        sink: Some(&z.fences),
+                        sub: &self.0.sub,
+                        staged: None,
+                        ended: false,
+                    })
+                }
+                Imported::Host(_) => unreachable!("a CUDA subscriber imports device blocks only"),
+            },
+            Body::Bytes(bytes) => {
+                let host = bytes.to_bytes();
+                let staged = crate::cuda::DeviceBlock::allocate(gpu, host.len().max(1))?;
+                gpu.bind()?;
+                // SAFETY: `staged` has ≥ len bytes; pageable host memory is staged by the
+                // driver before the call returns, so `host` may drop afterwards.
+                unsafe { sys::memcpy_htod_async(staged.device_ptr(), host.as_ptr(), host.len(), stream.cu_stream()) }?;
+                Ok(DeviceRead {
+                    ptr: staged.device_ptr(),
+                    len: host.len(),
+                    stream: Arc::clone(stream),
+                    gpu: gpu.clone(),
+                    sink: None,
+                    sub: &self.0.sub,
+                    staged: Some(staged),
+                    ended: false,
+                })
+            }
+        }
+    }
+}
+
+/// Device memory holding a sample's payload, ordered on a stream. End it (or drop it)
+/// after enqueueing the reads: a fence is recorded so the block is released only when
+/// the GPU has passed them.
+pub struct DeviceRead<'a> {
+    ptr: u64,
+    len: usize,
+    stream: Stream,
+    gpu: crate::cuda::Gpu,
+    sink: Option<&'a Mutex<Vec<Box<dyn PoolFence>>>>,
+    sub: &'a Arc<Shared>,
+    staged: Option<crate::cuda::DeviceBlock>,
+    ended: bool,
+}
+
+impl std::fmt::Debug for DeviceRead<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceRead").field("ptr", &self.ptr).field("len", &self.len).finish()
+    }
+}
+
+impl DeviceRead<'_> {
+    /// Device address of the first payload byte.
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Payload length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the payload is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The stream the read is ordered on.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// Records the fence after the reads enqueued so far.
+    pub fn end(mut self) -> Result<(), CudaError> {
+        self.ended = true;
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<(), CudaError> {
+        let fence = Fence::record(&self.gpu, &self.stream)?;
+        match (self.sink, self.staged.take()) {
+            (Some(sink), _) => sink.lock().unwrap_or_else(|p| p.into_inner()).push(Box::new(fence)),
+            // The staging block must outlive the reads: the subscriber's releaser frees
+            // it once they are done.
+            (None, Some(staged)) => self.sub.defer(vec![Box::new(fence)], Box::new(move || drop(staged))),
+            (None, None) => {}
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DeviceRead<'_> {
+    fn drop(&mut self) {
+        if !self.ended
+            && let Err(e) = self.finish()
+        {
+            // Without a fence the only safe choice is to wait for the stream here.
+            tracing::warn!(error = %e, "cannot fence a device read; waiting for its stream");
+            let _ = self.gpu.bind();
+            // SAFETY: a stream of the current context.
+            let _ = unsafe { sys::stream_synchronize(self.stream.cu_stream()) };
+        }
+    }
+}

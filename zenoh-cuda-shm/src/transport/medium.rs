@@ -1,0 +1,156 @@
+//! The two kinds of block memory a session can use, behind one interface: CUDA VMM
+//! device memory, or host memfds (where there is no GPU). Both travel the same way:
+//! descriptor, FD over the control socket, import once, leases.
+
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+
+use crate::cuda::{Gpu, ImportedBlock, Stream, sys};
+use crate::host::HostBlock;
+use crate::pool::{
+    BlockKey, CapabilityKey, CudaBackend, HolderId, HostBackend, LeaseError, Pool, PoolStats, Published,
+};
+use crate::signal::{ReadySignals, SignalError};
+
+/// What a publisher allocates from.
+pub(crate) enum PubMedium {
+    Cuda { gpu: Gpu, pool: Pool<CudaBackend>, signals: Arc<ReadySignals>, copy_stream: Stream },
+    Host { pool: Pool<HostBackend> },
+}
+
+impl PubMedium {
+    pub(crate) fn stats(&self) -> PoolStats {
+        match self {
+            Self::Cuda { pool, .. } => pool.stats(),
+            Self::Host { pool } => pool.stats(),
+        }
+    }
+
+    pub(crate) fn capability_key(&self) -> &CapabilityKey {
+        match self {
+            Self::Cuda { pool, .. } => pool.capability_key(),
+            Self::Host { pool } => pool.capability_key(),
+        }
+    }
+
+    pub(crate) fn release(&self, key: BlockKey, holder: HolderId) -> Result<(), crate::pool::StaleError> {
+        match self {
+            Self::Cuda { pool, .. } => pool.release(key, holder),
+            Self::Host { pool } => pool.release(key, holder),
+        }
+    }
+
+    pub(crate) fn release_holder(&self, holder: HolderId) -> usize {
+        match self {
+            Self::Cuda { pool, .. } => pool.release_holder(holder),
+            Self::Host { pool } => pool.release_holder(holder),
+        }
+    }
+
+    /// Runs `f` with the FD and size of a published block, if `capability` matches.
+    pub(crate) fn with_handout<R>(
+        &self,
+        key: BlockKey,
+        capability: u64,
+        f: impl FnOnce(BorrowedFd<'_>, usize) -> R,
+    ) -> Result<R, crate::pool::StaleError> {
+        match self {
+            Self::Cuda { pool, .. } => pool.handout(key, capability).map(|m| f(m.fd(), m.size())),
+            Self::Host { pool } => pool.handout(key, capability).map(|m| f(m.fd(), m.size())),
+        }
+    }
+
+    /// Copies `len` bytes at `offset` of a published block to host memory. For device
+    /// memory the copy is ordered after the block's ready signal on a stream of its
+    /// own, and waited for.
+    pub(crate) fn copy_out(&self, p: &PublishedAny, offset: usize, len: usize) -> Result<Vec<u8>, SignalError> {
+        let mut out = vec![0u8; len];
+        match (self, p) {
+            (Self::Cuda { gpu, signals, copy_stream, .. }, PublishedAny::Cuda(p)) => {
+                let key = p.key();
+                signals.wait(copy_stream, key.id, key.generation)?;
+                gpu.bind()?;
+                // SAFETY: the block is held by `p` (mapped, ≥ offset+len bytes: checked by
+                // the caller against the loaned length) and `out` has `len` bytes that
+                // live until the synchronize below returns.
+                unsafe {
+                    sys::memcpy_dtoh_async(out.as_mut_ptr(), p.addr() + offset as u64, len, copy_stream.cu_stream())
+                }?;
+                // SAFETY: a stream of the current context.
+                unsafe { sys::stream_synchronize(copy_stream.cu_stream()) }?;
+            }
+            (Self::Host { .. }, PublishedAny::Host(p)) => {
+                let block = p.memory();
+                // SAFETY: the block is mapped with `size()` bytes, held by `p`, and
+                // published: no writer touches it any more.
+                let whole = unsafe { std::slice::from_raw_parts(block.as_ptr(), block.size()) };
+                out.copy_from_slice(&whole[offset..offset + len]);
+            }
+            _ => unreachable!("a publisher's blocks come from its own medium"),
+        }
+        Ok(out)
+    }
+}
+
+/// A published block of either medium.
+pub(crate) enum PublishedAny {
+    Cuda(Published<CudaBackend>),
+    Host(Published<HostBackend>),
+}
+
+impl PublishedAny {
+    pub(crate) fn key(&self) -> BlockKey {
+        match self {
+            Self::Cuda(p) => p.key(),
+            Self::Host(p) => p.key(),
+        }
+    }
+    pub(crate) fn capability(&self) -> u64 {
+        match self {
+            Self::Cuda(p) => p.capability(),
+            Self::Host(p) => p.capability(),
+        }
+    }
+    pub(crate) fn block_size(&self) -> usize {
+        match self {
+            Self::Cuda(p) => p.memory().size(),
+            Self::Host(p) => p.memory().size(),
+        }
+    }
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Self::Cuda(p) => p.len(),
+            Self::Host(p) => p.len(),
+        }
+    }
+    pub(crate) fn lease(&self, h: HolderId) -> Result<(), LeaseError> {
+        match self {
+            Self::Cuda(p) => p.lease(h),
+            Self::Host(p) => p.lease(h),
+        }
+    }
+}
+
+/// A block imported from a publisher, of either medium.
+pub(crate) enum Imported {
+    Cuda(Arc<ImportedBlock>),
+    Host(Arc<HostBlock>),
+}
+
+impl Clone for Imported {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Cuda(b) => Self::Cuda(Arc::clone(b)),
+            Self::Host(b) => Self::Host(Arc::clone(b)),
+        }
+    }
+}
+
+impl Imported {
+    pub(crate) fn size(&self) -> usize {
+        match self {
+            Self::Cuda(b) => b.size(),
+            Self::Host(b) => b.size(),
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The transport: routing each message to every subscriber by the cheapest path it
+//! can take, and the control connections behind the zero-copy path.
+//!
+//! For one `put` a publisher sends, at most:
+//! 1. one **descriptor** per locality group on `<key>/@zcs/d/<boot_id>/<device>`,
+//!    naming the subscribers it charged a lease to (only GPU-ready ones);
+//! 2. **bytes** on `<key>/@zcs/b` when a GPU-aware subscriber cannot take the
+//!    zero-copy path (another host or GPU, handshake not finished, at its lease limit);
+//! 3. **bytes** on the plain `<key>` when Zenoh reports a subscriber there (plain Zenoh
+//!    or ROS nodes).
+//!
+//! The device→host copy for 2 and 3 happens once, and only when 2 or 3 is needed.
+//! Descriptors go first, so a subscriber that receives both a descriptor and bytes for
+//! one sequence number (while a handshake completes) keeps the zero-copy one; each
+//! subscriber delivers every sequence number of a publisher at most once.
+
+pub(crate) mod medium;
+pub mod publisher;
+pub mod subscriber;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Nanoseconds since the Unix epoch.
+pub(crate) fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Logs at most one warning per `every` for a class of bad input, counting the rest.
+pub(crate) struct RateLimitedWarn {
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+    every: std::time::Duration,
+    suppressed: std::sync::atomic::AtomicU64,
+}
+
+impl RateLimitedWarn {
+    pub(crate) fn new(every: std::time::Duration) -> Self {
+        Self { last: std::sync::Mutex::new(None), every, suppressed: std::sync::atomic::AtomicU64::new(0) }
+    }
+
+    pub(crate) fn warn(&self, what: &str, detail: &dyn std::fmt::Display) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        if last.is_none_or(|t| now.duration_since(t) >= self.every) {
+            *last = Some(now);
+            let skipped = self.suppressed.swap(0, Relaxed);
+            tracing::warn!(skipped, "{what}: {detail}");
+        } else {
+            self.suppressed.fetch_add(1, Relaxed);
+        }
+    }
+}

@@ -1,0 +1,588 @@
+//! The publisher side: its liveliness token, the GPU-aware subscribers it knows of,
+//! its control server (handshake, FD handout, releases), and the routing of each put.
+
+use std::collections::HashMap;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use zenoh::Wait;
+use zenoh::key_expr::KeyExpr;
+use zenoh::sample::SampleKind;
+
+use super::medium::{PubMedium, PublishedAny};
+use super::{RateLimitedWarn, now_ns};
+use crate::host::HostBlock;
+use crate::ipc::{AccessPolicy, ControlConn, ControlListener, RecvError, SocketName};
+use crate::pool::{HolderId, LeaseError};
+use crate::protocol::{self, BytesHeader, Descriptor, Group, Reply, Request, Role, Token};
+
+/// Counters of one publisher. All monotonic.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PublisherStats {
+    /// Messages published.
+    pub messages: u64,
+    /// Messages sent inline (below the threshold, no block).
+    pub inline: u64,
+    /// Descriptors put (one per locality group per message).
+    pub descriptors: u64,
+    /// Leases charged to GPU-ready subscribers.
+    pub leases: u64,
+    /// Device→host (or block→bytes) copies made for subscribers that needed bytes.
+    pub copies_out: u64,
+    /// Bytes copied out.
+    pub copied_bytes: u64,
+    /// Puts of bytes on the plain key.
+    pub plain_puts: u64,
+    /// Puts of bytes on `<key>/@zcs/b` for GPU-aware subscribers off the zero-copy path.
+    pub aware_bytes_puts: u64,
+    /// Leases refused by a subscriber's lease limit (it got bytes instead).
+    pub lease_limited: u64,
+    /// Handshakes completed.
+    pub handshakes: u64,
+    /// Handshakes refused or failed.
+    pub handshake_failures: u64,
+    /// FDs handed out.
+    pub fd_handouts: u64,
+    /// FD requests denied (stale or wrong capability).
+    pub fd_denied: u64,
+    /// Releases that named nothing we lease (stale, duplicate or forged).
+    pub bad_releases: u64,
+    /// Control connections that ended (each releases every lease it held).
+    pub disconnects: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    messages: AtomicU64,
+    inline: AtomicU64,
+    descriptors: AtomicU64,
+    leases: AtomicU64,
+    copies_out: AtomicU64,
+    copied_bytes: AtomicU64,
+    plain_puts: AtomicU64,
+    aware_bytes_puts: AtomicU64,
+    lease_limited: AtomicU64,
+    handshakes: AtomicU64,
+    handshake_failures: AtomicU64,
+    fd_handouts: AtomicU64,
+    fd_denied: AtomicU64,
+    bad_releases: AtomicU64,
+    disconnects: AtomicU64,
+}
+
+fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A GPU-ready subscriber connection.
+struct Ready {
+    subscriber: u64,
+}
+
+#[derive(Default)]
+struct State {
+    /// GPU-aware subscribers whose key intersects ours, by instance (from tokens).
+    aware: HashMap<u64, Token>,
+    /// Handshaken connections by holder id.
+    ready: HashMap<u64, Ready>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) key: String,
+    pub(crate) instance: u64,
+    pub(crate) group: Group,
+    pub(crate) medium: PubMedium,
+    state: Mutex<State>,
+    counters: Counters,
+    next_holder: AtomicU64,
+    stop: AtomicBool,
+    handshake_timeout: Duration,
+    bad_input: RateLimitedWarn,
+    probe: Option<HostBlock>,
+    probe_token: u64,
+}
+
+/// Result of one put, for callers and tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PutReport {
+    /// The message's sequence number.
+    pub seq: u64,
+    /// Subscribers charged a lease (zero-copy receivers).
+    pub zero_copy: usize,
+    /// Whether bytes were copied out of the block.
+    pub copied_out: bool,
+    /// Whether bytes went to the plain key.
+    pub plain: bool,
+    /// Whether bytes went to GPU-aware subscribers off the zero-copy path.
+    pub aware_bytes: bool,
+}
+
+/// A put failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PutError {
+    /// Zenoh refused the put.
+    #[error("zenoh put on {key} failed: {detail}")]
+    Zenoh {
+        /// The key.
+        key: String,
+        /// Zenoh's error text.
+        detail: String,
+    },
+    /// Copying the block out for subscribers that need bytes failed.
+    #[error("copying the block out failed")]
+    CopyOut(#[from] crate::signal::SignalError),
+}
+
+/// Fields drop in declaration order: the matching listener before the publisher it
+/// listens on, the token before the server thread is stopped (in `Drop`).
+pub(crate) struct PublisherCore {
+    _matching: zenoh::matching::MatchingListener<()>,
+    _token: zenoh::liveliness::LivelinessToken,
+    _sub_tokens: zenoh::pubsub::Subscriber<()>,
+    pub(crate) shared: Arc<Shared>,
+    session: zenoh::Session,
+    plain: zenoh::pubsub::Publisher<'static>,
+    aware_bytes: zenoh::pubsub::Publisher<'static>,
+    descriptors: zenoh::pubsub::Publisher<'static>,
+    plain_matching: Arc<AtomicBool>,
+    seq: AtomicU64,
+    server: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Creating a publisher failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeclareError {
+    /// The key is not a valid concrete key expression.
+    #[error("invalid publisher key {key:?}: {detail}")]
+    Key {
+        /// The key.
+        key: String,
+        /// Why.
+        detail: String,
+    },
+    /// A Zenoh declaration failed.
+    #[error("zenoh declaration failed: {0}")]
+    Zenoh(String),
+    /// The control socket could not be bound.
+    #[error("control socket")]
+    Bind(#[from] crate::ipc::BindError),
+    /// A host probe block or thread could not be created.
+    #[error("I/O")]
+    Io(#[from] std::io::Error),
+    /// The pool could not be created.
+    #[error("pool")]
+    Pool(#[from] crate::pool::PoolError),
+    /// CUDA setup failed.
+    #[error("CUDA")]
+    Signal(#[from] crate::signal::SignalError),
+}
+
+fn zerr(e: impl std::fmt::Display) -> DeclareError {
+    DeclareError::Zenoh(e.to_string())
+}
+
+impl PublisherCore {
+    pub(crate) fn new(
+        session: &zenoh::Session,
+        key: &str,
+        group: Group,
+        medium: PubMedium,
+        socket: SocketName,
+        policy: AccessPolicy,
+        handshake_timeout: Duration,
+    ) -> Result<Self, DeclareError> {
+        let ke = KeyExpr::try_from(key.to_owned())
+            .map_err(|e| DeclareError::Key { key: key.into(), detail: e.to_string() })?;
+        if key.contains('*') || key.contains('@') || key.contains('$') {
+            return Err(DeclareError::Key { key: key.into(), detail: "a publisher key must be concrete".into() });
+        }
+        let instance = rand::random::<u64>() | 1;
+        let (probe, probe_token) = match &medium {
+            PubMedium::Host { .. } => {
+                let token = rand::random::<u64>();
+                let b = HostBlock::create(c"zcs-probe", 4096)?;
+                // SAFETY: the probe block is 4096 bytes, mapped read-write, and not yet
+                // shared with anyone.
+                unsafe { (b.as_ptr() as *mut u64).write(token) };
+                (Some(b), token)
+            }
+            PubMedium::Cuda { .. } => (None, 0),
+        };
+        let shared = Arc::new(Shared {
+            key: key.to_owned(),
+            instance,
+            group: group.clone(),
+            medium,
+            state: Mutex::new(State::default()),
+            counters: Counters::default(),
+            next_holder: AtomicU64::new(1),
+            stop: AtomicBool::new(false),
+            handshake_timeout,
+            bad_input: RateLimitedWarn::new(Duration::from_secs(5)),
+            probe,
+            probe_token,
+        });
+
+        let listener = ControlListener::bind_with_policy(&socket, policy)?;
+        let s2 = Arc::clone(&shared);
+        let server = std::thread::Builder::new().name("zcs-pub-ctl".into()).spawn(move || serve(s2, listener))?;
+
+        let plain = session.declare_publisher(ke.clone()).wait().map_err(zerr)?;
+        let plain_matching = Arc::new(AtomicBool::new(plain.matching_status().wait().map_err(zerr)?.matching()));
+        let pm = Arc::clone(&plain_matching);
+        let matching = plain
+            .matching_listener()
+            .callback(move |m| pm.store(m.matching(), Ordering::Relaxed))
+            .wait()
+            .map_err(zerr)?;
+        let aware_bytes = session.declare_publisher(protocol::bytes_key(key)).wait().map_err(zerr)?;
+        let descriptors = session.declare_publisher(protocol::descriptor_key(key, &group)).wait().map_err(zerr)?;
+
+        // GPU-aware subscribers announce themselves; track those whose key meets ours.
+        let s3 = Arc::clone(&shared);
+        let ours = ke.clone();
+        let sub_tokens = session
+            .liveliness()
+            .declare_subscriber(format!("{}/sub/**", protocol::TOKEN_ROOT))
+            .history(true)
+            .callback(move |sample| {
+                let Some(t) = Token::parse(sample.key_expr().as_str()) else { return };
+                if t.role != Role::Sub || !KeyExpr::try_from(t.key.as_str()).is_ok_and(|k| k.intersects(&ours)) {
+                    return;
+                }
+                let mut st = s3.state.lock().unwrap_or_else(|p| p.into_inner());
+                match sample.kind() {
+                    SampleKind::Put => {
+                        st.aware.insert(t.instance, t);
+                    }
+                    SampleKind::Delete => {
+                        st.aware.remove(&t.instance);
+                    }
+                }
+            })
+            .wait()
+            .map_err(zerr)?;
+
+        let token =
+            Token { role: Role::Pub, key: key.to_owned(), instance, group, socket: Some(socket.to_key_chunk()) };
+        let token = session.liveliness().declare_token(token.to_key()).wait().map_err(zerr)?;
+        Ok(Self {
+            shared,
+            session: session.clone(),
+            plain,
+            aware_bytes,
+            descriptors,
+            plain_matching,
+            seq: AtomicU64::new(0),
+            _matching: matching,
+            _token: token,
+            _sub_tokens: sub_tokens,
+            server: Some(server),
+        })
+    }
+
+    /// Whether anyone listens on the plain key.
+    pub(crate) fn plain_matching(&self) -> bool {
+        self.plain_matching.load(Ordering::Relaxed)
+    }
+
+    /// Snapshot: ready holders, and whether a GPU-aware subscriber is off the
+    /// zero-copy path (needs bytes).
+    fn route_snapshot(&self) -> (Vec<u64>, bool) {
+        let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        let ready: Vec<u64> = st.ready.keys().copied().collect();
+        let ready_subs: std::collections::HashSet<u64> = st.ready.values().map(|r| r.subscriber).collect();
+        let needs_bytes = st.aware.keys().any(|i| !ready_subs.contains(i));
+        (ready, needs_bytes)
+    }
+
+    fn put_bytes(
+        &self,
+        bytes: zenoh::bytes::ZBytes,
+        header: &BytesHeader,
+        to_aware: bool,
+        to_plain: bool,
+    ) -> Result<(), PutError> {
+        let att = protocol::encode_attachment(header);
+        let c = &self.shared.counters;
+        if to_aware {
+            self.aware_bytes
+                .put(bytes.clone())
+                .attachment(att.clone())
+                .wait()
+                .map_err(|e| PutError::Zenoh { key: protocol::bytes_key(&self.shared.key), detail: e.to_string() })?;
+            inc(&c.aware_bytes_puts);
+        }
+        if to_plain {
+            self.plain
+                .put(bytes)
+                .attachment(att)
+                .wait()
+                .map_err(|e| PutError::Zenoh { key: self.shared.key.clone(), detail: e.to_string() })?;
+            inc(&c.plain_puts);
+        }
+        Ok(())
+    }
+
+    /// Publishes small host bytes inline.
+    pub(crate) fn put_inline(&self, data: Vec<u8>, meta: protocol::Meta) -> Result<PutReport, PutError> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let c = &self.shared.counters;
+        inc(&c.messages);
+        inc(&c.inline);
+        let to_aware = !self.shared.state.lock().unwrap_or_else(|p| p.into_inner()).aware.is_empty();
+        let to_plain = self.plain_matching();
+        let header =
+            BytesHeader { publisher: self.shared.instance, seq, timestamp_ns: now_ns(), from_block: false, meta };
+        self.put_bytes(data.into(), &header, to_aware, to_plain)?;
+        Ok(PutReport { seq, zero_copy: 0, copied_out: false, plain: to_plain, aware_bytes: to_aware })
+    }
+
+    /// Publishes a written block: descriptors to GPU-ready subscribers (leases charged
+    /// first), bytes to everyone else, copied out once and only if someone needs them.
+    pub(crate) fn put_block(&self, published: PublishedAny, meta: protocol::Meta) -> Result<PutReport, PutError> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let sh = &self.shared;
+        let c = &sh.counters;
+        inc(&c.messages);
+        let ts = now_ns();
+        let len = published.len();
+        let (ready, mut aware_need_bytes) = self.route_snapshot();
+        let mut leased = Vec::with_capacity(ready.len());
+        for h in ready {
+            match published.lease(HolderId::new(h)) {
+                Ok(()) => leased.push(h),
+                Err(LeaseError::HolderLimit { .. }) => {
+                    inc(&c.lease_limited);
+                    aware_need_bytes = true;
+                }
+            }
+        }
+        c.leases.fetch_add(leased.len() as u64, Ordering::Relaxed);
+        let zero_copy = leased.len();
+        if !leased.is_empty() {
+            let d = Descriptor {
+                publisher: sh.instance,
+                seq,
+                block: published.key(),
+                capability: published.capability(),
+                block_size: published.block_size() as u64,
+                offset: 0,
+                len: len as u64,
+                timestamp_ns: ts,
+                leased,
+                meta: meta.clone(),
+            };
+            if let Err(e) = self.descriptors.put(protocol::encode(&d)).wait() {
+                // Nobody will read it: give the leases back.
+                for h in &d.leased {
+                    let _ = sh.medium.release(d.block, HolderId::new(*h));
+                }
+                return Err(PutError::Zenoh {
+                    key: protocol::descriptor_key(&sh.key, &sh.group),
+                    detail: e.to_string(),
+                });
+            }
+            inc(&c.descriptors);
+        }
+        let to_plain = self.plain_matching();
+        let copied_out = to_plain || aware_need_bytes;
+        if copied_out {
+            let bytes = sh.medium.copy_out(&published, 0, len)?;
+            inc(&c.copies_out);
+            c.copied_bytes.fetch_add(len as u64, Ordering::Relaxed);
+            let header = BytesHeader { publisher: sh.instance, seq, timestamp_ns: ts, from_block: true, meta };
+            self.put_bytes(bytes.into(), &header, aware_need_bytes, to_plain)?;
+        }
+        drop(published);
+        Ok(PutReport { seq, zero_copy, copied_out, plain: to_plain, aware_bytes: aware_need_bytes })
+    }
+
+    pub(crate) fn stats(&self) -> PublisherStats {
+        let c = &self.shared.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        PublisherStats {
+            messages: l(&c.messages),
+            inline: l(&c.inline),
+            descriptors: l(&c.descriptors),
+            leases: l(&c.leases),
+            copies_out: l(&c.copies_out),
+            copied_bytes: l(&c.copied_bytes),
+            plain_puts: l(&c.plain_puts),
+            aware_bytes_puts: l(&c.aware_bytes_puts),
+            lease_limited: l(&c.lease_limited),
+            handshakes: l(&c.handshakes),
+            handshake_failures: l(&c.handshake_failures),
+            fd_handouts: l(&c.fd_handouts),
+            fd_denied: l(&c.fd_denied),
+            bad_releases: l(&c.bad_releases),
+            disconnects: l(&c.disconnects),
+        }
+    }
+
+    /// Number of GPU-ready subscriber connections.
+    pub(crate) fn ready_count(&self) -> usize {
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner()).ready.len()
+    }
+
+    /// Number of known GPU-aware subscribers.
+    pub(crate) fn aware_count(&self) -> usize {
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner()).aware.len()
+    }
+
+    pub(crate) fn session(&self) -> &zenoh::Session {
+        &self.session
+    }
+}
+
+impl Drop for PublisherCore {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.server.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Accepts control connections until stopped; one thread per connection.
+fn serve(sh: Arc<Shared>, listener: ControlListener) {
+    let mut workers: Vec<std::thread::JoinHandle<()>> = Vec::new();
+    while !sh.stop.load(Ordering::Relaxed) {
+        match listener.accept_timeout(Duration::from_millis(50)) {
+            Ok(conn) => {
+                let s2 = Arc::clone(&sh);
+                match std::thread::Builder::new().name("zcs-pub-conn".into()).spawn(move || connection(s2, conn)) {
+                    Ok(t) => workers.push(t),
+                    Err(e) => tracing::error!(error = %e, "cannot spawn a control connection thread"),
+                }
+            }
+            Err(crate::ipc::AcceptError::Timeout(_)) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "accept failed");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        workers.retain(|t| !t.is_finished());
+    }
+    for t in workers {
+        let _ = t.join();
+    }
+}
+
+fn send_reply(conn: &ControlConn, r: &Reply, fds: &[std::os::fd::BorrowedFd<'_>]) -> bool {
+    match conn.send(&protocol::encode(r), fds) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::debug!(error = %e, "control send failed");
+            false
+        }
+    }
+}
+
+fn recv_request(sh: &Shared, conn: &ControlConn, timeout: Duration) -> Result<Request, bool> {
+    match conn.recv(timeout) {
+        Ok(frame) => match protocol::decode::<Request>("control request", &frame.bytes) {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                sh.bad_input.warn("malformed control request; closing the connection", &e);
+                Err(true)
+            }
+        },
+        Err(RecvError::Timeout(_)) => Err(false),
+        Err(e) => {
+            tracing::debug!(error = %e, "control connection ended");
+            Err(true)
+        }
+    }
+}
+
+/// One subscriber connection: handshake, then FD requests and releases until it ends.
+fn connection(sh: Arc<Shared>, conn: ControlConn) {
+    let c = &sh.counters;
+    let peer = conn.peer_cred();
+    let holder = sh.next_holder.fetch_add(1, Ordering::Relaxed);
+    let fail = |why: &str| {
+        inc(&c.handshake_failures);
+        tracing::debug!(pid = peer.pid, uid = peer.uid, why, "handshake failed");
+        let _ = send_reply(&conn, &Reply::Refused { reason: why.into() }, &[]);
+    };
+    let subscriber = match recv_request(&sh, &conn, sh.handshake_timeout) {
+        Ok(Request::Hello { subscriber, group }) if group == sh.group => subscriber,
+        Ok(Request::Hello { .. }) => return fail("different locality group"),
+        Ok(_) => return fail("expected Hello"),
+        Err(_) => return fail("no Hello"),
+    };
+    let (probe_fd, probe_size) = match (&sh.medium, &sh.probe) {
+        (PubMedium::Cuda { signals, .. }, _) => (signals.fd().expect("our own signal block"), signals.size()),
+        (PubMedium::Host { .. }, Some(p)) => (p.fd(), p.size()),
+        (PubMedium::Host { .. }, None) => unreachable!("host publishers always have a probe"),
+    };
+    let welcome = Reply::Welcome {
+        publisher: sh.instance,
+        holder,
+        capability_key: sh.medium.capability_key().to_bytes(),
+        probe_size: probe_size as u64,
+        probe_token: sh.probe_token,
+    };
+    if !send_reply(&conn, &welcome, &[probe_fd.as_fd()]) {
+        return fail("send Welcome");
+    }
+    match recv_request(&sh, &conn, sh.handshake_timeout) {
+        Ok(Request::Ack { token: Some(t), .. })
+            if matches!(sh.medium, PubMedium::Cuda { .. }) || t == sh.probe_token => {}
+        Ok(Request::Ack { error, .. }) => return fail(&format!("probe import failed: {}", error.unwrap_or_default())),
+        _ => return fail("expected Ack"),
+    }
+    sh.state.lock().unwrap_or_else(|p| p.into_inner()).ready.insert(holder, Ready { subscriber });
+    if !send_reply(&conn, &Reply::Ready, &[]) {
+        sh.state.lock().unwrap_or_else(|p| p.into_inner()).ready.remove(&holder);
+        return fail("send Ready");
+    }
+    inc(&c.handshakes);
+    tracing::debug!(pid = peer.pid, uid = peer.uid, holder, "subscriber is GPU-ready");
+    loop {
+        if sh.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        match recv_request(&sh, &conn, Duration::from_millis(100)) {
+            Ok(Request::Fd { block, capability }) => {
+                let sent = sh.medium.with_handout(block, capability, |fd, size| {
+                    send_reply(&conn, &Reply::Fd { block, size: size as u64 }, &[fd])
+                });
+                match sent {
+                    Ok(true) => inc(&c.fd_handouts),
+                    Ok(false) => break,
+                    Err(e) => {
+                        inc(&c.fd_denied);
+                        sh.bad_input.warn("FD request denied", &e);
+                        if !send_reply(&conn, &Reply::FdDenied { block, reason: e.to_string() }, &[]) {
+                            break;
+                        }
+                    }
+                }
+            }
+            Ok(Request::Release { blocks }) => {
+                for b in blocks {
+                    if let Err(e) = sh.medium.release(b, HolderId::new(holder)) {
+                        inc(&c.bad_releases);
+                        sh.bad_input.warn("release of a block not leased to this subscriber", &e);
+                    }
+                }
+            }
+            Ok(other) => {
+                sh.bad_input.warn("unexpected control request; closing", &format!("{other:?}"));
+                break;
+            }
+            Err(false) => {}
+            Err(true) => break,
+        }
+    }
+    sh.state.lock().unwrap_or_else(|p| p.into_inner()).ready.remove(&holder);
+    let dropped = sh.medium.release_holder(HolderId::new(holder));
+    inc(&c.disconnects);
+    tracing::debug!(holder, dropped, "subscriber connection closed; its leases are released");
+}
