@@ -186,6 +186,8 @@ impl PublisherBuilder {
                 pool: Pool::new(CudaBackend::new(gpu.clone()), s.cfg.pool.clone())?,
                 signals: Arc::new(ReadySignals::create(gpu)?),
                 copy_stream: gpu.new_stream().map_err(SignalError::from)?,
+                // Idle staging kept: enough for a few 4K RGBA frames.
+                staging: crate::cuda::pinned::PinnedPool::new(gpu, 256 << 20),
             },
             None => PubMedium::Host { pool: Pool::new(HostBackend::default(), s.cfg.pool.clone())? },
         };

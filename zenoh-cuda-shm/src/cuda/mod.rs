@@ -25,6 +25,7 @@
 pub mod device;
 pub mod event;
 pub mod kernels;
+pub mod pinned;
 pub mod sys;
 pub mod vmm;
 

@@ -492,3 +492,27 @@ pub unsafe fn stream_synchronize(stream: sys::CUstream) -> Result<(), CudaError>
     let rc = unsafe { sys::cuStreamSynchronize(stream) };
     check("cuStreamSynchronize", rc)
 }
+
+/// `cuMemHostAlloc(size, 0)`: page-locked host memory, usable by every context.
+///
+/// # Safety
+/// A context is current on this thread. The caller frees it with [`mem_free_host`].
+pub unsafe fn mem_host_alloc(size: usize) -> Result<*mut u8, CudaError> {
+    let mut p: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `p` is a valid out-pointer.
+    let rc = unsafe { sys::cuMemHostAlloc(&mut p, size, 0) };
+    tracing::trace!(size, ?p, ?rc, "cuMemHostAlloc");
+    check("cuMemHostAlloc", rc)?;
+    Ok(p.cast())
+}
+
+/// `cuMemFreeHost`.
+///
+/// # Safety
+/// `p` came from [`mem_host_alloc`], is freed once, and no copy into or out of it is
+/// still queued.
+pub unsafe fn mem_free_host(p: *mut u8) -> Result<(), CudaError> {
+    // SAFETY: the caller guarantees `p` is live and freed once.
+    let rc = unsafe { sys::cuMemFreeHost(p.cast()) };
+    check("cuMemFreeHost", rc)
+}

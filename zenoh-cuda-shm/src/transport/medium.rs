@@ -5,7 +5,10 @@
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
-use crate::cuda::{Gpu, ImportedBlock, Stream, sys};
+use zenoh::bytes::ZBytes;
+
+use crate::cuda::pinned::PinnedPool;
+use crate::cuda::{Gpu, ImportedBlock, Stream};
 use crate::host::HostBlock;
 use crate::pool::{
     BlockKey, CapabilityKey, CudaBackend, HolderId, HostBackend, LeaseError, Pool, PoolStats, Published,
@@ -14,7 +17,7 @@ use crate::signal::{ReadySignals, SignalError};
 
 /// What a publisher allocates from.
 pub(crate) enum PubMedium {
-    Cuda { gpu: Gpu, pool: Pool<CudaBackend>, signals: Arc<ReadySignals>, copy_stream: Stream },
+    Cuda { gpu: Gpu, pool: Pool<CudaBackend>, signals: Arc<ReadySignals>, copy_stream: Stream, staging: PinnedPool },
     Host { pool: Pool<HostBackend> },
 }
 
@@ -60,35 +63,29 @@ impl PubMedium {
         }
     }
 
-    /// Copies `len` bytes at `offset` of a published block to host memory. For device
-    /// memory the copy is ordered after the block's ready signal on a stream of its
-    /// own, and waited for.
-    pub(crate) fn copy_out(&self, p: &PublishedAny, offset: usize, len: usize) -> Result<Vec<u8>, SignalError> {
-        let mut out = vec![0u8; len];
+    /// Copies `len` bytes at `offset` of a published block out as a Zenoh payload. For
+    /// device memory the copy goes into pinned staging, ordered after the block's ready
+    /// signal on a stream of its own, and waited for; the staging buffer becomes the
+    /// payload without another copy.
+    pub(crate) fn copy_out(&self, p: &PublishedAny, offset: usize, len: usize) -> Result<ZBytes, SignalError> {
         match (self, p) {
-            (Self::Cuda { gpu, signals, copy_stream, .. }, PublishedAny::Cuda(p)) => {
+            (Self::Cuda { signals, copy_stream, staging, .. }, PublishedAny::Cuda(p)) => {
                 let key = p.key();
                 signals.wait(copy_stream, key.id, key.generation)?;
-                gpu.bind()?;
-                // SAFETY: the block is held by `p` (mapped, ≥ offset+len bytes: checked by
-                // the caller against the loaned length) and `out` has `len` bytes that
-                // live until the synchronize below returns.
-                unsafe {
-                    sys::memcpy_dtoh_async(out.as_mut_ptr(), p.addr() + offset as u64, len, copy_stream.cu_stream())
-                }?;
-                // SAFETY: a stream of the current context.
-                unsafe { sys::stream_synchronize(copy_stream.cu_stream()) }?;
+                // SAFETY: the block is held by `p` (mapped, ≥ offset+len bytes: the caller
+                // passes the loaned range) and nothing writes it once published.
+                let buf = unsafe { staging.copy_from_device(p.addr() + offset as u64, len, copy_stream) }?;
+                Ok(ZBytes::from(bytes::Bytes::from_owner(buf)))
             }
             (Self::Host { .. }, PublishedAny::Host(p)) => {
                 let block = p.memory();
                 // SAFETY: the block is mapped with `size()` bytes, held by `p`, and
                 // published: no writer touches it any more.
                 let whole = unsafe { std::slice::from_raw_parts(block.as_ptr(), block.size()) };
-                out.copy_from_slice(&whole[offset..offset + len]);
+                Ok(ZBytes::from(whole[offset..offset + len].to_vec()))
             }
             _ => unreachable!("a publisher's blocks come from its own medium"),
         }
-        Ok(out)
     }
 }
 

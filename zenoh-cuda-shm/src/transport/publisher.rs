@@ -396,7 +396,7 @@ impl PublisherCore {
             inc(&c.copies_out);
             c.copied_bytes.fetch_add(len as u64, Ordering::Relaxed);
             let header = BytesHeader { publisher: sh.instance, seq, timestamp_ns: ts, from_block: true, meta };
-            self.put_bytes(bytes.into(), &header, aware_need_bytes, to_plain)?;
+            self.put_bytes(bytes, &header, aware_need_bytes, to_plain)?;
         }
         drop(published);
         Ok(PutReport { seq, zero_copy, copied_out, plain: to_plain, aware_bytes: aware_need_bytes })

@@ -1,0 +1,132 @@
+//! Page-locked host staging buffers, recycled through a small pool.
+//!
+//! A device→host copy into pinned memory runs at PCIe speed (≈ 53 GB/s measured on
+//! H100, against 6–13 GB/s into pageable memory). The filled buffer becomes a Zenoh
+//! payload without another copy (`bytes::Bytes::from_owner`); when Zenoh drops the
+//! payload, the buffer goes back to the pool.
+
+use std::sync::{Arc, Mutex};
+
+use super::Gpu;
+use super::sys::{self, CudaError};
+
+/// One page-locked allocation.
+struct Pinned {
+    ptr: *mut u8,
+    size: usize,
+    gpu: Gpu,
+}
+
+// SAFETY: pinned host memory is ordinary process memory, valid from any thread until
+// `cuMemFreeHost`; `Pinned` is owned by one `PinnedBuf` or by the pool's free list at a
+// time, so no two threads access it at once.
+unsafe impl Send for Pinned {}
+// SAFETY: shared references only read `size` and hand out a read-only slice of bytes
+// that nobody writes while shared (writes happen through the unique owner first).
+unsafe impl Sync for Pinned {}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if self.gpu.bind().is_err() {
+            tracing::warn!("cannot bind the CUDA context to free pinned memory; leaking it");
+            return;
+        }
+        // SAFETY: `ptr` came from `mem_host_alloc`, is freed once here, and every copy
+        // into it was synchronised before the buffer left `PinnedPool::copy_from_device`.
+        if let Err(e) = unsafe { sys::mem_free_host(self.ptr) } {
+            tracing::warn!(error = %e, "cuMemFreeHost failed in drop");
+        }
+    }
+}
+
+/// A pool of pinned buffers, by power-of-two size class, keeping at most
+/// `max_cached_bytes` of idle buffers.
+#[derive(Clone)]
+pub struct PinnedPool {
+    inner: Arc<PoolInner>,
+}
+
+struct PoolInner {
+    gpu: Gpu,
+    free: Mutex<Vec<Pinned>>,
+    max_cached_bytes: usize,
+}
+
+impl std::fmt::Debug for PinnedPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let free = self.inner.free.lock().map(|v| v.len()).unwrap_or(0);
+        f.debug_struct("PinnedPool").field("free", &free).finish()
+    }
+}
+
+/// A filled pinned buffer: `len` valid bytes. Returns to its pool on drop.
+pub struct PinnedBuf {
+    buf: Option<Pinned>,
+    len: usize,
+    pool: Arc<PoolInner>,
+}
+
+impl AsRef<[u8]> for PinnedBuf {
+    fn as_ref(&self) -> &[u8] {
+        let p = self.buf.as_ref().expect("present until drop");
+        // SAFETY: `ptr` holds `size ≥ len` bytes of which the first `len` were written
+        // by a synchronised copy before this buffer was created, and nothing writes
+        // them while it exists.
+        unsafe { std::slice::from_raw_parts(p.ptr, self.len) }
+    }
+}
+
+impl Drop for PinnedBuf {
+    fn drop(&mut self) {
+        if let Some(p) = self.buf.take() {
+            let mut free = self.pool.free.lock().unwrap_or_else(|e| e.into_inner());
+            let cached: usize = free.iter().map(|b| b.size).sum();
+            if cached + p.size <= self.pool.max_cached_bytes {
+                free.push(p);
+            }
+        }
+    }
+}
+
+impl PinnedPool {
+    /// A pool for `gpu` keeping at most `max_cached_bytes` idle.
+    pub fn new(gpu: &Gpu, max_cached_bytes: usize) -> Self {
+        Self { inner: Arc::new(PoolInner { gpu: gpu.clone(), free: Mutex::new(Vec::new()), max_cached_bytes }) }
+    }
+
+    fn take(&self, len: usize) -> Result<Pinned, CudaError> {
+        let class = len.max(4096).next_power_of_two();
+        {
+            let mut free = self.inner.free.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(i) = free.iter().position(|b| b.size == class) {
+                return Ok(free.swap_remove(i));
+            }
+        }
+        self.inner.gpu.bind()?;
+        // SAFETY: the context is current; the allocation is owned by the returned value.
+        let ptr = unsafe { sys::mem_host_alloc(class) }?;
+        Ok(Pinned { ptr, size: class, gpu: self.inner.gpu.clone() })
+    }
+
+    /// Copies `len` bytes at device address `src` into a pinned buffer on `stream`,
+    /// after the work already queued there, and waits for the copy.
+    ///
+    /// # Safety
+    /// `src..src+len` is device memory readable by work on `stream`, unchanged until
+    /// the copy completes.
+    pub unsafe fn copy_from_device(
+        &self,
+        src: u64,
+        len: usize,
+        stream: &super::Stream,
+    ) -> Result<PinnedBuf, CudaError> {
+        let buf = self.take(len)?;
+        self.inner.gpu.bind()?;
+        // SAFETY: `buf` has ≥ len bytes and is owned here until the synchronize below;
+        // the source range is the caller's contract.
+        unsafe { sys::memcpy_dtoh_async(buf.ptr, src, len, stream.cu_stream()) }?;
+        // SAFETY: a stream of the current context.
+        unsafe { sys::stream_synchronize(stream.cu_stream()) }?;
+        Ok(PinnedBuf { buf: Some(buf), len, pool: Arc::clone(&self.inner) })
+    }
+}
