@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds every test binary and the benchmarks with the `gpu` profile (release, stripped)
+# Builds every test binary, the benchmarks and the examples with the `gpu` profile (release, stripped)
 # into .gpu-bin/, ready to carry to a GPU machine that has the driver but no Rust.
 # No CUDA is needed here: cudarc opens libcuda at run time.
 set -euo pipefail
@@ -20,7 +20,7 @@ for line in sys.stdin:
         shutil.copy2(m["executable"], sys.argv[1] + "/" + name)
         print(name)
 ' "$out"
-cargo build --profile gpu -p zcs-bench --bins --message-format=json 2>/dev/null \
+cargo build --profile gpu -p zcs-bench --bins -p zcs-examples --examples --message-format=json 2>/dev/null \
   | python3 -c '
 import json, shutil, sys
 for line in sys.stdin:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repository root, with .gpu-bin/ carried over:
-# every test binary with ZCS_REQUIRE_GPU=1 (a missing GPU fails), then the benchmarks.
-# Logs go to $OUT (or ./gpu-out); the last lines are a summary.
+# every test binary with ZCS_REQUIRE_GPU=1 (a missing GPU fails), the demo, then the
+# benchmarks. Logs go to $OUT (or ./gpu-out); the last lines are a summary.
 set -uo pipefail
 out=${OUT:-gpu-out}
 mkdir -p "$out"
@@ -10,17 +10,24 @@ export ZCS_REQUIRE_GPU=1 RUST_BACKTRACE=1
 fail=0
 for t in .gpu-bin/test-*; do
   echo "== $t" | tee -a "$out/gpu-tests.log"
-  if ! timeout 600 "$t" --test-threads=1 >>"$out/gpu-tests.log" 2>&1; then
+  args="--test-threads=1"
+  case "$t" in *gpu*) args="$args --nocapture";; esac
+  if ! timeout 600 "$t" $args >>"$out/gpu-tests.log" 2>&1; then
     echo "FAILED: $t" | tee -a "$out/gpu-tests.log"; fail=1
   fi
 done
-for b in .gpu-bin/zcs_*bench; do
+if [ -x .gpu-bin/zcs_demo ]; then
+  echo "== demo" | tee -a "$out/demo.log"
+  timeout 120 .gpu-bin/zcs_demo -n 200 -s 33554432 >>"$out/demo.log" 2>&1 || { echo "FAILED: demo" | tee -a "$out/demo.log"; fail=1; }
+fi
+for b in .gpu-bin/zcs_*bench .gpu-bin/zcs_latency; do
   [ -x "$b" ] || continue
   echo "== $b" | tee -a "$out/bench.log"
   timeout 300 "$b" --backend cuda >"$out/$(basename "$b").jsonl" 2>>"$out/bench.log" || { echo "FAILED: $b" | tee -a "$out/bench.log"; fail=1; }
 done
 echo "== summary"
-cat "$out/machine.txt" | head -2
-grep -E "^test result|FAILED|SKIPPED|panicked" "$out/gpu-tests.log" | sort | uniq -c
+head -2 "$out/machine.txt"
+grep -E "^test result|^FAILED|SKIPPED|panicked" "$out/gpu-tests.log" | sort | uniq -c
+grep -E "^\[(demo|sub|zcs)\]" "$out/demo.log" 2>/dev/null | tail -4
 cat "$out"/*.jsonl 2>/dev/null
 exit $fail
