@@ -125,3 +125,92 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (bound, then released). Another
+/// process could take it in between; on a test machine that is rare enough.
+pub fn free_tcp_port() -> u16 {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind an ephemeral TCP port");
+    l.local_addr().expect("local_addr").port()
+}
+
+/// A Zenoh configuration for tests and benchmarks on one machine: peer mode, multicast
+/// scouting off, TCP on 127.0.0.1 only. It listens on `listen` (`None`: an ephemeral
+/// port, so gossip can link the peers to each other directly) and connects to
+/// `connect`.
+///
+/// Puts on keys under `block_prefix` — the user keys and our `@zcs` channels below them
+/// — use congestion control `Block` instead of Zenoh's default `Drop`, so a test that
+/// counts every sequence number measures the library, not Zenoh's drop policy under a
+/// momentarily full queue.
+pub fn loopback_zenoh_config(listen: Option<u16>, connect: Option<u16>, block_prefix: Option<&str>) -> zenoh::Config {
+    let mut c = zenoh::Config::default();
+    let mut set = |key: &str, value: String| {
+        c.insert_json5(key, &value).unwrap_or_else(|e| panic!("zenoh config {key} = {value}: {e}"));
+    };
+    set("mode", "\"peer\"".into());
+    set("scouting/multicast/enabled", "false".into());
+    set("listen/endpoints", format!("[\"tcp/127.0.0.1:{}\"]", listen.unwrap_or(0)));
+    if let Some(port) = connect {
+        set("connect/endpoints", format!("[\"tcp/127.0.0.1:{port}\"]"));
+    }
+    if let Some(prefix) = block_prefix {
+        set(
+            "qos/publication",
+            format!(
+                "[{{ key_exprs: [\"{prefix}/**\", \"{prefix}/**/@zcs/**\"], config: {{ congestion_control: \"block\" }} }}]"
+            ),
+        );
+    }
+    c
+}
+
+/// A watchdog that aborts the process if it is still armed after `limit`; dropping the
+/// guard disarms it. Unlike [`watchdog`], several tests can run one after another in a
+/// process without an earlier test's limit firing during a later one.
+pub fn watchdog_guard(what: &'static str, limit: Duration) -> WatchdogGuard {
+    let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let a2 = std::sync::Arc::clone(&armed);
+    std::thread::Builder::new()
+        .name("zcs-watchdog".into())
+        .spawn(move || {
+            let t = Instant::now();
+            while t.elapsed() < limit {
+                if !a2.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50).min(limit));
+            }
+            if a2.load(std::sync::atomic::Ordering::Relaxed) {
+                eprintln!("watchdog: {what} still running after {limit:?}; aborting");
+                std::process::abort();
+            }
+        })
+        .expect("spawn watchdog");
+    WatchdogGuard { armed }
+}
+
+/// Returned by [`watchdog_guard`]; disarms the watchdog when dropped.
+#[derive(Debug)]
+pub struct WatchdogGuard {
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for WatchdogGuard {
+    fn drop(&mut self) {
+        self.armed.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Lower-case hex of `bytes` (to pass small encoded parameters to a child in its
+/// environment).
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of lower-case or upper-case hex text; `None` if it is not hex.
+pub fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}

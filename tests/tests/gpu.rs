@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use zcs_tests::{child_role, gpu_or_skip, recv_msg, send_msg, spawn_child, wait_child, watchdog};
+use zcs_tests::{child_role, gpu_or_skip, recv_msg, send_msg, spawn_child, wait_child, watchdog_guard};
 use zenoh_cuda_shm::cuda::kernels::check_pattern;
 use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, ImportedBlock, Kernels, Stream, sys};
 use zenoh_cuda_shm::host::{open_fd_count, thread_count};
@@ -168,7 +168,7 @@ fn start_consumer(test: &str) -> (ControlListener, std::process::Child, ControlC
 #[test]
 fn gpu_export_import_2mib_64mib_1gib_across_processes() {
     let Some(gpu) = gpu_or_skip("gpu_export_import_2mib_64mib_1gib_across_processes") else { return };
-    watchdog("gpu_export_import", Duration::from_secs(300));
+    let _watchdog = watchdog_guard("gpu_export_import", Duration::from_secs(300));
     let p = Producer::new(gpu, PoolConfig { max_bytes: 4 << 30, ..PoolConfig::default() });
     let (_l, child, conn) = start_consumer("consumer");
     for (i, len) in [2 * MIB, 64 * MIB, 1024 * MIB].into_iter().enumerate() {
@@ -193,7 +193,7 @@ fn gpu_export_import_2mib_64mib_1gib_across_processes() {
 #[test]
 fn gpu_stream_ordering_slow_producer_and_negative_control() {
     let Some(gpu) = gpu_or_skip("gpu_stream_ordering_slow_producer_and_negative_control") else { return };
-    watchdog("gpu_stream_ordering", Duration::from_secs(120));
+    let _watchdog = watchdog_guard("gpu_stream_ordering", Duration::from_secs(120));
     let p = Producer::new(gpu, PoolConfig::default());
     let (_l, child, conn) = start_consumer("consumer");
     for (i, mode) in [Mode::OrderedOnStream, Mode::OrderedOnLegacyDefault].into_iter().enumerate() {
@@ -228,7 +228,7 @@ fn gpu_stream_ordering_slow_producer_and_negative_control() {
 #[test]
 fn gpu_block_not_reused_while_consumer_kernel_reads_it() {
     let Some(gpu) = gpu_or_skip("gpu_block_not_reused_while_consumer_kernel_reads_it") else { return };
-    watchdog("gpu_reuse", Duration::from_secs(120));
+    let _watchdog = watchdog_guard("gpu_reuse", Duration::from_secs(120));
     let cfg = PoolConfig { max_blocks: 1, loan_timeout_ms: 20_000, ..PoolConfig::default() };
     let p = Arc::new(Producer::new(gpu, cfg));
     let (_l, child, conn) = start_consumer("consumer");
@@ -270,7 +270,7 @@ fn gpu_block_not_reused_while_consumer_kernel_reads_it() {
 #[test]
 fn gpu_publisher_hold_waits_for_its_own_pending_writes() {
     let Some(gpu) = gpu_or_skip("gpu_publisher_hold_waits_for_its_own_pending_writes") else { return };
-    watchdog("gpu_own_fence", Duration::from_secs(60));
+    let _watchdog = watchdog_guard("gpu_own_fence", Duration::from_secs(60));
     let p = Producer::new(gpu, PoolConfig { max_blocks: 1, loan_timeout_ms: 20_000, ..PoolConfig::default() });
     let published = p.publish(2 * MIB, 1, |p, _| p.kernels.spin(&p.stream, SPIN_NS).unwrap());
     let key = published.key();
@@ -286,7 +286,7 @@ fn gpu_publisher_hold_waits_for_its_own_pending_writes() {
 #[test]
 fn gpu_nothing_left_behind() {
     let Some(_gpu) = gpu_or_skip("gpu_nothing_left_behind") else { return };
-    watchdog("gpu_leaks", Duration::from_secs(120));
+    let _watchdog = watchdog_guard("gpu_leaks", Duration::from_secs(120));
     // Counted in a fresh process, so no other test's threads or descriptors interfere.
     let child = spawn_child("child_entry", "leaks", &[]);
     wait_child(child, "leak-check child", Duration::from_secs(100));
@@ -342,7 +342,7 @@ fn child_entry() {
 }
 
 fn consumer() {
-    watchdog("consumer child", Duration::from_secs(280));
+    let _watchdog = watchdog_guard("consumer child", Duration::from_secs(280));
     let gpu = Gpu::probe().expect("GPU in the consumer child");
     let name = SocketName::from_key_chunk(&std::env::var(SOCK_ENV).unwrap()).unwrap();
     let conn = Arc::new(ControlConn::connect(&name, IO).unwrap());

@@ -211,6 +211,7 @@ impl PublisherBuilder {
             socket,
             policy,
             Duration::from_millis(s.cfg.handshake_timeout_ms),
+            s.cfg.congestion,
         )?;
         Ok(GpuPublisher { core, stream, inline_threshold: s.cfg.inline_threshold })
     }

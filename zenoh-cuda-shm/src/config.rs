@@ -48,6 +48,16 @@ pub enum PlainListen {
     Never,
 }
 
+/// What a put does when Zenoh's queue towards a peer is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Congestion {
+    /// Wait for room (default): nothing is lost, a slow link slows the publisher.
+    Block,
+    /// Drop the message for that peer (real-time streams that prefer fresh data).
+    Drop,
+}
+
 /// Session configuration. Every field is optional in the file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -70,6 +80,9 @@ pub struct ZcsConfig {
     pub allowed_uids: Vec<u32>,
     /// Whether GPU subscribers listen on the plain key (default `auto`).
     pub plain_listen: PlainListen,
+    /// Congestion control of the bytes channels (default `block`). Descriptors always
+    /// block: a dropped descriptor would keep its leases until the connection ends.
+    pub congestion: Congestion,
 }
 
 impl Default for ZcsConfig {
@@ -83,6 +96,7 @@ impl Default for ZcsConfig {
             socket_dir: None,
             allowed_uids: Vec::new(),
             plain_listen: PlainListen::Auto,
+            congestion: Congestion::Block,
         }
     }
 }

@@ -166,6 +166,24 @@ pub struct Descriptor {
     pub meta: Meta,
 }
 
+/// What travels on a descriptor key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Announce {
+    /// A block to read in place.
+    Block(Descriptor),
+    /// Handshake probe: proves the subscriber's descriptor subscription is routed
+    /// before the publisher charges it any lease (a descriptor nobody receives would
+    /// hold its leases until the connection ends).
+    Probe {
+        /// The publisher's instance id.
+        publisher: u64,
+        /// The holder id the probe is for.
+        holder: u64,
+        /// Echoed back in `Request::ProbeSeen`.
+        nonce: u64,
+    },
+}
+
 /// Header attached to bytes we publish (on the plain key and on `<key>/@zcs/b`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BytesHeader {
@@ -177,6 +195,9 @@ pub struct BytesHeader {
     pub timestamp_ns: u64,
     /// Whether the payload came from a block (copied out) or was inline.
     pub from_block: bool,
+    /// `CapabilityKey::bytes_tag(publisher, seq, payload length)`: subscribers
+    /// handshaken with the publisher hold the key and drop a header that fails it.
+    pub tag: u64,
     /// Typed metadata.
     pub meta: Meta,
 }
@@ -200,6 +221,11 @@ pub enum Request {
         token: Option<u64>,
         /// Why, when the import failed.
         error: Option<String>,
+    },
+    /// The handshake probe with this nonce arrived through Zenoh.
+    ProbeSeen {
+        /// The probe's nonce.
+        nonce: u64,
     },
     /// The FD of a block named in a descriptor.
     Fd {
@@ -377,7 +403,9 @@ mod tests {
             meta: Some(vec![1, 2, 3]),
         };
         let bytes = encode(&d);
-        assert_eq!(decode::<Descriptor>("descriptor", &bytes), Ok(d));
+        assert_eq!(decode::<Descriptor>("descriptor", &bytes), Ok(d.clone()));
+        let a = Announce::Block(d);
+        assert_eq!(decode::<Announce>("announce", &encode(&a)), Ok(a));
         let mut future = bytes.clone();
         future[0] = 2;
         assert_eq!(decode::<Descriptor>("descriptor", &future), Err(DecodeError::Version { found: 2 }));
@@ -392,7 +420,7 @@ mod tests {
 
     #[test]
     fn attachments_are_recognised_only_with_magic() {
-        let h = BytesHeader { publisher: 9, seq: 1, timestamp_ns: 0, from_block: true, meta: None };
+        let h = BytesHeader { publisher: 9, seq: 1, timestamp_ns: 0, from_block: true, tag: 3, meta: None };
         assert_eq!(decode_attachment(&encode_attachment(&h)), Ok(Some(h)));
         assert_eq!(decode_attachment(b"\x01\x02rmw"), Ok(None));
         assert!(decode_attachment(b"ZCS\x01\x09").is_err());

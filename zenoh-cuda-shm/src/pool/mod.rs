@@ -130,6 +130,18 @@ impl CapabilityKey {
     pub fn from_bytes(b: [u8; 16]) -> Self {
         Self(b)
     }
+    /// A tag authenticating a bytes message `(publisher, seq, len)`, checked by the
+    /// subscribers that hold this key (those handshaken with the publisher).
+    pub fn bytes_tag(&self, publisher: u64, seq: u64, len: u64) -> u64 {
+        use std::hash::Hasher;
+        let mut h = siphasher::sip::SipHasher24::new_with_key(&self.0);
+        h.write_u8(0xb7); // domain separation from capabilities
+        h.write_u64(publisher);
+        h.write_u64(seq);
+        h.write_u64(len);
+        h.finish()
+    }
+
     /// The capability of a block generation.
     pub fn capability(&self, key: BlockKey) -> u64 {
         use std::hash::Hasher;

@@ -9,11 +9,13 @@ use std::time::Duration;
 
 use zenoh::Wait;
 use zenoh::key_expr::KeyExpr;
+use zenoh::qos::CongestionControl;
 use zenoh::sample::SampleKind;
 
 use super::medium::{PubMedium, PublishedAny};
 use super::{RateLimitedWarn, now_ns};
 use crate::host::HostBlock;
+use crate::config::Congestion;
 use crate::ipc::{AccessPolicy, ControlConn, ControlListener, RecvError, SocketName};
 use crate::pool::{HolderId, LeaseError};
 use crate::protocol::{self, BytesHeader, Descriptor, Group, Reply, Request, Role, Token};
@@ -102,6 +104,9 @@ pub(crate) struct Shared {
     bad_input: RateLimitedWarn,
     probe: Option<HostBlock>,
     probe_token: u64,
+    /// For handshake probes on the descriptor key (sent by connection threads).
+    session: zenoh::Session,
+    descriptor_key: String,
 }
 
 /// Result of one put, for callers and tests.
@@ -186,6 +191,7 @@ fn zerr(e: impl std::fmt::Display) -> DeclareError {
 }
 
 impl PublisherCore {
+    #[allow(clippy::too_many_arguments)] // one call site, in api.rs
     pub(crate) fn new(
         session: &zenoh::Session,
         key: &str,
@@ -194,6 +200,7 @@ impl PublisherCore {
         socket: SocketName,
         policy: AccessPolicy,
         handshake_timeout: Duration,
+        congestion: Congestion,
     ) -> Result<Self, DeclareError> {
         let ke = KeyExpr::try_from(key.to_owned())
             .map_err(|e| DeclareError::Key { key: key.into(), detail: e.to_string() })?;
@@ -225,13 +232,19 @@ impl PublisherCore {
             bad_input: RateLimitedWarn::new(Duration::from_secs(5)),
             probe,
             probe_token,
+            session: session.clone(),
+            descriptor_key: protocol::descriptor_key(key, &group),
         });
 
         let listener = ControlListener::bind_with_policy(&socket, policy)?;
         let s2 = Arc::clone(&shared);
         let server = std::thread::Builder::new().name("zcs-pub-ctl".into()).spawn(move || serve(s2, listener))?;
 
-        let plain = session.declare_publisher(ke.clone()).wait().map_err(zerr)?;
+        let cc = match congestion {
+            Congestion::Block => CongestionControl::Block,
+            Congestion::Drop => CongestionControl::Drop,
+        };
+        let plain = session.declare_publisher(ke.clone()).congestion_control(cc).wait().map_err(zerr)?;
         let plain_matching = Arc::new(AtomicBool::new(plain.matching_status().wait().map_err(zerr)?.matching()));
         let pm = Arc::clone(&plain_matching);
         let matching = plain
@@ -239,8 +252,15 @@ impl PublisherCore {
             .callback(move |m| pm.store(m.matching(), Ordering::Relaxed))
             .wait()
             .map_err(zerr)?;
-        let aware_bytes = session.declare_publisher(protocol::bytes_key(key)).wait().map_err(zerr)?;
-        let descriptors = session.declare_publisher(protocol::descriptor_key(key, &group)).wait().map_err(zerr)?;
+        let aware_bytes =
+            session.declare_publisher(protocol::bytes_key(key)).congestion_control(cc).wait().map_err(zerr)?;
+        // Always blocking: a dropped descriptor would hold its leases until the
+        // subscriber's connection ends.
+        let descriptors = session
+            .declare_publisher(protocol::descriptor_key(key, &group))
+            .congestion_control(CongestionControl::Block)
+            .wait()
+            .map_err(zerr)?;
 
         // GPU-aware subscribers announce themselves; track those whose key meets ours.
         let s3 = Arc::clone(&shared);
@@ -336,8 +356,9 @@ impl PublisherCore {
         inc(&c.inline);
         let to_aware = !self.shared.state.lock().unwrap_or_else(|p| p.into_inner()).aware.is_empty();
         let to_plain = self.plain_matching();
+        let tag = self.shared.medium.capability_key().bytes_tag(self.shared.instance, seq, data.len() as u64);
         let header =
-            BytesHeader { publisher: self.shared.instance, seq, timestamp_ns: now_ns(), from_block: false, meta };
+            BytesHeader { publisher: self.shared.instance, seq, timestamp_ns: now_ns(), from_block: false, tag, meta };
         self.put_bytes(data.into(), &header, to_aware, to_plain)?;
         Ok(PutReport { seq, zero_copy: 0, copied_out: false, plain: to_plain, aware_bytes: to_aware })
     }
@@ -377,10 +398,11 @@ impl PublisherCore {
                 leased,
                 meta: meta.clone(),
             };
-            if let Err(e) = self.descriptors.put(protocol::encode(&d)).wait() {
+            let (block, charged) = (d.block, d.leased.clone());
+            if let Err(e) = self.descriptors.put(protocol::encode(&protocol::Announce::Block(d))).wait() {
                 // Nobody will read it: give the leases back.
-                for h in &d.leased {
-                    let _ = sh.medium.release(d.block, HolderId::new(*h));
+                for h in charged {
+                    let _ = sh.medium.release(block, HolderId::new(h));
                 }
                 return Err(PutError::Zenoh {
                     key: protocol::descriptor_key(&sh.key, &sh.group),
@@ -395,7 +417,8 @@ impl PublisherCore {
             let bytes = sh.medium.copy_out(&published, 0, len)?;
             inc(&c.copies_out);
             c.copied_bytes.fetch_add(len as u64, Ordering::Relaxed);
-            let header = BytesHeader { publisher: sh.instance, seq, timestamp_ns: ts, from_block: true, meta };
+            let tag = sh.medium.capability_key().bytes_tag(sh.instance, seq, len as u64);
+            let header = BytesHeader { publisher: sh.instance, seq, timestamp_ns: ts, from_block: true, tag, meta };
             self.put_bytes(bytes, &header, aware_need_bytes, to_plain)?;
         }
         drop(published);
@@ -500,6 +523,28 @@ fn recv_request(sh: &Shared, conn: &ControlConn, timeout: Duration) -> Result<Re
     }
 }
 
+/// Puts probes on the descriptor key until the subscriber reports one over the socket
+/// (every 20 ms, within the handshake timeout).
+fn probe_route(sh: &Shared, conn: &ControlConn, holder: u64) -> Result<(), &'static str> {
+    let nonce = rand::random::<u64>();
+    let probe = protocol::encode(&protocol::Announce::Probe { publisher: sh.instance, holder, nonce });
+    let deadline = std::time::Instant::now() + sh.handshake_timeout;
+    while std::time::Instant::now() < deadline && !sh.stop.load(Ordering::Relaxed) {
+        if sh.session.put(sh.descriptor_key.as_str(), probe.clone()).wait().is_err() {
+            return Err("probe put failed");
+        }
+        match recv_request(sh, conn, Duration::from_millis(20)) {
+            Ok(Request::ProbeSeen { nonce: n }) if n == nonce => return Ok(()),
+            // A probe of an earlier round echoed late: keep waiting for this one.
+            Ok(Request::ProbeSeen { .. }) => {}
+            Ok(_) => return Err("expected ProbeSeen"),
+            Err(false) => {}
+            Err(true) => return Err("connection closed during the probe"),
+        }
+    }
+    Err("descriptor channel not routed within the handshake timeout")
+}
+
 /// One subscriber connection: handshake, then FD requests and releases until it ends.
 fn connection(sh: Arc<Shared>, conn: ControlConn) {
     let c = &sh.counters;
@@ -536,6 +581,11 @@ fn connection(sh: Arc<Shared>, conn: ControlConn) {
             if matches!(sh.medium, PubMedium::Cuda { .. }) || t == sh.probe_token => {}
         Ok(Request::Ack { error, .. }) => return fail(&format!("probe import failed: {}", error.unwrap_or_default())),
         _ => return fail("expected Ack"),
+    }
+    // Prove the subscriber's descriptor subscription is routed before charging it any
+    // lease: a probe through Zenoh on the descriptor key, echoed over the socket.
+    if let Err(why) = probe_route(&sh, &conn, holder) {
+        return fail(why);
     }
     sh.state.lock().unwrap_or_else(|p| p.into_inner()).ready.insert(holder, Ready { subscriber });
     if !send_reply(&conn, &Reply::Ready, &[]) {

@@ -18,7 +18,7 @@ use crate::host::HostBlock;
 use crate::ipc::{ControlConn, SocketName};
 use crate::pool::recycler::{Job, Recycler, RecyclerHandle};
 use crate::pool::{BlockKey, CapabilityKey, Fence};
-use crate::protocol::{self, BytesHeader, Descriptor, Group, Reply, Request, Role, Token};
+use crate::protocol::{self, Announce, BytesHeader, Descriptor, Group, Reply, Request, Role, Token};
 use crate::sample::{Body, GpuSample, Path, SampleInfo, ZeroCopy};
 use crate::signal::ReadySignals;
 
@@ -37,6 +37,8 @@ pub struct SubscriberStats {
     pub duplicates: u64,
     /// Descriptors dropped: malformed, future version, bad capability, out of bounds.
     pub bad_descriptors: u64,
+    /// Bytes on our channel dropped: no or malformed header, or a forged tag.
+    pub bad_bytes: u64,
     /// Block FDs received and imported (cache misses).
     pub imports: u64,
     /// Imports that failed (the message is lost for this subscriber and counted).
@@ -59,6 +61,7 @@ struct Counters {
     plain: AtomicU64,
     duplicates: AtomicU64,
     bad_descriptors: AtomicU64,
+    bad_bytes: AtomicU64,
     imports: AtomicU64,
     import_failures: AtomicU64,
     handshakes: AtomicU64,
@@ -80,11 +83,17 @@ pub(crate) enum SubMedium {
 
 /// A handshaken connection to one publisher, and the blocks imported from it.
 pub(crate) struct Link {
-    conn: Mutex<ControlConn>,
+    /// Sends are atomic frames and may come from any thread (releases, probe echoes);
+    /// `request` serialises the request/reply pairs of FD requests.
+    conn: ControlConn,
+    request: Mutex<()>,
     holder: u64,
     cap_key: CapabilityKey,
     pub(crate) signals: Option<Arc<ReadySignals>>,
-    cache: Mutex<HashMap<(u32, u64), Imported>>,
+    /// Imported blocks by id, with the allocation serial they were imported for. A new
+    /// serial for an id means the publisher trimmed the old block: the entry is
+    /// replaced, which unmaps the old import once no sample reads it any more.
+    cache: Mutex<HashMap<u32, (u64, Imported)>>,
     alive: AtomicBool,
 }
 
@@ -94,15 +103,15 @@ impl Link {
         if !self.alive.load(Ordering::Relaxed) {
             return;
         }
-        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let msg = protocol::encode(&Request::Release { blocks: vec![key] });
-        if let Err(e) = conn.send(&msg, &[]) {
+        if let Err(e) = self.conn.send(&msg, &[]) {
             tracing::debug!(error = %e, "release not sent (publisher gone?)");
         }
     }
 
     fn request_fd(&self, key: BlockKey, capability: u64) -> Result<(std::os::fd::OwnedFd, usize), String> {
-        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let _one_at_a_time = self.request.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = &self.conn;
         conn.send(&protocol::encode(&Request::Fd { block: key, capability }), &[]).map_err(|e| e.to_string())?;
         let mut frame = conn.recv(Duration::from_secs(5)).map_err(|e| e.to_string())?;
         match protocol::decode::<Reply>("control reply", &frame.bytes).map_err(|e| e.to_string())? {
@@ -123,8 +132,37 @@ struct PubEntry {
 struct State {
     /// Publishers of ours whose key meets ours, by instance.
     pubs: HashMap<u64, PubEntry>,
-    /// Last delivered sequence number per publisher.
-    last_seq: HashMap<u64, u64>,
+    /// Sequence numbers recently delivered, per publisher.
+    seen: HashMap<u64, Seen>,
+}
+
+/// The last [`Seen::WINDOW`] sequence numbers delivered from one publisher.
+///
+/// Deduplication only has to catch the same message arriving by two paths (a
+/// descriptor and bytes, while a handshake completes), which arrive close together. A
+/// set rather than a high-water mark: bytes headers are not authenticated, and a forged
+/// huge sequence number must not make every later real message look like a duplicate.
+#[derive(Default)]
+struct Seen {
+    order: std::collections::VecDeque<u64>,
+    set: std::collections::HashSet<u64>,
+}
+
+impl Seen {
+    const WINDOW: usize = 4096;
+
+    fn insert(&mut self, seq: u64) -> bool {
+        if !self.set.insert(seq) {
+            return false;
+        }
+        self.order.push_back(seq);
+        if self.order.len() > Self::WINDOW
+            && let Some(old) = self.order.pop_front()
+        {
+            self.set.remove(&old);
+        }
+        true
+    }
 }
 
 pub(crate) type Deliver = Box<dyn Fn(GpuSample) + Send + Sync>;
@@ -189,6 +227,11 @@ impl SubscriberCore {
             session: session.clone(),
             closed: AtomicBool::new(false),
         });
+        // The token goes out first: declarations travel in order on a link, so a
+        // publisher learns of this subscriber (and starts serving it bytes until the
+        // handshake) before any of its subscriptions can match a put.
+        let token = Token { role: Role::Sub, key: key.to_owned(), instance, group: group.clone(), socket: None };
+        let token = session.liveliness().declare_token(token.to_key()).wait().map_err(zerr)?;
         let s = Arc::clone(&shared);
         let desc = session
             .declare_subscriber(protocol::descriptor_key(key, &group))
@@ -222,8 +265,6 @@ impl SubscriberCore {
             })
             .wait()
             .map_err(zerr)?;
-        let token = Token { role: Role::Sub, key: key.to_owned(), instance, group, socket: None };
-        let token = session.liveliness().declare_token(token.to_key()).wait().map_err(zerr)?;
         Ok(Self { shared, _recycler: recycler, _token: token, _desc: desc, _bytes: bytes, _pubs: pubs })
     }
 
@@ -237,6 +278,7 @@ impl SubscriberCore {
             plain: l(&c.plain),
             duplicates: l(&c.duplicates),
             bad_descriptors: l(&c.bad_descriptors),
+            bad_bytes: l(&c.bad_bytes),
             imports: l(&c.imports),
             import_failures: l(&c.import_failures),
             handshakes: l(&c.handshakes),
@@ -292,9 +334,7 @@ impl Shared {
     /// Delivers `seq` of `publisher` unless it was delivered already.
     fn first_delivery(&self, publisher: u64, seq: u64) -> bool {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let last = st.last_seq.entry(publisher).or_insert(0);
-        if seq > *last {
-            *last = seq;
+        if st.seen.entry(publisher).or_default().insert(seq) {
             true
         } else {
             inc(&self.counters.duplicates);
@@ -364,7 +404,7 @@ fn publisher_vanished(sh: &Arc<Shared>, instance: u64) {
     let (link, none_left) = {
         let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
         let e = st.pubs.remove(&instance);
-        st.last_seq.remove(&instance);
+        st.seen.remove(&instance);
         (e.and_then(|e| e.link), st.pubs.is_empty())
     };
     if let Some(link) = link {
@@ -421,7 +461,8 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<(), String> {
         }
     };
     let link = Arc::new(Link {
-        conn: Mutex::new(conn),
+        conn,
+        request: Mutex::new(()),
         holder,
         cap_key: CapabilityKey::from_bytes(cap_key),
         signals: link_signals,
@@ -437,10 +478,12 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<(), String> {
         }
     }
     let result = (|| {
-        let conn = link.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = &link.conn;
         conn.send(&protocol::encode(&Request::Ack { token: Some(probe_token), error: None }), &[])
             .map_err(|e| e.to_string())?;
-        let frame = conn.recv(sh.handshake_timeout).map_err(|e| e.to_string())?;
+        // The publisher probes the descriptor route for up to its handshake timeout
+        // before answering.
+        let frame = conn.recv(sh.handshake_timeout * 2).map_err(|e| e.to_string())?;
         match protocol::decode::<Reply>("control reply", &frame.bytes).map_err(|e| e.to_string())? {
             Reply::Ready => Ok(()),
             Reply::Refused { reason } => Err(format!("refused: {reason}")),
@@ -470,6 +513,16 @@ fn on_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
         // Ours, on the plain key: we get it on our own channels instead.
         Some(_) if plain_key => return,
         Some(h) => {
+            // Handshaken with this publisher: we hold its key and can tell a forgery.
+            let link =
+                sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get(&h.publisher).and_then(|e| e.link.clone());
+            if let Some(link) = link
+                && link.cap_key.bytes_tag(h.publisher, h.seq, sample.payload().len() as u64) != h.tag
+            {
+                inc(&sh.counters.bad_bytes);
+                sh.bad_input.warn("bytes with a forged header dropped", &sample.key_expr());
+                return;
+            }
             if !sh.first_delivery(h.publisher, h.seq) {
                 return;
             }
@@ -477,6 +530,7 @@ fn on_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
         }
         None if plain_key => (Path::Plain, 0, 0, 0, None),
         None => {
+            inc(&sh.counters.bad_bytes);
             sh.bad_input.warn("bytes without a valid header on our channel", &sample.key_expr());
             return;
         }
@@ -499,7 +553,8 @@ fn on_descriptor(sh: &Arc<Shared>, sample: &Sample) {
         sh.bad_input.warn(what, detail);
     };
     let d: Descriptor = match protocol::decode("descriptor", &sample.payload().to_bytes()) {
-        Ok(d) => d,
+        Ok(Announce::Block(d)) => d,
+        Ok(Announce::Probe { publisher, holder, nonce }) => return on_probe(sh, publisher, holder, nonce),
         Err(e) => return bad("descriptor dropped", &e),
     };
     let link = {
@@ -524,13 +579,12 @@ fn on_descriptor(sh: &Arc<Shared>, sample: &Sample) {
         link.release(d.block);
         return bad("descriptor out of its block's bounds", &format_args!("{}+{} > {}", d.offset, d.len, d.block_size));
     }
-    let cache_key = (d.block.id, d.block.alloc);
-    let cached = link.cache.lock().unwrap_or_else(|p| p.into_inner()).get(&cache_key).cloned();
+    let cached = link.cache.lock().unwrap_or_else(|p| p.into_inner()).get(&d.block.id).cloned();
     let imported = match cached {
-        Some(i) if i.size() as u64 == d.block_size => i,
+        Some((alloc, i)) if alloc == d.block.alloc && i.size() as u64 == d.block_size => i,
         _ => match import(sh, &link, &d) {
             Ok(i) => {
-                link.cache.lock().unwrap_or_else(|p| p.into_inner()).insert(cache_key, i.clone());
+                link.cache.lock().unwrap_or_else(|p| p.into_inner()).insert(d.block.id, (d.block.alloc, i.clone()));
                 inc(&sh.counters.imports);
                 i
             }
@@ -553,6 +607,19 @@ fn on_descriptor(sh: &Arc<Shared>, sample: &Sample) {
     };
     let zc = ZeroCopy::new(imported, d.block, d.offset as usize, d.len as usize, link, Arc::clone(sh));
     sh.deliver(GpuSample::new(info, Body::ZeroCopy(zc), sh.medium.clone(), Arc::clone(sh)));
+}
+
+/// Echoes a handshake probe meant for us over the control socket.
+fn on_probe(sh: &Shared, publisher: u64, holder: u64, nonce: u64) {
+    let link = {
+        let st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.pubs.get(&publisher).and_then(|e| e.link.clone())
+    };
+    if let Some(link) = link.filter(|l| l.holder == holder)
+        && let Err(e) = link.conn.send(&protocol::encode(&Request::ProbeSeen { nonce }), &[])
+    {
+        tracing::debug!(error = %e, "probe echo not sent");
+    }
 }
 
 fn import(sh: &Shared, link: &Link, d: &Descriptor) -> Result<Imported, String> {

@@ -1,0 +1,410 @@
+//! Publish→subscriber-ready latency between two processes, by ping-pong.
+//!
+//! The ping (this process) publishes a block on a key; the pong (this binary re-run as
+//! a child) receives it, makes it ready on its own CUDA stream — `sample.read(&stream)`
+//! then a synchronize of that stream, so the wait on the publisher's ready signal has
+//! passed — and replies with a tiny plain Zenoh message. One way = round trip / 2.
+//!
+//! Rows (one JSON object per line):
+//! - `zero-copy`: the pong's CUDA session is in the publisher's locality group and
+//!   reads the block in place.
+//! - `cpu-bytes`: a second pong session configured with `device: host` is in another
+//!   locality group, so the publisher copies the block device→host and sends bytes;
+//!   the pong copies them host→device into a reused device buffer and synchronises.
+//! - `zenoh-plain`: a 64-byte plain Zenoh put and reply between the same processes.
+//!
+//! The ping writes nothing into the blocks (no kernel before `put`): the figures are
+//! the transport's, not a producer's. Both processes talk over loopback TCP, with
+//! congestion control `Block` on the benchmark's keys (Zenoh's default `Drop` loses
+//! large fragmented messages).
+//!
+//! ```text
+//! zcs_latency --backend cuda                       # H100/H200: all rows
+//! zcs_latency --backend host --iters 50            # CI smoke, no GPU: host memfd blocks
+//! ```
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, percentile, recv_msg, send_msg, spawn_child_bin};
+use zenoh::Wait;
+use zenoh_cuda_shm::config::DeviceChoice;
+use zenoh_cuda_shm::cuda::{DeviceBlock, sys};
+use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
+use zenoh_cuda_shm::{GpuPublisher, GpuSession, ZcsConfig};
+
+#[derive(Parser, Debug)]
+#[command(about = "zenoh-cuda-shm publish→subscriber-ready latency, ping-pong across two processes (JSON lines)")]
+struct Args {
+    /// Backend: `cuda` (zero-copy, cpu-bytes and plain rows) or `host` (no GPU:
+    /// zero-copy over memfd blocks and the plain row).
+    #[arg(long, default_value = "cuda")]
+    backend: String,
+    /// Payload sizes (bytes, or with a KiB/MiB/GiB suffix).
+    #[arg(long, value_delimiter = ',', default_value = "4KiB,1MiB,32MiB,256MiB", value_parser = parse_size)]
+    sizes: Vec<usize>,
+    /// Timed round trips per row (fewer if a row reaches --max-secs).
+    #[arg(long, default_value_t = 1000)]
+    iters: usize,
+    /// Untimed round trips first (fewer if they take a quarter of --max-secs).
+    #[arg(long, default_value_t = 50)]
+    warmup: usize,
+    /// Time budget per row, in seconds (at least 5 timed round trips are made).
+    #[arg(long, default_value_t = 8.0)]
+    max_secs: f64,
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: usize = num.parse().map_err(|_| format!("bad size {s:?}"))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        _ => return Err(format!("bad size unit in {s:?} (use KiB, MiB or GiB)")),
+    };
+    n.checked_mul(mult).filter(|&b| b > 0).ok_or_else(|| format!("bad size {s:?}"))
+}
+
+const PREFIX: &str = "zcs-lat";
+const ZC_KEY: &str = "zcs-lat/zero-copy";
+const CPU_KEY: &str = "zcs-lat/cpu-bytes";
+const BASE_KEY: &str = "zcs-lat/plain";
+const REPLY_KEY: &str = "zcs-lat/reply";
+const PORT_ENV: &str = "ZCS_LAT_PORT";
+const SOCK_ENV: &str = "ZCS_LAT_SOCK";
+const BACKEND_ENV: &str = "ZCS_LAT_BACKEND";
+const IO: Duration = Duration::from_secs(60);
+const REPLY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Which row a reply belongs to.
+const PATH_ZC: u8 = 0;
+const PATH_CPU: u8 = 1;
+const PATH_BASE: u8 = 2;
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Msg {
+    Ready,
+    Stop,
+}
+
+fn reply_payload(path: u8, seq: u64) -> Vec<u8> {
+    let mut v = vec![path];
+    v.extend_from_slice(&seq.to_le_bytes());
+    v
+}
+
+fn parse_reply(b: &[u8]) -> Option<(u8, u64)> {
+    let (&path, rest) = b.split_first()?;
+    Some((path, u64::from_le_bytes(rest.get(..8)?.try_into().ok()?)))
+}
+
+fn zcs_config(device: DeviceChoice) -> ZcsConfig {
+    ZcsConfig { device, ..ZcsConfig::default() }
+}
+
+// ---------------------------------------------------------------------------------
+// Pong
+// ---------------------------------------------------------------------------------
+
+fn pong() {
+    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} not set"));
+    let port: u16 = var(PORT_ENV).parse().expect("port");
+    let cuda = var(BACKEND_ENV) == "cuda";
+    let conn = ControlConn::connect(&SocketName::from_key_chunk(&var(SOCK_ENV)).expect("socket"), IO).expect("ctl");
+    let z = zenoh::open(loopback_zenoh_config(None, Some(port), Some(PREFIX))).wait().expect("open zenoh");
+    let session =
+        GpuSession::from_zenoh(z.clone(), zcs_config(if cuda { DeviceChoice::Cuda } else { DeviceChoice::Host }))
+            .wait()
+            .expect("open the pong session");
+    let reply = Arc::new(z.declare_publisher(REPLY_KEY).wait().expect("reply publisher"));
+    let send_reply = {
+        let reply = Arc::clone(&reply);
+        move |path: u8, seq: u64| reply.put(reply_payload(path, seq)).wait().expect("reply")
+    };
+
+    // Zero-copy path: read on our stream, synchronise (the ready-signal wait passed).
+    let zc = session.declare_subscriber(ZC_KEY).wait().expect("zero-copy subscriber");
+    let r = send_reply.clone();
+    let gpu = session.gpu().cloned();
+    std::thread::Builder::new()
+        .name("pong-zc".into())
+        .spawn(move || {
+            let stream = gpu.as_ref().map(|g| g.new_stream().expect("stream"));
+            while let Ok(s) = zc.recv() {
+                match (&gpu, &stream) {
+                    (Some(gpu), Some(stream)) => {
+                        let read = s.read(stream).expect("read");
+                        gpu.bind().expect("bind");
+                        // SAFETY: a stream of the current context, owned by this thread.
+                        unsafe { sys::stream_synchronize(stream.cu_stream()) }.expect("synchronize");
+                        read.end().expect("end");
+                    }
+                    _ => {
+                        let b = s.host_bytes().expect("host sample");
+                        black_box((b.first(), b.last()));
+                    }
+                }
+                r(PATH_ZC, s.seq());
+                drop(s);
+            }
+        })
+        .expect("spawn");
+
+    // CPU-bytes path: a host-memory session (another locality group) gets bytes; they
+    // go host→device into a reused buffer on our stream. `GpuSample::read` cannot do
+    // this copy here: a `device: host` session has no GPU (it returns NoGpu).
+    let _host_session = if cuda {
+        let gpu = session.gpu().cloned().expect("CUDA session");
+        let z2 = zenoh::open(loopback_zenoh_config(None, Some(port), Some(PREFIX))).wait().expect("open zenoh");
+        let host = GpuSession::from_zenoh(z2, zcs_config(DeviceChoice::Host)).wait().expect("host session");
+        let cpu = host.declare_subscriber(CPU_KEY).wait().expect("cpu-bytes subscriber");
+        let r = send_reply.clone();
+        std::thread::Builder::new()
+            .name("pong-cpu".into())
+            .spawn(move || {
+                let stream = gpu.new_stream().expect("stream");
+                let mut staging: Option<DeviceBlock> = None;
+                while let Ok(s) = cpu.recv() {
+                    let b = s.host_bytes().expect("bytes sample");
+                    if staging.as_ref().is_none_or(|d| d.size() < b.len()) {
+                        staging = Some(DeviceBlock::allocate(&gpu, b.len().max(1)).expect("staging block"));
+                    }
+                    let dst = staging.as_ref().expect("staging").device_ptr();
+                    gpu.bind().expect("bind");
+                    // SAFETY: `dst` has ≥ len bytes (allocated above); pageable `b` is
+                    // staged by the driver before the call returns, and lives until the
+                    // synchronize anyway.
+                    unsafe { sys::memcpy_htod_async(dst, b.as_ptr(), b.len(), stream.cu_stream()) }.expect("H2D");
+                    // SAFETY: a stream of the current context, owned by this thread.
+                    unsafe { sys::stream_synchronize(stream.cu_stream()) }.expect("synchronize");
+                    r(PATH_CPU, s.seq());
+                }
+            })
+            .expect("spawn");
+        Some(host)
+    } else {
+        None
+    };
+
+    // Plain baseline: reply from the Zenoh callback.
+    let r = send_reply.clone();
+    let _base = z
+        .declare_subscriber(BASE_KEY)
+        .callback(move |s| {
+            if let Some(seq) = s.payload().to_bytes().get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes) {
+                r(PATH_BASE, seq);
+            }
+        })
+        .wait()
+        .expect("plain subscriber");
+
+    let t = Instant::now();
+    while !reply.matching_status().wait().expect("matching").matching() {
+        assert!(t.elapsed() < IO, "pong: the ping's reply subscriber never matched");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    send_msg(&conn, &Msg::Ready, &[]);
+    let (m, _) = recv_msg::<Msg>(&conn, Duration::MAX);
+    assert!(matches!(m, Msg::Stop), "pong: unexpected {m:?}");
+    // Receive threads block in recv; leave without tearing anything down.
+    std::process::exit(0);
+}
+
+// ---------------------------------------------------------------------------------
+// Ping
+// ---------------------------------------------------------------------------------
+
+type Replies = zenoh::pubsub::Subscriber<zenoh::handlers::FifoChannelHandler<zenoh::sample::Sample>>;
+
+fn wait_reply(replies: &Replies, path: u8, seq: u64) {
+    let t = Instant::now();
+    loop {
+        let left = REPLY_TIMEOUT.saturating_sub(t.elapsed());
+        let s = replies
+            .recv_timeout(left)
+            .expect("reply channel")
+            .unwrap_or_else(|| panic!("no reply to path {path} seq {seq} within {REPLY_TIMEOUT:?}"));
+        if parse_reply(&s.payload().to_bytes()) == Some((path, seq)) {
+            return;
+        }
+        // A late reply from an earlier round: ignore it.
+    }
+}
+
+/// Runs `one` for the warm-up, then the timed round trips; returns round trips in µs.
+fn rounds(args: &Args, mut one: impl FnMut() -> Duration) -> Vec<f64> {
+    let budget = Duration::from_secs_f64(args.max_secs);
+    let t = Instant::now();
+    for _ in 0..args.warmup {
+        one();
+        if t.elapsed() > budget / 4 {
+            break;
+        }
+    }
+    let t = Instant::now();
+    let mut rtt = Vec::with_capacity(args.iters);
+    for i in 0..args.iters {
+        rtt.push(one().as_secs_f64() * 1e6);
+        if i + 1 >= 5 && t.elapsed() > budget {
+            break;
+        }
+    }
+    rtt.sort_by(f64::total_cmp);
+    rtt
+}
+
+fn row(path: &str, backend: &str, size: usize, rtt: &[f64], extra: serde_json::Value) {
+    let mut out = json!({
+        "bench": "latency",
+        "path": path,
+        "backend": backend,
+        "size": size,
+        "n": rtt.len(),
+        "one_way_p50_us": percentile(rtt, 50.0) / 2.0,
+        "one_way_p99_us": percentile(rtt, 99.0) / 2.0,
+        "one_way_max_us": rtt.last().copied().unwrap_or(f64::NAN) / 2.0,
+        "rtt_p50_us": percentile(rtt, 50.0),
+    });
+    if let (Some(o), Some(e)) = (out.as_object_mut(), extra.as_object()) {
+        o.extend(e.clone());
+    }
+    println!("{out}");
+}
+
+/// Waits until `p` serves exactly `zero_copy` subscribers in place and, if `aware`,
+/// one GPU-aware subscriber by bytes, with nobody on the plain key.
+fn wait_route(p: &GpuPublisher, zero_copy: usize, aware: usize) {
+    let t = Instant::now();
+    let mut quiet = Instant::now();
+    loop {
+        let ok = p.zero_copy_subscribers() == zero_copy && p.aware_subscribers() == aware;
+        if !ok || p.plain_subscribers() {
+            quiet = Instant::now();
+        } else if quiet.elapsed() >= Duration::from_millis(200) {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{}: route not ready (zero-copy {} aware {} plain {})",
+            p.key(),
+            p.zero_copy_subscribers(),
+            p.aware_subscribers(),
+            p.plain_subscribers()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// One block round trip on `p`: waits for the previous block to come back (so the
+/// warm block is reused), loans, then times put → reply.
+fn block_round(p: &GpuPublisher, replies: &Replies, path: u8, size: usize) -> Duration {
+    let t = Instant::now();
+    while p.pool_stats().blocks_in_use > 0 {
+        assert!(t.elapsed() < REPLY_TIMEOUT, "{}: the previous block never came back", p.key());
+        std::thread::sleep(Duration::from_micros(10));
+    }
+    let loan = p.loan(size).expect("loan");
+    let t = Instant::now();
+    let r = p.put(loan).expect("put");
+    wait_reply(replies, path, r.seq);
+    t.elapsed()
+}
+
+fn main() {
+    if child_role().as_deref() == Some("pong") {
+        pong();
+        return;
+    }
+    let args = Args::parse();
+    let cuda = match args.backend.as_str() {
+        "cuda" => true,
+        "host" => false,
+        other => panic!("unknown backend {other:?} (cuda or host)"),
+    };
+    let port = free_tcp_port();
+    let session = GpuSession::open(
+        loopback_zenoh_config(Some(port), None, Some(PREFIX)),
+        zcs_config(if cuda { DeviceChoice::Cuda } else { DeviceChoice::Host }),
+    )
+    .wait()
+    .unwrap_or_else(|e| panic!("--backend {}: {e}", args.backend));
+    let backend = session.backend().to_string();
+    let z = session.zenoh();
+    let replies: Replies = z.declare_subscriber(REPLY_KEY).wait().expect("reply subscriber");
+    let zc_pub = session.declare_publisher(ZC_KEY).wait().expect("zero-copy publisher");
+    let cpu_pub = cuda.then(|| session.declare_publisher(CPU_KEY).wait().expect("cpu-bytes publisher"));
+    let base_pub = z.declare_publisher(BASE_KEY).wait().expect("plain publisher");
+
+    let name = SocketName::random_abstract();
+    let listener = ControlListener::bind(&name).expect("bind");
+    let child = spawn_child_bin(
+        "pong",
+        &[(PORT_ENV, port.to_string()), (SOCK_ENV, name.to_key_chunk()), (BACKEND_ENV, args.backend.clone())],
+    );
+    let conn = listener.accept_timeout(IO).expect("pong connects");
+    let (m, _) = recv_msg::<Msg>(&conn, IO);
+    assert!(matches!(m, Msg::Ready), "unexpected {m:?}");
+    wait_route(&zc_pub, 1, 1);
+    if let Some(p) = &cpu_pub {
+        wait_route(p, 0, 1);
+    }
+    let t = Instant::now();
+    while !base_pub.matching_status().wait().expect("matching").matching() {
+        assert!(t.elapsed() < IO, "the pong's plain subscriber never matched");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    let mut setup = json!({"bench": "latency-setup", "backend": backend, "iters": args.iters, "warmup": args.warmup,
+        "max_secs_per_row": args.max_secs, "transport": "zenoh peer, tcp 127.0.0.1, congestion control block"});
+    if let (Some(g), Some(o)) = (session.gpu(), setup.as_object_mut()) {
+        o.insert("gpu".into(), json!(g.name()));
+        o.insert("uuid".into(), json!(g.uuid().to_string()));
+    }
+    println!("{setup}");
+
+    let ready = if cuda { "read on the pong's stream, then stream synchronized" } else { "host bytes mapped" };
+    for &size in &args.sizes {
+        let before = zc_pub.stats().copies_out;
+        let rtt = rounds(&args, || block_round(&zc_pub, &replies, PATH_ZC, size));
+        let copies = zc_pub.stats().copies_out - before;
+        row("zero-copy", &backend, size, &rtt, json!({"ready": ready, "copies_out_with_warmup": copies}));
+    }
+    if let Some(p) = &cpu_pub {
+        for &size in &args.sizes {
+            let before = p.stats().copies_out;
+            let rtt = rounds(&args, || block_round(p, &replies, PATH_CPU, size));
+            let copies = p.stats().copies_out - before;
+            row(
+                "cpu-bytes",
+                &backend,
+                size,
+                &rtt,
+                json!({"ready": "D2H by the publisher, bytes over zenoh, H2D on the pong's stream, synchronized",
+                       "copies_out_with_warmup": copies}),
+            );
+        }
+    }
+    let mut seq = 0u64;
+    let payload_size = 64;
+    let rtt = rounds(&args, || {
+        seq += 1;
+        let mut payload = vec![0u8; payload_size];
+        payload[..8].copy_from_slice(&seq.to_le_bytes());
+        let t = Instant::now();
+        base_pub.put(payload).wait().expect("plain put");
+        wait_reply(&replies, PATH_BASE, seq);
+        t.elapsed()
+    });
+    row("zenoh-plain", "none", payload_size, &rtt, json!({"ready": "received"}));
+
+    send_msg(&conn, &Msg::Stop, &[]);
+    zcs_tests::wait_child(child, "pong", IO);
+}

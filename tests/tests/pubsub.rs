@@ -1,0 +1,1315 @@
+//! Pub/sub suite without a GPU: the whole protocol (tokens, handshake, descriptors,
+//! FD handout, leases, bytes fallbacks) between real processes, over real Zenoh
+//! sessions on loopback TCP, with sealed memfd ("host") blocks.
+//!
+//! Every test's parent process opens the Zenoh session that listens on
+//! `tcp/127.0.0.1:<free port>` (peer mode, no multicast scouting) and plays one side;
+//! the other sides are this test binary re-run as children (see `child_entry`), which
+//! connect to it (as does the raw session that injects bad input). Parent and children
+//! coordinate over a Unix control socket (test traffic only, never the data under
+//! test): the parent sends each child its [`Params`], the child says `Ready`, waits for
+//! `Go`, reports `Done` and waits for `Stop` (so publishers outlive their subscribers'
+//! last reads). Puts on the suite's keys use congestion control `Block` (see
+//! [`zenoh_config`]).
+//!
+//! `late_joiner_behind_a_slow_link_leaks_no_lease` and
+//! `forged_bytes_header_cannot_silence_a_publisher` guard two fixed bugs: leases charged
+//! for descriptors Zenoh did not yet route to a new subscriber, and a forged bytes
+//! header silencing a publisher through deduplication.
+//!
+//! Every payload is the [`fill_pattern`] of its sequence number (or of its index for
+//! plain publishers), and every byte of every message is checked; per publisher, each
+//! subscriber must see exactly `1..=N` in order (a late joiner: a contiguous suffix),
+//! and nothing more during a grace period after the last one.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::process::Child;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use zcs_tests::{child_role, recv_msg, send_msg, spawn_child, watchdog};
+use zenoh::Wait;
+use zenoh::qos::CongestionControl;
+use zenoh_cuda_shm::config::DeviceChoice;
+use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
+use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
+use zenoh_cuda_shm::pool::BlockKey;
+use zenoh_cuda_shm::protocol::{self, Announce, BytesHeader, Descriptor, Group};
+use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, GpuSubscriber, Path, PutReport, RecvError, ZcsConfig};
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+/// Environment variable carrying the parent's control socket to a child.
+const SOCK_ENV: &str = "ZCS_PUBSUB_SOCK";
+/// Bound on any single wait for a message, a child or a state change.
+const IO: Duration = Duration::from_secs(20);
+/// How long a subscriber watches for extra (duplicate or stray) messages after the last.
+const GRACE: Duration = Duration::from_millis(300);
+/// Each test must finish within this, or the process aborts.
+const TEST_LIMIT: Duration = Duration::from_secs(120);
+/// A SIGKILLed subscriber's blocks must be back in the publisher's pool within this.
+const RECLAIM_LIMIT: Duration = Duration::from_secs(1);
+
+type Sub = GpuSubscriber<flume::Receiver<GpuSample>>;
+
+// ---------------------------------------------------------------------------------
+// Test control messages (parent <-> children)
+// ---------------------------------------------------------------------------------
+
+/// Expected payload length of a message.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+enum LenRule {
+    /// Every message has this length.
+    Fixed(usize),
+    /// [`inline_len`] of the sequence number.
+    Inline,
+    /// Constant per publisher (publishers of one test use different lengths).
+    PerPublisher,
+}
+
+/// Expected delivery path of a message.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+enum PathRule {
+    /// Every message by this path.
+    Exact(Path),
+    /// [`inline_path`] of the sequence number.
+    Inline,
+    /// A late joiner: bytes until its handshake completes, then zero-copy only (and at
+    /// least one zero-copy message).
+    Handover,
+    /// Zero-copy up to this sequence number, bytes after (the lease limit was reached).
+    LeaseLimit(u64),
+}
+
+/// What a child does; sent by the parent as the first control message.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Params {
+    port: u16,
+    key: String,
+    /// Subscribers: messages to receive (late joiner: the last sequence number).
+    /// Publishers: messages per `Go`.
+    n: u64,
+    len: LenRule,
+    path: PathRule,
+    /// Subscribers: keep this many most recent samples alive.
+    hold: usize,
+    /// Subscribers: also report `Progress` after this many messages (0: never).
+    progress_at: u64,
+    /// Subscribers: declare only after `Go` and accept starting mid-stream.
+    late: bool,
+    /// Publishers: zero-copy subscribers to wait for before `Ready`.
+    zero_copy_subs: usize,
+    /// Plain subscribers: sequence number of the first message expected.
+    first_seq: u64,
+}
+
+impl Params {
+    fn new(port: u16, key: &str, n: u64, len: LenRule, path: PathRule) -> Self {
+        Self {
+            port,
+            key: key.to_owned(),
+            n,
+            len,
+            path,
+            hold: 0,
+            progress_at: 0,
+            late: false,
+            zero_copy_subs: 0,
+            first_seq: 1,
+        }
+    }
+}
+
+/// What a child saw, for the parent's assertions.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Summary {
+    received: u64,
+    first_seq: u64,
+    last_seq: u64,
+    /// Delivered samples by path, as the checker counted them.
+    by_path: Vec<(Path, u64)>,
+    /// The subscriber's counters.
+    sub: Option<SubCounts>,
+    /// The publisher's counters.
+    publ: Option<PubCounts>,
+}
+
+/// The [`zenoh_cuda_shm::SubscriberStats`] this suite checks.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+struct SubCounts {
+    zero_copy: u64,
+    cpu_bytes: u64,
+    inline: u64,
+    plain: u64,
+    duplicates: u64,
+    bad_descriptors: u64,
+    handshakes: u64,
+    releases: u64,
+}
+
+/// The [`zenoh_cuda_shm::PublisherStats`] this suite checks.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+struct PubCounts {
+    messages: u64,
+    copies_out: u64,
+    leases: u64,
+    descriptors: u64,
+    fd_denied: u64,
+    bad_releases: u64,
+}
+
+impl Summary {
+    fn path(&self, p: Path) -> u64 {
+        self.by_path.iter().find(|(q, _)| *q == p).map_or(0, |(_, n)| *n)
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Ctl {
+    Params(Params),
+    Ready,
+    Go,
+    Progress(Summary),
+    Done(Summary),
+    Stop,
+}
+
+// ---------------------------------------------------------------------------------
+// Helpers shared by parent and children
+// ---------------------------------------------------------------------------------
+
+/// Aborts the process unless dropped within `limit` (unlike `zcs_tests::watchdog`, a
+/// finished test disarms it, so it cannot fire during a later test).
+struct Watchdog {
+    _disarm_on_drop: mpsc::Sender<()>,
+}
+
+fn watchdog_guard(what: &'static str, limit: Duration) -> Watchdog {
+    let (tx, rx) = mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name("zcs-pubsub-watchdog".into())
+        .spawn(move || {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+                eprintln!("watchdog: {what} still running after {limit:?}; aborting");
+                std::process::abort();
+            }
+        })
+        .expect("spawn watchdog");
+    Watchdog { _disarm_on_drop: tx }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind :0").local_addr().unwrap().port()
+}
+
+fn endpoint(port: u16) -> String {
+    format!("[\"tcp/127.0.0.1:{port}\"]")
+}
+
+/// Root of every key this suite uses.
+const KEY_ROOT: &str = "zcs-test/pubsub";
+
+/// A peer-mode Zenoh config without multicast scouting that listens on `port`
+/// (the parent) or connects to it (everyone else).
+///
+/// Puts under [`KEY_ROOT`], our `@zcs` channels included, use congestion control
+/// `Block` instead of Zenoh's default `Drop`: with `Drop`, a loaded 2-core machine
+/// loses whole messages in Zenoh's queues (seen here as gaps in the bytes paths), and
+/// these tests count every sequence number of the library, not Zenoh's drop policy.
+fn zenoh_config(port: u16, listen: bool) -> zenoh::Config {
+    let mut c = zenoh::Config::default();
+    let mut set = |k: &str, v: &str| c.insert_json5(k, v).unwrap_or_else(|e| panic!("zenoh config {k} = {v}: {e}"));
+    set("mode", "\"peer\"");
+    set("scouting/multicast/enabled", "false");
+    let (l, k) = if listen { (endpoint(port), "[]".to_owned()) } else { ("[]".to_owned(), endpoint(port)) };
+    set("listen/endpoints", &l);
+    set("connect/endpoints", &k);
+    set(
+        "qos/publication",
+        &format!(
+            "[{{ key_exprs: [\"{KEY_ROOT}/**\", \"{KEY_ROOT}/**/@zcs/**\"], config: {{ congestion_control: \"block\" }} }}]"
+        ),
+    );
+    c
+}
+
+fn host_config() -> ZcsConfig {
+    ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() }
+}
+
+fn host_session(port: u16, listen: bool) -> GpuSession {
+    host_session_with(port, listen, host_config())
+}
+
+fn host_session_with(port: u16, listen: bool, cfg: ZcsConfig) -> GpuSession {
+    GpuSession::open(zenoh_config(port, listen), cfg).wait().expect("open host session")
+}
+
+fn raw_session(port: u16) -> zenoh::Session {
+    zenoh::open(zenoh_config(port, false)).wait().expect("open zenoh session")
+}
+
+/// A unique key per test and run, so parallel runs never meet.
+fn test_key(test: &str) -> String {
+    format!("{KEY_ROOT}/{}/{test}", std::process::id())
+}
+
+/// Polls `f` every millisecond until it holds; panics after `timeout`.
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Duration {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    t.elapsed()
+}
+
+/// Payload length of inline-test message `seq`: around and at the 64 KiB threshold,
+/// the last two just above it (those go through a block).
+fn inline_len(seq: u64) -> usize {
+    const LENS: [usize; 8] = [0, 1, 13, 1000, 4096, 32 * KIB + 3, 64 * KIB - 1, 64 * KIB];
+    match seq {
+        s if s > INLINE_N => 64 * KIB + 1 + (s - INLINE_N - 1) as usize * 40_000,
+        s => LENS[(s as usize - 1) % LENS.len()],
+    }
+}
+const INLINE_N: u64 = 40;
+const INLINE_BIG: u64 = 2;
+
+fn inline_path(seq: u64) -> Path {
+    if inline_len(seq) <= 64 * KIB { Path::Inline } else { Path::ZeroCopy }
+}
+
+/// Loans a block of `len` bytes, fills it with the pattern of `seq` and publishes it.
+fn publish_block(p: &GpuPublisher, seq: u64, len: usize) -> PutReport {
+    let mut loan = p.loan(len).expect("loan");
+    fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seq);
+    let r = p.put(loan).expect("put");
+    assert_eq!(r.seq, seq, "publisher numbered the message differently");
+    r
+}
+
+/// Waits until the publisher sees `k` GPU-aware subscribers, all on the zero-copy
+/// path, and no one on the plain key (the aware subscribers' `plain_listen: auto`
+/// listening has ended): from then on a put makes no copy.
+fn wait_zero_copy_only(p: &GpuPublisher, k: usize) {
+    wait_until(&format!("{k} zero-copy subscribers and no plain listener"), IO, || {
+        p.zero_copy_subscribers() >= k && p.aware_subscribers() == k && !p.plain_subscribers()
+    });
+}
+
+fn sub_counters(s: &Sub) -> SubCounts {
+    let st = s.stats();
+    SubCounts {
+        zero_copy: st.zero_copy,
+        cpu_bytes: st.cpu_bytes,
+        inline: st.inline,
+        plain: st.plain,
+        duplicates: st.duplicates,
+        bad_descriptors: st.bad_descriptors,
+        handshakes: st.handshakes,
+        releases: st.releases,
+    }
+}
+
+fn pub_counters(p: &GpuPublisher) -> PubCounts {
+    let st = p.stats();
+    PubCounts {
+        messages: st.messages,
+        copies_out: st.copies_out,
+        leases: st.leases,
+        descriptors: st.descriptors,
+        fd_denied: st.fd_denied,
+        bad_releases: st.bad_releases,
+    }
+}
+
+/// Waits until no block of the publisher's pool is loaned or leased; on timeout says
+/// what the pool, the publisher and `context` (the subscribers' summaries) report.
+fn wait_pool_empty(p: &GpuPublisher, context: &dyn std::fmt::Debug) {
+    let t = Instant::now();
+    while p.pool_stats().blocks_in_use != 0 {
+        if t.elapsed() > IO {
+            panic!(
+                "blocks still in use after {IO:?}:\npool {:?}\npublisher {:?}\ncontext {context:#?}",
+                p.pool_stats(),
+                p.stats()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Checks samples from our publishers: every byte against the pattern of its
+/// sequence number, the length and the path, and per publisher that sequence numbers
+/// are contiguous from 1 (or, for a late joiner, from the first one seen).
+struct Checker {
+    len: LenRule,
+    path: PathRule,
+    late: bool,
+    next: HashMap<u64, u64>,
+    lens: HashMap<u64, usize>,
+    last_path: HashMap<u64, Path>,
+    summary: Summary,
+}
+
+impl Checker {
+    fn new(len: LenRule, path: PathRule, late: bool) -> Self {
+        Self {
+            len,
+            path,
+            late,
+            next: HashMap::new(),
+            lens: HashMap::new(),
+            last_path: HashMap::new(),
+            summary: Summary::default(),
+        }
+    }
+
+    fn check(&mut self, s: &GpuSample) {
+        let info = s.info();
+        let (publisher, seq, path) = (info.publisher, info.seq, info.path);
+        assert_ne!(publisher, 0, "a sample from one of our publishers carries its instance id");
+        let start = if self.late { seq } else { 1 };
+        let next = self.next.entry(publisher).or_insert(start);
+        assert_eq!(
+            seq,
+            *next,
+            "publisher {publisher:016x}: expected seq {next}, got {seq} by {path} (gap or duplicate; previous by {:?})",
+            self.last_path.get(&publisher)
+        );
+        *next += 1;
+        let bytes = s.host_bytes().expect("host sessions read every sample as host bytes");
+        assert_eq!(bytes.len(), s.len());
+        match self.len {
+            LenRule::Fixed(n) => assert_eq!(bytes.len(), n, "seq {seq}: length"),
+            LenRule::Inline => assert_eq!(bytes.len(), inline_len(seq), "seq {seq}: length"),
+            LenRule::PerPublisher => {
+                let l = *self.lens.entry(publisher).or_insert(bytes.len());
+                assert_eq!(bytes.len(), l, "publisher {publisher:016x} seq {seq}: length changed");
+            }
+        }
+        if let Some((first, bad)) = check_pattern(&bytes, 0, seq) {
+            panic!("publisher {publisher:016x} seq {seq} ({path}): {bad} wrong bytes, the first at offset {first}");
+        }
+        match self.path {
+            PathRule::Exact(p) => assert_eq!(path, p, "seq {seq}: path"),
+            PathRule::Inline => assert_eq!(path, inline_path(seq), "seq {seq} ({} bytes): path", bytes.len()),
+            PathRule::LeaseLimit(k) => {
+                let want = if seq <= k { Path::ZeroCopy } else { Path::CpuBytes };
+                assert_eq!(path, want, "seq {seq}: path");
+            }
+            PathRule::Handover => {
+                assert!(matches!(path, Path::CpuBytes | Path::ZeroCopy), "seq {seq}: path {path}");
+                if self.last_path.get(&publisher) == Some(&Path::ZeroCopy) {
+                    assert_eq!(path, Path::ZeroCopy, "seq {seq}: back to bytes after the zero-copy path");
+                }
+            }
+        }
+        self.last_path.insert(publisher, path);
+        let sm = &mut self.summary;
+        if sm.received == 0 {
+            sm.first_seq = seq;
+        }
+        sm.received += 1;
+        sm.last_seq = seq;
+        match sm.by_path.iter_mut().find(|(p, _)| *p == path) {
+            Some((_, n)) => *n += 1,
+            None => sm.by_path.push((path, 1)),
+        }
+    }
+
+    fn finish(&self) {
+        if matches!(self.path, PathRule::Handover) {
+            assert!(self.summary.path(Path::ZeroCopy) > 0, "the late joiner never reached the zero-copy path");
+        }
+    }
+}
+
+/// Receives one sample within [`IO`].
+fn recv(sub: &Sub, what: &str) -> GpuSample {
+    match sub.recv_timeout(IO) {
+        Ok(s) => s,
+        Err(e) => panic!("{what}: no sample within {IO:?}: {e}"),
+    }
+}
+
+/// Asserts that nothing more arrives during [`GRACE`].
+fn assert_quiet(sub: &Sub, what: &str) {
+    match sub.recv_timeout(GRACE) {
+        Err(RecvError::Timeout) => {}
+        Ok(s) => panic!("{what}: unexpected extra sample {:?}", s.info()),
+        Err(e) => panic!("{what}: {e}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Parent side: children and their control connections
+// ---------------------------------------------------------------------------------
+
+struct Kid {
+    what: String,
+    child: Option<Child>,
+    conn: ControlConn,
+}
+
+/// The children of one test. Dropping it kills those still running, so a failed
+/// test leaves no process behind.
+struct Kids {
+    listener: ControlListener,
+    name: SocketName,
+    kids: Vec<Kid>,
+}
+
+impl Kids {
+    fn new() -> Self {
+        let name = SocketName::random_abstract();
+        let listener = ControlListener::bind(&name).expect("bind the test control socket");
+        Self { listener, name, kids: Vec::new() }
+    }
+
+    /// Starts a child in `role`, sends it `params` and waits for its `Ready`.
+    fn spawn(&mut self, role: &str, params: Params) -> usize {
+        let mut child = spawn_child("child_entry", role, &[(SOCK_ENV, self.name.to_key_chunk())]);
+        let what = format!("{role}#{}", self.kids.len());
+        let conn = match self.listener.accept_timeout(IO) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = child.kill();
+                panic!("{what} did not connect: {e}; child status {:?}", child.wait());
+            }
+        };
+        send_msg(&conn, &Ctl::Params(params), &[]);
+        self.kids.push(Kid { what, child: Some(child), conn });
+        let i = self.kids.len() - 1;
+        match self.recv(i) {
+            Ctl::Ready => i,
+            other => panic!("{}: expected Ready, got {other:?}", self.kids[i].what),
+        }
+    }
+
+    fn send(&self, i: usize, msg: &Ctl) {
+        send_msg(&self.kids[i].conn, msg, &[]);
+    }
+
+    /// The next control message of child `i`; if it died instead, says how.
+    fn recv(&mut self, i: usize) -> Ctl {
+        let kid = &mut self.kids[i];
+        match kid.conn.recv(IO) {
+            Ok(frame) => postcard::from_bytes(&frame.bytes).expect("decode control message"),
+            Err(e) => {
+                let status = kid.child.as_mut().and_then(|c| {
+                    let t = Instant::now();
+                    loop {
+                        match c.try_wait() {
+                            Ok(Some(s)) => break Some(s),
+                            _ if t.elapsed() > Duration::from_secs(2) => break None,
+                            _ => std::thread::sleep(Duration::from_millis(10)),
+                        }
+                    }
+                });
+                panic!("{}: control connection failed ({e}); child status {status:?} (its output is above)", kid.what)
+            }
+        }
+    }
+
+    fn done(&mut self, i: usize) -> Summary {
+        match self.recv(i) {
+            Ctl::Done(s) => s,
+            other => panic!("{}: expected Done, got {other:?}", self.kids[i].what),
+        }
+    }
+
+    fn progress(&mut self, i: usize) -> Summary {
+        match self.recv(i) {
+            Ctl::Progress(s) => s,
+            other => panic!("{}: expected Progress, got {other:?}", self.kids[i].what),
+        }
+    }
+
+    /// SIGKILLs child `i` and reaps it.
+    fn kill(&mut self, i: usize) -> std::process::ExitStatus {
+        let mut c = self.kids[i].child.take().expect("child running");
+        c.kill().expect("SIGKILL");
+        c.wait().expect("reap")
+    }
+
+    /// Tells every child still running to stop and waits for each to exit successfully.
+    fn finish(mut self) {
+        for k in &self.kids {
+            if k.child.is_some() {
+                send_msg(&k.conn, &Ctl::Stop, &[]);
+            }
+        }
+        for k in &mut self.kids {
+            if let Some(c) = k.child.take() {
+                zcs_tests::wait_child(c, &k.what, IO);
+            }
+        }
+    }
+}
+
+impl Drop for Kids {
+    fn drop(&mut self) {
+        for k in &mut self.kids {
+            if let Some(mut c) = k.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------
+
+/// One publisher (this process) to `k` subscriber processes, all on the zero-copy
+/// path from the first message: no copy, one lease per subscriber per message, every
+/// block back in the pool once the subscribers have dropped their samples.
+fn fan_out(test: &'static str, k: usize, n: u64, len: usize) {
+    let _w = watchdog_guard(test, TEST_LIMIT);
+    let t = Instant::now();
+    let (port, key) = (free_port(), test_key(test));
+    let session = host_session(port, true);
+    let publisher = session.declare_publisher(key.clone()).wait().expect("declare publisher");
+    let mut kids = Kids::new();
+    let subs: Vec<usize> = (0..k)
+        .map(|_| kids.spawn("sub", Params::new(port, &key, n, LenRule::Fixed(len), PathRule::Exact(Path::ZeroCopy))))
+        .collect();
+    wait_zero_copy_only(&publisher, k);
+    for seq in 1..=n {
+        let r = publish_block(&publisher, seq, len);
+        assert_eq!((r.zero_copy, r.copied_out, r.plain, r.aware_bytes), (k, false, false, false), "seq {seq}: {r:?}");
+    }
+    let summaries: Vec<Summary> = subs.iter().map(|&i| kids.done(i)).collect();
+    for s in &summaries {
+        assert_eq!((s.received, s.first_seq, s.last_seq, s.path(Path::ZeroCopy)), (n, 1, n, n), "{s:?}");
+        let SubCounts { zero_copy, cpu_bytes, inline, plain, duplicates, bad_descriptors: bad, handshakes, .. } =
+            s.sub.unwrap();
+        assert_eq!((zero_copy, cpu_bytes, inline, plain, duplicates, bad, handshakes), (n, 0, 0, 0, 0, 0, 1));
+    }
+    // The subscribers are alive but hold nothing: every lease came back by release.
+    wait_pool_empty(&publisher, &summaries);
+    let st = publisher.stats();
+    assert_eq!((st.messages, st.copies_out, st.leases, st.descriptors), (n, 0, n * k as u64, n));
+    assert_eq!((st.fd_denied, st.bad_releases, st.handshakes, st.lease_limited), (0, 0, k as u64, 0));
+    kids.finish();
+    println!(
+        "{test}: {k} subscriber(s) x {n} x {} KiB zero-copy, every byte checked, no copy; {} blocks allocated; {:.2} s",
+        len / KIB,
+        publisher.pool_stats().allocations,
+        t.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn host_zero_copy_one_to_one() {
+    fan_out("host_zero_copy_one_to_one", 1, 24, 3 * MIB + 5);
+}
+
+#[test]
+fn host_zero_copy_one_to_three() {
+    fan_out("host_zero_copy_one_to_three", 3, 16, MIB + 3);
+}
+
+#[test]
+fn host_zero_copy_three_publishers_one_subscriber() {
+    const TEST: &str = "host_zero_copy_three_publishers_one_subscriber";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let t = Instant::now();
+    let (port, key, n) = (free_port(), test_key(TEST), 16);
+    let session = host_session(port, true);
+    let sub = session.declare_subscriber(key.clone()).wait().expect("declare subscriber");
+    let mut kids = Kids::new();
+    let lens: Vec<usize> = (0..3).map(|i| MIB + 4096 * i + 1).collect();
+    let pubs: Vec<usize> = lens
+        .iter()
+        .map(|&len| {
+            let mut p = Params::new(port, &key, n, LenRule::Fixed(len), PathRule::Exact(Path::ZeroCopy));
+            p.zero_copy_subs = 1;
+            kids.spawn("pub", p)
+        })
+        .collect();
+    wait_until("three zero-copy links", IO, || sub.publishers().iter().filter(|(_, zc)| *zc).count() == 3);
+    for &i in &pubs {
+        kids.send(i, &Ctl::Go); // all three publish at once
+    }
+    let mut checker = Checker::new(LenRule::PerPublisher, PathRule::Exact(Path::ZeroCopy), false);
+    for _ in 0..3 * n {
+        checker.check(&recv(&sub, TEST));
+    }
+    assert_quiet(&sub, TEST);
+    assert_eq!(checker.next.len(), 3, "three publishers");
+    assert!(checker.next.values().all(|&next| next == n + 1), "every publisher complete: {:?}", checker.next);
+    let seen: HashSet<usize> = checker.lens.values().copied().collect();
+    assert_eq!(seen, lens.iter().copied().collect(), "each publisher's messages kept their own length");
+    for &i in &pubs {
+        let s = kids.done(i);
+        let PubCounts { messages, copies_out, leases, descriptors, fd_denied, bad_releases } = s.publ.unwrap();
+        assert_eq!((messages, copies_out, leases, descriptors, fd_denied, bad_releases), (n, 0, n, n, 0, 0));
+    }
+    let SubCounts { zero_copy, cpu_bytes, duplicates, bad_descriptors: bad, handshakes, .. } = sub_counters(&sub);
+    assert_eq!((zero_copy, cpu_bytes, duplicates, bad, handshakes), (3 * n, 0, 0, 0, 3));
+    kids.finish();
+    println!("{TEST}: 3 x {n} messages in order per publisher, every byte checked; {:.2} s", t.elapsed().as_secs_f64());
+}
+
+/// Phase A: two zero-copy subscribers only: no copy at all. Phase B: a plain Zenoh
+/// subscriber joins: exactly one copy per message, shared by everyone who needs bytes,
+/// while the aware subscribers stay on the zero-copy path.
+#[test]
+fn copy_out_only_when_someone_needs_bytes() {
+    const TEST: &str = "copy_out_only_when_someone_needs_bytes";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let t = Instant::now();
+    let (port, key, n, len) = (free_port(), test_key(TEST), 10, 2 * MIB + 1);
+    let session = host_session(port, true);
+    let publisher = session.declare_publisher(key.clone()).wait().expect("declare publisher");
+    let mut kids = Kids::new();
+    let aware: Vec<usize> = (0..2)
+        .map(|_| {
+            kids.spawn("sub", Params::new(port, &key, 2 * n, LenRule::Fixed(len), PathRule::Exact(Path::ZeroCopy)))
+        })
+        .collect();
+    wait_zero_copy_only(&publisher, 2);
+    for seq in 1..=n {
+        let r = publish_block(&publisher, seq, len);
+        assert_eq!((r.zero_copy, r.copied_out, r.plain, r.aware_bytes), (2, false, false, false), "seq {seq}: {r:?}");
+    }
+    assert_eq!(publisher.stats().copies_out, 0, "zero-copy subscribers only: no copy");
+
+    let mut p = Params::new(port, &key, n, LenRule::Fixed(len), PathRule::Exact(Path::Plain));
+    p.first_seq = n + 1;
+    let plain = kids.spawn("plain_sub", p);
+    wait_until("the plain subscriber to match", IO, || publisher.plain_subscribers());
+    for seq in n + 1..=2 * n {
+        let r = publish_block(&publisher, seq, len);
+        assert_eq!((r.zero_copy, r.copied_out, r.plain, r.aware_bytes), (2, true, true, false), "seq {seq}: {r:?}");
+    }
+    let st = publisher.stats();
+    assert_eq!((st.copies_out, st.copied_bytes, st.plain_puts, st.aware_bytes_puts), (n, n * len as u64, n, 0));
+    assert_eq!((st.messages, st.leases), (2 * n, 4 * n));
+    let summaries: Vec<Summary> = aware.iter().map(|&i| kids.done(i)).collect();
+    for s in &summaries {
+        assert_eq!((s.received, s.last_seq, s.path(Path::ZeroCopy)), (2 * n, 2 * n, 2 * n), "{s:?}");
+        let SubCounts { zero_copy, cpu_bytes, plain, duplicates, .. } = s.sub.unwrap();
+        assert_eq!((zero_copy, cpu_bytes, plain, duplicates), (2 * n, 0, 0, 0));
+    }
+    let s = kids.done(plain);
+    assert_eq!((s.received, s.first_seq, s.last_seq), (n, n + 1, 2 * n), "{s:?}");
+    wait_pool_empty(&publisher, &summaries);
+    kids.finish();
+    println!(
+        "{TEST}: phase A {n} msgs, 0 copies; phase B {n} msgs, {} copies for 1 plain + 2 zero-copy subscribers; {:.2} s",
+        st.copies_out,
+        t.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn plain_publisher_reaches_aware_subscriber() {
+    const TEST: &str = "plain_publisher_reaches_aware_subscriber";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let t = Instant::now();
+    let (port, key, n, len) = (free_port(), test_key(TEST), 20, 200 * KIB + 7);
+    let session = host_session(port, true); // plain_listen: auto (the default)
+    let sub = session.declare_subscriber(key.clone()).wait().expect("declare subscriber");
+    let mut kids = Kids::new();
+    let p = kids.spawn("plain_pub", Params::new(port, &key, n, LenRule::Fixed(len), PathRule::Exact(Path::Plain)));
+    kids.send(p, &Ctl::Go);
+    for i in 1..=n {
+        let s = recv(&sub, TEST);
+        let info = s.info();
+        assert_eq!((info.path, info.publisher, info.seq, info.meta.as_ref()), (Path::Plain, 0, 0, None), "msg {i}");
+        assert_eq!(info.key, key);
+        let bytes = s.host_bytes().expect("bytes");
+        assert_eq!(bytes.len(), len, "msg {i}: length");
+        assert_eq!(check_pattern(&bytes, 0, i), None, "msg {i}: content");
+    }
+    assert_quiet(&sub, TEST);
+    kids.done(p);
+    let SubCounts { zero_copy, cpu_bytes, inline, plain, duplicates, bad_descriptors: bad, .. } = sub_counters(&sub);
+    assert_eq!((zero_copy, cpu_bytes, inline, plain, duplicates, bad), (0, 0, 0, n, 0, 0));
+    assert!(sub.publishers().is_empty(), "a plain publisher is not one of ours");
+    kids.finish();
+    println!("{TEST}: {n} plain messages (half with a foreign attachment) delivered as Plain; {:.2} s", elapsed(t));
+}
+
+fn elapsed(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64()
+}
+
+/// What [`late_join`] saw.
+struct LateJoin {
+    /// The last sequence number published before the late joiner subscribed.
+    join_at: u64,
+    /// The late joiner's first sequence number.
+    first_seq: u64,
+    /// Blocks still leased while both subscribers were alive and held nothing.
+    stuck: usize,
+}
+
+/// A publisher streams `n` messages at a fixed rate to an early subscriber; a second
+/// subscriber starts mid-stream (its Zenoh traffic to the publisher delayed by
+/// `slow_link`, if given). Checks that the late joiner gets a contiguous suffix — bytes
+/// until its handshake completes, zero-copy after, no gap and no duplicate at the
+/// switch — and that every block comes back once the subscribers are gone; returns
+/// how many blocks were still leased while both were alive and idle.
+fn late_join(test: &'static str, slow_link: Option<Duration>) -> LateJoin {
+    let t = Instant::now();
+    let (port, key, n, len, join_at) = (free_port(), test_key(test), 240, 256 * KIB + 9, 40);
+    let period = Duration::from_millis(5);
+    // A subscriber that falls behind by more than its lease limit gets bytes instead
+    // (see `lease_limit_falls_back_to_bytes_without_gaps`): lift the limit here so the
+    // paths seen are the handover's alone, however slow the machine.
+    let mut cfg = host_config();
+    cfg.pool.max_holds_per_holder = 1024;
+    let session = host_session_with(port, true, cfg);
+    let publisher = session.declare_publisher(key.clone()).wait().expect("declare publisher");
+    let mut kids = Kids::new();
+    let early = kids.spawn("sub", Params::new(port, &key, n, LenRule::Fixed(len), PathRule::Exact(Path::ZeroCopy)));
+    let late_port = slow_link.map_or(port, |d| delaying_proxy(port, d));
+    let mut p = Params::new(late_port, &key, n, LenRule::Fixed(len), PathRule::Handover);
+    p.late = true;
+    let late = kids.spawn("sub", p); // session open; declares its subscriber on Go
+    wait_zero_copy_only(&publisher, 1);
+    let mut next = Instant::now();
+    let mut copies_at_join = 0;
+    for seq in 1..=n {
+        if seq == join_at + 1 {
+            copies_at_join = publisher.stats().copies_out;
+            kids.send(late, &Ctl::Go);
+        }
+        publish_block(&publisher, seq, len);
+        next += period;
+        if let Some(d) = next.checked_duration_since(Instant::now()) {
+            std::thread::sleep(d);
+        }
+    }
+    assert_eq!(copies_at_join, 0);
+    let e = kids.done(early);
+    assert_eq!((e.received, e.first_seq, e.last_seq, e.path(Path::ZeroCopy)), (n, 1, n, n), "{e:?}");
+    let l = kids.done(late);
+    assert!(l.first_seq > join_at, "the late joiner got seq {} published before it subscribed", l.first_seq);
+    assert!(n - l.first_seq >= 40, "the late joiner started too late to test anything: {l:?}");
+    assert_eq!((l.received, l.last_seq), (n - l.first_seq + 1, n), "{l:?}");
+    let st = publisher.stats();
+    assert_eq!(st.lease_limited, 0);
+    // Both subscribers are idle and hold nothing. Their releases travel over their
+    // control connections; give them time to land, then count what is still leased.
+    let settle = Instant::now();
+    while publisher.pool_stats().blocks_in_use != 0 && settle.elapsed() < Duration::from_millis(500) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let stuck = publisher.pool_stats().blocks_in_use;
+    kids.finish();
+    // Gone subscribers' leases are released with their connections, stuck ones included.
+    wait_pool_empty(&publisher, &(&e, &l));
+    println!(
+        "{test}: late joiner got seq {}..={n} ({} as bytes, {} zero-copy; publisher copies out {}); \
+         {stuck} block(s) leased for messages it never got; {:.2} s",
+        l.first_seq,
+        l.path(Path::CpuBytes),
+        l.path(Path::ZeroCopy),
+        st.copies_out,
+        elapsed(t)
+    );
+    LateJoin { join_at, first_seq: l.first_seq, stuck }
+}
+
+#[test]
+fn late_joiner_gets_contiguous_suffix() {
+    const TEST: &str = "late_joiner_gets_contiguous_suffix";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let r = late_join(TEST, None);
+    assert_eq!(r.stuck, 0, "blocks leased to the live, idle late joiner for messages it never received");
+}
+
+/// The handshake (over the Unix socket) can complete before the publisher's Zenoh
+/// session routes the new subscriber's descriptor subscription; here the joiner's
+/// Zenoh link is slowed by 100 ms to make that certain, as a router hop or a loaded
+/// machine can. The publisher must not charge leases for descriptors Zenoh would not
+/// deliver: it marks the subscriber ready only after a probe sent through Zenoh on the
+/// descriptor key came back over the socket.
+#[test]
+fn late_joiner_behind_a_slow_link_leaks_no_lease() {
+    const TEST: &str = "late_joiner_behind_a_slow_link_leaks_no_lease";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let r = late_join(TEST, Some(Duration::from_millis(100)));
+    assert_eq!(r.stuck, 0, "blocks leased to the live, idle late joiner for messages it never received");
+}
+
+/// A TCP proxy to `127.0.0.1:port` for one connection, that delays what the client
+/// sends by `delay` (what the server sends passes at once). Returns its port.
+fn delaying_proxy(port: u16, delay: Duration) -> u16 {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+    let proxy_port = listener.local_addr().unwrap().port();
+    let pump = |mut from: TcpStream, mut to: TcpStream, delay: Duration| {
+        let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 * KIB];
+            while let Ok(n @ 1..) = from.read(&mut buf) {
+                if tx.send((Instant::now() + delay, buf[..n].to_vec())).is_err() {
+                    break;
+                }
+            }
+        });
+        std::thread::spawn(move || {
+            for (due, chunk) in rx {
+                if let Some(d) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(d);
+                }
+                if to.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+            let _ = to.shutdown(std::net::Shutdown::Both);
+        });
+    };
+    std::thread::spawn(move || {
+        let (client, _) = listener.accept().expect("proxy accept");
+        let server = TcpStream::connect(("127.0.0.1", port)).expect("proxy connect");
+        let _ = (client.set_nodelay(true), server.set_nodelay(true));
+        pump(client.try_clone().unwrap(), server.try_clone().unwrap(), delay);
+        pump(server, client, Duration::ZERO);
+    });
+    proxy_port
+}
+
+/// A subscriber holding samples is SIGKILLed: every block it held returns to the
+/// publisher's pool at once, and the publisher and another subscriber carry on.
+#[test]
+fn sigkilled_holder_returns_its_blocks() {
+    use std::os::unix::process::ExitStatusExt;
+    const TEST: &str = "sigkilled_holder_returns_its_blocks";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let t = Instant::now();
+    let (port, key, len) = (free_port(), test_key(TEST), MIB + 11);
+    let (m1, m2, hold) = (20, 20, 8);
+    let session = host_session(port, true);
+    let publisher = session.declare_publisher(key.clone()).wait().expect("declare publisher");
+    let mut kids = Kids::new();
+    let mut p = Params::new(port, &key, m1, LenRule::Fixed(len), PathRule::Exact(Path::ZeroCopy));
+    p.hold = hold;
+    let holder = kids.spawn("sub", p);
+    let mut p = Params::new(port, &key, m1 + m2, LenRule::Fixed(len), PathRule::Exact(Path::ZeroCopy));
+    p.progress_at = m1;
+    let survivor = kids.spawn("sub", p);
+    wait_zero_copy_only(&publisher, 2);
+    for seq in 1..=m1 {
+        let r = publish_block(&publisher, seq, len);
+        assert_eq!(r.zero_copy, 2, "seq {seq}");
+    }
+    assert_eq!(kids.done(holder).received, m1);
+    assert_eq!(kids.progress(survivor).received, m1);
+    wait_until("the survivor's releases", IO, || publisher.pool_stats().blocks_in_use == hold);
+
+    // Timed from just before the SIGKILL: the kill and the reaping are included.
+    let killed = Instant::now();
+    let status = kids.kill(holder);
+    let reaped = killed.elapsed();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    while publisher.pool_stats().blocks_in_use != 0 {
+        assert!(killed.elapsed() < RECLAIM_LIMIT, "blocks still held {:?} after the kill", killed.elapsed());
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let reclaimed = killed.elapsed();
+    // They came back because the holder's connection ended (the counters are bumped
+    // just after the blocks are freed, hence the wait).
+    wait_until("the dead holder's releases to be counted", IO, || {
+        publisher.pool_stats().holder_releases == hold as u64 && publisher.stats().disconnects == 1
+    });
+    wait_until("the publisher to drop the dead link", IO, || publisher.zero_copy_subscribers() == 1);
+
+    for seq in m1 + 1..=m1 + m2 {
+        let r = publish_block(&publisher, seq, len);
+        assert_eq!(r.zero_copy, 1, "seq {seq}: {r:?}");
+    }
+    let s = kids.done(survivor);
+    assert_eq!((s.received, s.first_seq, s.last_seq, s.path(Path::ZeroCopy)), (m1 + m2, 1, m1 + m2, m1 + m2));
+    wait_pool_empty(&publisher, &s);
+    kids.finish();
+    println!(
+        "{TEST}: {hold} blocks held by the SIGKILLed subscriber back in the pool {:.3} ms after the kill \
+         (reaped after {:.3} ms); {:.2} s",
+        reclaimed.as_secs_f64() * 1e3,
+        reaped.as_secs_f64() * 1e3,
+        elapsed(t)
+    );
+}
+
+/// A subscriber that holds on to every sample reaches its lease limit: from then on
+/// it gets every message as bytes (one copy each), with no gap, and the blocks it holds
+/// come back when it exits.
+#[test]
+fn lease_limit_falls_back_to_bytes_without_gaps() {
+    const TEST: &str = "lease_limit_falls_back_to_bytes_without_gaps";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let t = Instant::now();
+    let (port, key, n, len, limit) = (free_port(), test_key(TEST), 12, MIB + 17, 4);
+    let mut cfg = host_config();
+    cfg.pool.max_holds_per_holder = limit;
+    let session = host_session_with(port, true, cfg);
+    let publisher = session.declare_publisher(key.clone()).wait().expect("declare publisher");
+    let mut kids = Kids::new();
+    let mut p = Params::new(port, &key, n, LenRule::Fixed(len), PathRule::LeaseLimit(limit as u64));
+    p.hold = n as usize;
+    let sub = kids.spawn("sub", p);
+    wait_zero_copy_only(&publisher, 1);
+    for seq in 1..=n {
+        let r = publish_block(&publisher, seq, len);
+        let zc = seq <= limit as u64;
+        assert_eq!((r.zero_copy, r.copied_out, r.aware_bytes), (usize::from(zc), !zc, !zc), "seq {seq}: {r:?}");
+    }
+    let s = kids.done(sub);
+    let SubCounts { zero_copy, cpu_bytes, duplicates, .. } = s.sub.unwrap();
+    assert_eq!((s.received, s.last_seq, zero_copy, cpu_bytes, duplicates), (n, n, limit as u64, n - limit as u64, 0));
+    let st = publisher.stats();
+    let over = n - limit as u64;
+    assert_eq!((st.lease_limited, st.copies_out, st.aware_bytes_puts, st.plain_puts), (over, over, over, 0));
+    assert_eq!(publisher.pool_stats().blocks_in_use, limit, "the subscriber still holds its leased blocks");
+    kids.finish();
+    wait_pool_empty(&publisher, &s);
+    println!(
+        "{TEST}: {limit} zero-copy, then {over} as bytes, contiguous; blocks back after exit; {:.2} s",
+        elapsed(t)
+    );
+}
+
+#[test]
+fn small_messages_travel_inline() {
+    const TEST: &str = "small_messages_travel_inline";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let t = Instant::now();
+    let (port, key, n) = (free_port(), test_key(TEST), INLINE_N + INLINE_BIG);
+    let session = host_session(port, true);
+    let publisher = session.declare_publisher(key.clone()).wait().expect("declare publisher");
+    let mut kids = Kids::new();
+    let sub = kids.spawn("sub", Params::new(port, &key, n, LenRule::Inline, PathRule::Inline));
+    wait_zero_copy_only(&publisher, 1);
+    for seq in 1..=n {
+        let mut data = vec![0u8; inline_len(seq)];
+        fill_pattern(&mut data, 0, seq);
+        let r = publisher.put_bytes(&data).expect("put_bytes");
+        assert_eq!(r.seq, seq);
+        let expect_zc = usize::from(inline_path(seq) == Path::ZeroCopy);
+        assert_eq!((r.zero_copy, r.copied_out, r.plain), (expect_zc, false, false), "seq {seq}: {r:?}");
+    }
+    let s = kids.done(sub);
+    assert_eq!((s.received, s.path(Path::Inline), s.path(Path::ZeroCopy)), (n, INLINE_N, INLINE_BIG), "{s:?}");
+    let SubCounts { zero_copy, cpu_bytes, inline, duplicates, .. } = s.sub.unwrap();
+    assert_eq!((zero_copy, cpu_bytes, inline, duplicates), (INLINE_BIG, 0, INLINE_N, 0));
+    let st = publisher.stats();
+    assert_eq!((st.messages, st.inline, st.copies_out), (n, INLINE_N, 0));
+    kids.finish();
+    println!("{TEST}: {INLINE_N} messages of 0..=64 KiB inline, {INLINE_BIG} just above by block; {:.2} s", elapsed(t));
+}
+
+/// A subscriber (this process) on the zero-copy path from one publisher process, and
+/// a raw Zenoh session to throw bad input at it.
+struct Target {
+    _session: GpuSession,
+    sub: Sub,
+    kids: Kids,
+    publ: usize,
+    publisher_id: u64,
+    checker: Checker,
+    raw: zenoh::Session,
+    key: String,
+    n: u64,
+}
+
+impl Target {
+    fn new(test: &str) -> Self {
+        let (port, key, n, len) = (free_port(), test_key(test), 5, MIB + 13);
+        let session = host_session(port, true);
+        let sub = session.declare_subscriber(key.clone()).wait().expect("declare subscriber");
+        let mut kids = Kids::new();
+        let mut p = Params::new(port, &key, n, LenRule::Fixed(len), PathRule::Exact(Path::ZeroCopy));
+        p.zero_copy_subs = 1;
+        let publ = kids.spawn("pub", p);
+        wait_until("a zero-copy link", IO, || sub.publishers().iter().any(|(_, zc)| *zc));
+        let publisher_id = sub.publishers()[0].0;
+        let checker = Checker::new(LenRule::Fixed(len), PathRule::Exact(Path::ZeroCopy), false);
+        let raw = raw_session(port);
+        Self { _session: session, sub, kids, publ, publisher_id, checker, raw, key, n }
+    }
+
+    /// The publisher sends its next `n` messages; all must arrive, in order, right.
+    fn real_messages(&mut self, what: &str) {
+        self.kids.send(self.publ, &Ctl::Go);
+        for _ in 0..self.n {
+            self.checker.check(&recv(&self.sub, what));
+        }
+        assert_quiet(&self.sub, what);
+        self.kids.done(self.publ);
+    }
+
+    fn put(&self, key: &str, payload: Vec<u8>, attachment: Option<Vec<u8>>) {
+        let b = self.raw.put(key, payload).congestion_control(CongestionControl::Block);
+        match attachment {
+            Some(a) => b.attachment(a).wait(),
+            None => b.wait(),
+        }
+        .expect("raw put")
+    }
+
+    /// A bytes header naming the real publisher, with an absurd sequence number that
+    /// would shadow the real stream if it were believed.
+    fn forged_header(&self) -> Vec<u8> {
+        let h =
+            BytesHeader { publisher: self.publisher_id, seq: 1 << 40, timestamp_ns: 1, from_block: true, tag: 0, meta: None };
+        protocol::encode_attachment(&h)
+    }
+}
+
+/// Hostile input on our channels: malformed, truncated, future-version and forged
+/// descriptors, and garbage bytes with and without an attachment. Nothing wrong is
+/// delivered, the subscriber counts what it drops, and the real stream goes on.
+#[test]
+fn bad_input_on_our_channels_is_dropped() {
+    const TEST: &str = "bad_input_on_our_channels_is_dropped";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let t = Instant::now();
+    let mut x = Target::new(TEST);
+    x.real_messages(TEST);
+
+    // Garbage on the bytes channel: no attachment, a foreign one, ours but malformed,
+    // ours from a future version, ours truncated.
+    let bytes_key = protocol::bytes_key(&x.key);
+    let good_att = x.forged_header();
+    let mut future_att = good_att.clone();
+    future_att[4] = 2;
+    let garbage = vec![0xa5u8; 4096];
+    x.put(&bytes_key, garbage.clone(), None);
+    x.put(&bytes_key, garbage.clone(), Some(b"rmw-foreign-attachment".to_vec()));
+    x.put(&bytes_key, garbage.clone(), Some(b"ZCS\x01\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff".to_vec()));
+    x.put(&bytes_key, garbage.clone(), Some(future_att));
+    x.put(&bytes_key, garbage, Some(good_att[..good_att.len() - 2].to_vec()));
+
+    // Descriptors: a forgery naming the real publisher and (among 1..=5) our holder id,
+    // with a made-up capability and an absurd sequence number that would shadow the
+    // real stream if it were believed.
+    let group = Group { boot_id: zenoh_cuda_shm::host::boot_id().unwrap(), device: "host".into() };
+    let desc_key = protocol::descriptor_key(&x.key, &group);
+    let forged = Descriptor {
+        publisher: x.publisher_id,
+        seq: 1 << 40,
+        block: BlockKey { id: 0, alloc: 1, generation: 1 },
+        capability: 0x0bad_cafe_f00d_d00d,
+        block_size: 2 * MIB as u64,
+        offset: 0,
+        len: MIB as u64,
+        timestamp_ns: 1,
+        leased: (1..=5).collect(),
+        meta: None,
+    };
+    let good = protocol::encode(&Announce::Block(forged.clone()));
+    let mut future = good.clone();
+    future[0] = 2;
+    let mut trailing = good.clone();
+    trailing.push(0);
+    let out_of_bounds = Descriptor { offset: u64::MAX - 3, len: 16, ..forged.clone() };
+    let unknown_publisher = Descriptor { publisher: x.publisher_id ^ 0x5a5a_0000, ..forged.clone() };
+    let not_leased_to_us = Descriptor { leased: vec![1000, 1001], ..forged.clone() };
+    let counted = [
+        b"\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff".to_vec(), // malformed (varint overflow)
+        good[..good.len() / 2].to_vec(),                              // truncated
+        future,                                                       // version 2
+        Vec::new(),                                                   // empty
+        trailing,                                                     // trailing byte
+        good,                                                         // forged capability
+        protocol::encode(&Announce::Block(out_of_bounds)),            // forged, out of bounds too
+    ];
+    let ignored =
+        [protocol::encode(&Announce::Block(unknown_publisher)), protocol::encode(&Announce::Block(not_leased_to_us))];
+    for d in ignored.iter().chain(counted.iter()) {
+        x.put(&desc_key, d.clone(), None);
+    }
+    let expect_bad = counted.len() as u64;
+    // The raw session's puts arrive in order: once the last is counted, all were seen.
+    wait_until("the bad descriptors to be counted", IO, || x.sub.stats().bad_descriptors >= expect_bad);
+    assert_quiet(&x.sub, "after the bad input");
+
+    x.real_messages(TEST); // the real publisher goes on: seq n+1..=2n
+    assert_eq!(x.checker.summary.last_seq, 2 * x.n);
+    let SubCounts { zero_copy, cpu_bytes, inline, plain, duplicates, bad_descriptors: bad, handshakes, .. } =
+        sub_counters(&x.sub);
+    assert_eq!(
+        (zero_copy, cpu_bytes, inline, plain, duplicates, bad, handshakes),
+        (2 * x.n, 0, 0, 0, 0, expect_bad, 1)
+    );
+    let Target { kids, raw, .. } = x;
+    kids.finish();
+    drop(raw);
+    println!(
+        "{TEST}: {expect_bad} bad descriptors counted, {} ignored, 5 bad bytes messages dropped; stream intact; {:.2} s",
+        ignored.len(),
+        elapsed(t)
+    );
+}
+
+/// One put on `<key>/@zcs/b` with a well-formed header that names the real publisher
+/// and a huge sequence number: the subscriber delivers the forged payload and then
+/// drops every real message of that publisher as a duplicate, zero-copy ones
+/// included — unless deduplication only remembers sequence numbers it delivered (it
+/// does), rather than a high-water mark an unauthenticated header could push.
+#[test]
+fn forged_bytes_header_cannot_silence_a_publisher() {
+    const TEST: &str = "forged_bytes_header_cannot_silence_a_publisher";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let mut x = Target::new(TEST);
+    x.real_messages(TEST);
+    x.put(&protocol::bytes_key(&x.key), vec![0xa5u8; 4096], Some(x.forged_header()));
+    assert_quiet(&x.sub, "after the forged bytes header");
+    x.real_messages(TEST);
+    let Target { kids, .. } = x;
+    kids.finish();
+}
+
+// ---------------------------------------------------------------------------------
+// Children
+// ---------------------------------------------------------------------------------
+
+/// Entry point of child processes; ignored in normal runs.
+#[test]
+#[ignore = "entry point of child processes started by the tests above"]
+fn child_entry() {
+    let Some(role) = child_role() else {
+        return; // run directly (e.g. with --include-ignored): nothing to do
+    };
+    watchdog("pubsub child", TEST_LIMIT);
+    let name = SocketName::from_key_chunk(&std::env::var(SOCK_ENV).expect(SOCK_ENV)).unwrap();
+    let conn = ControlConn::connect(&name, IO).expect("connect to the parent");
+    let (Ctl::Params(p), _) = recv_msg::<Ctl>(&conn, IO) else { panic!("expected Params") };
+    match role.as_str() {
+        "sub" => child_sub(&conn, &p),
+        "pub" => child_pub(&conn, &p),
+        "plain_sub" => child_plain_sub(&conn, &p),
+        "plain_pub" => child_plain_pub(&conn, &p),
+        other => panic!("unknown child role {other:?}"),
+    }
+}
+
+fn expect_ctl(conn: &ControlConn, want: &str) -> Ctl {
+    let (msg, _) = recv_msg::<Ctl>(conn, IO);
+    assert!(format!("{msg:?}").starts_with(want), "expected {want}, got {msg:?}");
+    msg
+}
+
+/// A GPU-aware subscriber: receives `n` messages (a late joiner: up to seq `n`),
+/// checking each, optionally keeping the last `hold` alive.
+fn child_sub(conn: &ControlConn, p: &Params) {
+    let session = host_session(p.port, false);
+    let declare = || session.declare_subscriber(p.key.clone()).wait().expect("declare subscriber");
+    let early = (!p.late).then(declare);
+    send_msg(conn, &Ctl::Ready, &[]);
+    let sub = match early {
+        Some(s) => s,
+        None => {
+            expect_ctl(conn, "Go");
+            declare()
+        }
+    };
+    let mut checker = Checker::new(p.len, p.path, p.late);
+    let mut held = VecDeque::new();
+    let summary = |c: &Checker, s: &Sub| Summary { sub: Some(sub_counters(s)), ..c.summary.clone() };
+    loop {
+        let sample = recv(&sub, "subscriber child");
+        checker.check(&sample);
+        if p.hold > 0 {
+            held.push_back(sample);
+            if held.len() > p.hold {
+                held.pop_front();
+            }
+        }
+        if checker.summary.received == p.progress_at {
+            send_msg(conn, &Ctl::Progress(summary(&checker, &sub)), &[]);
+        }
+        let done = if p.late { checker.summary.last_seq == p.n } else { checker.summary.received == p.n };
+        if done {
+            break;
+        }
+    }
+    assert_quiet(&sub, "subscriber child");
+    checker.finish();
+    send_msg(conn, &Ctl::Done(summary(&checker, &sub)), &[]);
+    expect_ctl(conn, "Stop");
+    drop(held);
+}
+
+/// One of our publishers: waits for its zero-copy subscribers, then publishes `n`
+/// messages per `Go` until `Stop`.
+fn child_pub(conn: &ControlConn, p: &Params) {
+    let LenRule::Fixed(len) = p.len else { panic!("publishers take a fixed length") };
+    let session = host_session(p.port, false);
+    let publisher = session.declare_publisher(p.key.clone()).wait().expect("declare publisher");
+    wait_until("zero-copy subscribers", IO, || publisher.zero_copy_subscribers() >= p.zero_copy_subs);
+    send_msg(conn, &Ctl::Ready, &[]);
+    let mut seq = 0;
+    while let Ctl::Go = expect_ctl(conn, "") {
+        for _ in 0..p.n {
+            seq += 1;
+            let r = publish_block(&publisher, seq, len);
+            assert_eq!((r.zero_copy, r.copied_out), (p.zero_copy_subs, false), "seq {seq}: {r:?}");
+        }
+        send_msg(conn, &Ctl::Done(Summary { publ: Some(pub_counters(&publisher)), ..Summary::default() }), &[]);
+    }
+}
+
+/// A plain Zenoh subscriber (no zenoh-cuda-shm) on the user's key.
+fn child_plain_sub(conn: &ControlConn, p: &Params) {
+    let LenRule::Fixed(len) = p.len else { panic!("fixed length") };
+    let session = raw_session(p.port);
+    let sub = session.declare_subscriber(p.key.clone()).wait().expect("declare plain subscriber");
+    send_msg(conn, &Ctl::Ready, &[]);
+    let mut summary = Summary::default();
+    for seq in p.first_seq..p.first_seq + p.n {
+        let s =
+            sub.recv_timeout(IO).expect("plain recv").unwrap_or_else(|| panic!("plain: no seq {seq} within {IO:?}"));
+        let att = s.attachment().expect("our publishers attach a header").to_bytes();
+        let h = protocol::decode_attachment(&att).expect("header").expect("ours");
+        assert_eq!((h.seq, h.from_block), (seq, true), "plain: header (a gap or a duplicate)");
+        let bytes = s.payload().to_bytes();
+        assert_eq!(bytes.len(), len, "plain seq {seq}: length");
+        assert_eq!(check_pattern(&bytes, 0, seq), None, "plain seq {seq}: content");
+        summary.received += 1;
+        if summary.first_seq == 0 {
+            summary.first_seq = seq;
+        }
+        summary.last_seq = seq;
+    }
+    summary.by_path = vec![(Path::Plain, summary.received)];
+    if let Ok(Some(s)) = sub.recv_timeout(GRACE) {
+        panic!("plain: unexpected extra sample of {} bytes", s.payload().len());
+    }
+    send_msg(conn, &Ctl::Done(summary), &[]);
+    expect_ctl(conn, "Stop");
+}
+
+/// A plain Zenoh publisher (no zenoh-cuda-shm); every other message carries an
+/// attachment that is not ours.
+fn child_plain_pub(conn: &ControlConn, p: &Params) {
+    let LenRule::Fixed(len) = p.len else { panic!("fixed length") };
+    let session = raw_session(p.port);
+    let publisher = session
+        .declare_publisher(p.key.clone())
+        .congestion_control(CongestionControl::Block)
+        .wait()
+        .expect("declare plain publisher");
+    wait_until("a subscriber on the plain key", IO, || publisher.matching_status().wait().unwrap().matching());
+    send_msg(conn, &Ctl::Ready, &[]);
+    expect_ctl(conn, "Go");
+    for i in 1..=p.n {
+        let mut data = vec![0u8; len];
+        fill_pattern(&mut data, 0, i);
+        let b = publisher.put(data);
+        if i % 2 == 0 { b.attachment(b"rmw\x00gid".to_vec()).wait() } else { b.wait() }.expect("plain put");
+    }
+    send_msg(conn, &Ctl::Done(Summary::default()), &[]);
+    expect_ctl(conn, "Stop");
+}
