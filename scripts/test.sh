@@ -20,7 +20,5 @@ cargo run -q --locked -p zcs-examples --example zcs_demo -- -n 10 -s 3000000
 
 echo "== benchmark smoke (host backend)"
 cargo run -q --locked -p zcs-bench --bin zcs_pool_bench -- --backend host --iters 200 --warmup 10
-if [ -f bench/src/bin/zcs_latency.rs ]; then
-  cargo run -q --locked -p zcs-bench --bin zcs_latency -- --backend host --iters 20 --warmup 5
-fi
+cargo run -q --locked -p zcs-bench --bin zcs_latency -- --backend host --sizes 4KiB,1MiB --iters 20 --warmup 5
 echo "== all tests passed"
