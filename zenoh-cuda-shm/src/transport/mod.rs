@@ -20,6 +20,33 @@ pub mod subscriber;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// Subscribes (with history) to the liveliness tokens of `role` and calls `f` with
+/// each put or delete of a well-formed token whose key intersects `ours`.
+pub(crate) fn watch_tokens(
+    session: &zenoh::Session,
+    role: crate::protocol::Role,
+    ours: zenoh::key_expr::KeyExpr<'static>,
+    f: impl Fn(zenoh::sample::SampleKind, crate::protocol::Token) + Send + Sync + 'static,
+) -> zenoh::Result<zenoh::pubsub::Subscriber<()>> {
+    use zenoh::Wait;
+    use zenoh::key_expr::KeyExpr;
+    let which = match role {
+        crate::protocol::Role::Pub => "pub",
+        crate::protocol::Role::Sub => "sub",
+    };
+    session
+        .liveliness()
+        .declare_subscriber(format!("{}/{which}/**", crate::protocol::TOKEN_ROOT))
+        .history(true)
+        .callback(move |sample| {
+            let Some(t) = crate::protocol::Token::parse(sample.key_expr().as_str()) else { return };
+            if t.role == role && KeyExpr::try_from(t.key.as_str()).is_ok_and(|k| k.intersects(&ours)) {
+                f(sample.kind(), t);
+            }
+        })
+        .wait()
+}
+
 /// Nanoseconds since the Unix epoch.
 pub(crate) fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)

@@ -14,8 +14,8 @@ use zenoh::sample::SampleKind;
 
 use super::medium::{PubMedium, PublishedAny};
 use super::{RateLimitedWarn, now_ns};
-use crate::host::HostBlock;
 use crate::config::Congestion;
+use crate::host::HostBlock;
 use crate::ipc::{AccessPolicy, ControlConn, ControlListener, RecvError, SocketName};
 use crate::pool::{HolderId, LeaseError};
 use crate::protocol::{self, BytesHeader, Descriptor, Group, Reply, Request, Role, Token};
@@ -264,28 +264,18 @@ impl PublisherCore {
 
         // GPU-aware subscribers announce themselves; track those whose key meets ours.
         let s3 = Arc::clone(&shared);
-        let ours = ke.clone();
-        let sub_tokens = session
-            .liveliness()
-            .declare_subscriber(format!("{}/sub/**", protocol::TOKEN_ROOT))
-            .history(true)
-            .callback(move |sample| {
-                let Some(t) = Token::parse(sample.key_expr().as_str()) else { return };
-                if t.role != Role::Sub || !KeyExpr::try_from(t.key.as_str()).is_ok_and(|k| k.intersects(&ours)) {
-                    return;
+        let sub_tokens = super::watch_tokens(session, Role::Sub, ke.clone(), move |kind, t| {
+            let mut st = s3.state.lock().unwrap_or_else(|p| p.into_inner());
+            match kind {
+                SampleKind::Put => {
+                    st.aware.insert(t.instance, t);
                 }
-                let mut st = s3.state.lock().unwrap_or_else(|p| p.into_inner());
-                match sample.kind() {
-                    SampleKind::Put => {
-                        st.aware.insert(t.instance, t);
-                    }
-                    SampleKind::Delete => {
-                        st.aware.remove(&t.instance);
-                    }
+                SampleKind::Delete => {
+                    st.aware.remove(&t.instance);
                 }
-            })
-            .wait()
-            .map_err(zerr)?;
+            }
+        })
+        .map_err(zerr)?;
 
         let token =
             Token { role: Role::Pub, key: key.to_owned(), instance, group, socket: Some(socket.to_key_chunk()) };

@@ -248,23 +248,11 @@ impl SubscriberCore {
             shared.set_plain(true);
         }
         let s = Arc::clone(&shared);
-        let ours = ke.clone();
-        let pubs = session
-            .liveliness()
-            .declare_subscriber(format!("{}/pub/**", protocol::TOKEN_ROOT))
-            .history(true)
-            .callback(move |sample| {
-                let Some(t) = Token::parse(sample.key_expr().as_str()) else { return };
-                if t.role != Role::Pub || !KeyExpr::try_from(t.key.as_str()).is_ok_and(|k| k.intersects(&ours)) {
-                    return;
-                }
-                match sample.kind() {
-                    SampleKind::Put => publisher_appeared(&s, t),
-                    SampleKind::Delete => publisher_vanished(&s, t.instance),
-                }
-            })
-            .wait()
-            .map_err(zerr)?;
+        let pubs = super::watch_tokens(session, Role::Pub, ke.clone(), move |kind, t| match kind {
+            SampleKind::Put => publisher_appeared(&s, t),
+            SampleKind::Delete => publisher_vanished(&s, t.instance),
+        })
+        .map_err(zerr)?;
         Ok(Self { shared, _recycler: recycler, _token: token, _desc: desc, _bytes: bytes, _pubs: pubs })
     }
 
