@@ -824,6 +824,7 @@ fn late_joiner_gets_contiguous_suffix() {
     const TEST: &str = "late_joiner_gets_contiguous_suffix";
     let _w = watchdog_guard(TEST, TEST_LIMIT);
     let r = late_join(TEST, None);
+    assert!(r.first_seq > r.join_at, "the joiner started after message {}, got {} first", r.join_at, r.first_seq);
     assert_eq!(r.stuck, 0, "blocks leased to the live, idle late joiner for messages it never received");
 }
 
@@ -838,6 +839,7 @@ fn late_joiner_behind_a_slow_link_leaks_no_lease() {
     const TEST: &str = "late_joiner_behind_a_slow_link_leaks_no_lease";
     let _w = watchdog_guard(TEST, TEST_LIMIT);
     let r = late_join(TEST, Some(Duration::from_millis(100)));
+    assert!(r.first_seq > r.join_at, "the joiner started after message {}, got {} first", r.join_at, r.first_seq);
     assert_eq!(r.stuck, 0, "blocks leased to the live, idle late joiner for messages it never received");
 }
 
@@ -1061,8 +1063,14 @@ impl Target {
     /// A bytes header naming the real publisher, with an absurd sequence number that
     /// would shadow the real stream if it were believed.
     fn forged_header(&self) -> Vec<u8> {
-        let h =
-            BytesHeader { publisher: self.publisher_id, seq: 1 << 40, timestamp_ns: 1, from_block: true, tag: 0, meta: None };
+        let h = BytesHeader {
+            publisher: self.publisher_id,
+            seq: 1 << 40,
+            timestamp_ns: 1,
+            from_block: true,
+            tag: 0,
+            meta: None,
+        };
         protocol::encode_attachment(&h)
     }
 }

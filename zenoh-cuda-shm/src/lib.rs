@@ -12,6 +12,8 @@
 //! | [`protocol`] | key layout, liveliness tokens, descriptors, control messages (versioned) |
 //! | [`transport`] | per-put routing, handshakes, import caches, leases per connection |
 //! | [`api`] | [`GpuSession`], [`GpuPublisher`], [`GpuSubscriber`], [`GpuSample`] |
+//! | [`tensor`] | tensors: publish with a DLPack description, receive views and copies |
+//! | [`dlpack`] | the DLPack C ABI: export received tensors, publish frameworks' tensors |
 //!
 //! See `docs/architecture.md` for the design and `docs/safety.md` for every invariant
 //! the `unsafe` code relies on.
@@ -19,17 +21,22 @@
 pub mod api;
 pub mod config;
 pub mod cuda;
+pub mod dlpack;
 pub mod host;
 pub mod ipc;
 pub mod pool;
 pub mod protocol;
 pub mod sample;
 pub mod signal;
+pub mod tensor;
 pub mod transport;
 
 pub use api::{GpuLoan, GpuPublisher, GpuSession, GpuSubscriber, OpenError, PublishError, RecvError, WriteError};
 pub use config::ZcsConfig;
 pub use pool::BackendKind;
 pub use sample::{DeviceRead, GpuSample, Path, ReadError, SampleInfo};
+pub use tensor::{HostTensor, OwnedTensor, TensorPublishError, TensorReadError, TensorView};
+/// The tensor metadata crate ([`tensor_codec::TensorMeta`], [`tensor_codec::DType`], …).
+pub use tensor_codec;
 pub use transport::publisher::{DeclareError, PublisherStats, PutError, PutReport};
 pub use transport::subscriber::SubscriberStats;

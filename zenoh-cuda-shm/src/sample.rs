@@ -316,3 +316,59 @@ impl Drop for DeviceRead<'_> {
         }
     }
 }
+
+/// Hooks for the tensor and DLPack layers ([`crate::tensor`], [`crate::dlpack`]): a read
+/// that is not tied to a borrow of the sample, so that a DLPack export can own a clone of
+/// the sample and end its read later, from the export's deleter.
+impl GpuSample {
+    /// The GPU of the session that received this sample (`None` for host-memory sessions).
+    pub(crate) fn subscriber_gpu(&self) -> Option<&crate::cuda::Gpu> {
+        match &self.0.medium {
+            SubMedium::Cuda(gpu) => Some(gpu),
+            SubMedium::Host => None,
+        }
+    }
+
+    /// For a device block read in place: makes work enqueued on `stream` after this call
+    /// wait for the publisher's ready signal, and returns the device address of the first
+    /// payload byte. The address stays mapped while this sample or a clone of it is alive.
+    /// A reader that outlives its borrow keeps a clone and, after its last read, hands a
+    /// fence to [`GpuSample::hold_lease_until`] so that the lease outlives the reads.
+    ///
+    /// `Ok(None)` for samples that are not device blocks read in place (bytes paths).
+    pub(crate) fn begin_detached_read(&self, stream: &Stream) -> Result<Option<u64>, ReadError> {
+        if !matches!(self.0.medium, SubMedium::Cuda(_)) {
+            return Err(ReadError::NoGpu);
+        }
+        match &self.0.body {
+            Body::ZeroCopy(z) => match &z.block {
+                Imported::Cuda(b) => {
+                    let signals = z.link.signals.as_ref().ok_or(ReadError::Signal(SignalError::Unsupported))?;
+                    signals.wait(stream, z.key.id, z.key.generation)?;
+                    Ok(Some(b.device_ptr() + z.offset as u64))
+                }
+                Imported::Host(_) => Ok(None),
+            },
+            Body::Bytes(_) => Ok(None),
+        }
+    }
+
+    /// Keeps this sample's lease (zero-copy samples) until `fence` has completed, even
+    /// once the last clone is gone: the release then waits for it on the subscriber's
+    /// releaser. Hands the fence back for samples that hold no lease.
+    pub(crate) fn hold_lease_until(&self, fence: Box<dyn PoolFence>) -> Option<Box<dyn PoolFence>> {
+        match &self.0.body {
+            Body::ZeroCopy(z) => {
+                z.fences.lock().unwrap_or_else(|p| p.into_inner()).push(fence);
+                None
+            }
+            Body::Bytes(_) => Some(fence),
+        }
+    }
+
+    /// Runs `f` once every fence has completed: at once if they all have, else on the
+    /// subscriber's releaser thread.
+    pub(crate) fn defer_until(&self, fences: Vec<Box<dyn PoolFence>>, f: Box<dyn FnOnce() + Send>) {
+        self.0.sub.defer(fences, f);
+    }
+}
