@@ -184,7 +184,14 @@ impl PublisherBuilder {
             Some(gpu) => PubMedium::Cuda {
                 gpu: gpu.clone(),
                 pool: Pool::new(CudaBackend::new(gpu.clone()), s.cfg.pool.clone())?,
-                signals: Arc::new(ReadySignals::create(gpu)?),
+                signals: {
+                    let signals = ReadySignals::create(gpu)?;
+                    // One ready slot per block id: more blocks than slots cannot be signalled.
+                    if s.cfg.pool.max_blocks > signals.slots() {
+                        return Err(crate::pool::PoolError::Config("pool.max_blocks exceeds the ready-signal slots").into());
+                    }
+                    Arc::new(signals)
+                },
                 copy_stream: gpu.new_stream().map_err(SignalError::from)?,
                 // Idle staging kept: enough for a few 4K RGBA frames.
                 staging: crate::cuda::pinned::PinnedPool::new(gpu, 256 << 20),
