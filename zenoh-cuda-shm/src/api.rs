@@ -188,7 +188,9 @@ impl PublisherBuilder {
                     let signals = ReadySignals::create(gpu)?;
                     // One ready slot per block id: more blocks than slots cannot be signalled.
                     if s.cfg.pool.max_blocks > signals.slots() {
-                        return Err(crate::pool::PoolError::Config("pool.max_blocks exceeds the ready-signal slots").into());
+                        return Err(
+                            crate::pool::PoolError::Config("pool.max_blocks exceeds the ready-signal slots").into()
+                        );
                     }
                     Arc::new(signals)
                 },
