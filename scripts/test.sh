@@ -7,13 +7,15 @@
 #      so neither can rot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 
 echo "== cargo test"
-cargo test --workspace --locked
+cargo test --workspace --locked 2>&1 | tee "$log"
 
 echo "== CDR cross-check against rosbags"
 python3 -m pip install -q --disable-pip-version-check -r tensor-codec/python/requirements.txt
-python3 -m pytest -q tensor-codec/python
+python3 -m pytest -q tensor-codec/python 2>&1 | tee -a "$log"
 
 echo "== demo (two processes)"
 cargo run -q --locked -p zcs-examples --example zcs_demo -- -n 10 -s 3000000
@@ -21,4 +23,13 @@ cargo run -q --locked -p zcs-examples --example zcs_demo -- -n 10 -s 3000000
 echo "== benchmark smoke (host backend)"
 cargo run -q --locked -p zcs-bench --bin zcs_pool_bench -- --backend host --iters 200 --warmup 10
 cargo run -q --locked -p zcs-bench --bin zcs_latency -- --backend host --sizes 4KiB,1MiB --iters 20 --warmup 5
-echo "== all tests passed"
+# One closing line for the whole run: Rust test binaries, doc tests and pytest added up
+# (child processes that re-run a test binary for one entry test report "N filtered out"
+# and are not counted); "skipped" counts the GPU tests that printed SKIPPED (libtest
+# counts them as passed: they return early), which are taken out of "passed".
+awk '
+  /^test result: / && / 0 filtered out/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?$/) p += $i; if ($(i+1) ~ /^failed;?$/) f += $i } }
+  /^[0-9]+ passed/ && !/^test result/ { p += $1 }
+  /^SKIPPED / { s += 1 }
+  END { printf "tests: %d passed, %d failed, %d skipped\n", p - s, f, s }
+' "$log"

@@ -91,19 +91,6 @@ pub fn wait_child(mut child: Child, what: &str, timeout: Duration) {
     }
 }
 
-/// Aborts the whole process if it is still running after `limit`: a hung test must
-/// fail CI, not stall it.
-pub fn watchdog(what: &'static str, limit: Duration) {
-    std::thread::Builder::new()
-        .name("zcs-watchdog".into())
-        .spawn(move || {
-            std::thread::sleep(limit);
-            eprintln!("watchdog: {what} still running after {limit:?}; aborting");
-            std::process::abort();
-        })
-        .expect("spawn watchdog");
-}
-
 /// Sends a test control message with optional descriptors.
 pub fn send_msg<T: Serialize>(conn: &ControlConn, msg: &T, fds: &[std::os::fd::BorrowedFd<'_>]) {
     let bytes = postcard::to_stdvec(msg).expect("encode test message");
@@ -164,41 +151,27 @@ pub fn loopback_zenoh_config(listen: Option<u16>, connect: Option<u16>, block_pr
     c
 }
 
-/// A watchdog that aborts the process if it is still armed after `limit`; dropping the
-/// guard disarms it. Unlike [`watchdog`], several tests can run one after another in a
-/// process without an earlier test's limit firing during a later one.
+/// Aborts the process if the returned guard is still alive after `limit`: a hung test
+/// must fail, not stall CI. Dropping the guard disarms it, so tests that run one after
+/// another in a process cannot be aborted by an earlier test's limit.
+#[must_use = "the watchdog is disarmed when the guard drops"]
 pub fn watchdog_guard(what: &'static str, limit: Duration) -> WatchdogGuard {
-    let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let a2 = std::sync::Arc::clone(&armed);
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
     std::thread::Builder::new()
         .name("zcs-watchdog".into())
         .spawn(move || {
-            let t = Instant::now();
-            while t.elapsed() < limit {
-                if !a2.load(std::sync::atomic::Ordering::Relaxed) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50).min(limit));
-            }
-            if a2.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
                 eprintln!("watchdog: {what} still running after {limit:?}; aborting");
                 std::process::abort();
             }
         })
         .expect("spawn watchdog");
-    WatchdogGuard { armed }
+    WatchdogGuard { _disarm_on_drop: tx }
 }
 
 /// Returned by [`watchdog_guard`]; disarms the watchdog when dropped.
-#[derive(Debug)]
 pub struct WatchdogGuard {
-    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Drop for WatchdogGuard {
-    fn drop(&mut self) {
-        self.armed.store(false, std::sync::atomic::Ordering::Relaxed);
-    }
+    _disarm_on_drop: std::sync::mpsc::Sender<()>,
 }
 
 /// Lower-case hex of `bytes` (to pass small encoded parameters to a child in its

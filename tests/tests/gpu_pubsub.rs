@@ -29,7 +29,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use zcs_tests::{
     child_role, free_tcp_port, from_hex, gpu_or_skip, gpu_required, loopback_zenoh_config, spawn_child, to_hex,
-    wait_child, watchdog, watchdog_guard,
+    wait_child, watchdog_guard,
 };
 use zenoh::Wait;
 use zenoh_cuda_shm::config::DeviceChoice;
@@ -1099,7 +1099,7 @@ fn pubsub_child() {
         println!("pubsub_child: not started by a test (no role); nothing to do");
         return;
     };
-    watchdog("pubsub child", Duration::from_secs(170));
+    let _watchdog = watchdog_guard("pubsub child", Duration::from_secs(170));
     let env = ChildEnv::read();
     match role.as_str() {
         "pub" => role_pub(&env),

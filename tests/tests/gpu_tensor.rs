@@ -28,7 +28,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zcs_tests::{child_role, gpu_or_skip, spawn_child, wait_child, watchdog};
+use zcs_tests::{child_role, gpu_or_skip, spawn_child, wait_child, watchdog_guard};
 use zenoh::Wait;
 use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
@@ -284,7 +284,7 @@ fn gather(shape: &[i64], strides: &[i64], itemsize: usize, data: &[u8]) -> Vec<u
 // ------------------------------------------------------------------------------------
 
 fn publisher_child() {
-    watchdog("gpu_tensor publisher child", Duration::from_secs(280));
+    let _watchdog = watchdog_guard("gpu_tensor publisher child", Duration::from_secs(280));
     let port: u16 = std::env::var(PORT_ENV).unwrap().parse().unwrap();
     let base = std::env::var(BASE_ENV).unwrap();
     let session = cuda_session(port, false);
@@ -580,7 +580,7 @@ fn check_slow(gpu: &Gpu, sample: &GpuSample) {
 #[test]
 fn gpu_tensors_and_dlpack_across_processes() {
     let Some(gpu) = gpu_or_skip("gpu_tensors_and_dlpack_across_processes") else { return };
-    watchdog("gpu_tensors_and_dlpack_across_processes", Duration::from_secs(300));
+    let _watchdog = watchdog_guard("gpu_tensors_and_dlpack_across_processes", Duration::from_secs(300));
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let base = format!("zcs/test/gpu_tensor/{}", std::process::id());
     let session = cuda_session(port, true);

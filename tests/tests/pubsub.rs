@@ -28,7 +28,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use zcs_tests::{child_role, recv_msg, send_msg, spawn_child, watchdog};
+use zcs_tests::{child_role, free_tcp_port, recv_msg, send_msg, spawn_child, watchdog_guard};
 use zenoh::Wait;
 use zenoh::qos::CongestionControl;
 use zenoh_cuda_shm::config::DeviceChoice;
@@ -178,30 +178,6 @@ enum Ctl {
 // ---------------------------------------------------------------------------------
 // Helpers shared by parent and children
 // ---------------------------------------------------------------------------------
-
-/// Aborts the process unless dropped within `limit` (unlike `zcs_tests::watchdog`, a
-/// finished test disarms it, so it cannot fire during a later test).
-struct Watchdog {
-    _disarm_on_drop: mpsc::Sender<()>,
-}
-
-fn watchdog_guard(what: &'static str, limit: Duration) -> Watchdog {
-    let (tx, rx) = mpsc::channel::<()>();
-    std::thread::Builder::new()
-        .name("zcs-pubsub-watchdog".into())
-        .spawn(move || {
-            if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
-                eprintln!("watchdog: {what} still running after {limit:?}; aborting");
-                std::process::abort();
-            }
-        })
-        .expect("spawn watchdog");
-    Watchdog { _disarm_on_drop: tx }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind :0").local_addr().unwrap().port()
-}
 
 fn endpoint(port: u16) -> String {
     format!("[\"tcp/127.0.0.1:{port}\"]")
@@ -571,7 +547,7 @@ impl Drop for Kids {
 fn fan_out(test: &'static str, k: usize, n: u64, len: usize) {
     let _w = watchdog_guard(test, TEST_LIMIT);
     let t = Instant::now();
-    let (port, key) = (free_port(), test_key(test));
+    let (port, key) = (free_tcp_port(), test_key(test));
     let session = host_session(port, true);
     let publisher = session.declare_publisher(key.clone()).wait().expect("declare publisher");
     let mut kids = Kids::new();
@@ -619,7 +595,7 @@ fn host_zero_copy_three_publishers_one_subscriber() {
     const TEST: &str = "host_zero_copy_three_publishers_one_subscriber";
     let _w = watchdog_guard(TEST, TEST_LIMIT);
     let t = Instant::now();
-    let (port, key, n) = (free_port(), test_key(TEST), 16);
+    let (port, key, n) = (free_tcp_port(), test_key(TEST), 16);
     let session = host_session(port, true);
     let sub = session.declare_subscriber(key.clone()).wait().expect("declare subscriber");
     let mut kids = Kids::new();
@@ -664,7 +640,7 @@ fn copy_out_only_when_someone_needs_bytes() {
     const TEST: &str = "copy_out_only_when_someone_needs_bytes";
     let _w = watchdog_guard(TEST, TEST_LIMIT);
     let t = Instant::now();
-    let (port, key, n, len) = (free_port(), test_key(TEST), 10, 2 * MIB + 1);
+    let (port, key, n, len) = (free_tcp_port(), test_key(TEST), 10, 2 * MIB + 1);
     let session = host_session(port, true);
     let publisher = session.declare_publisher(key.clone()).wait().expect("declare publisher");
     let mut kids = Kids::new();
@@ -713,7 +689,7 @@ fn plain_publisher_reaches_aware_subscriber() {
     const TEST: &str = "plain_publisher_reaches_aware_subscriber";
     let _w = watchdog_guard(TEST, TEST_LIMIT);
     let t = Instant::now();
-    let (port, key, n, len) = (free_port(), test_key(TEST), 20, 200 * KIB + 7);
+    let (port, key, n, len) = (free_tcp_port(), test_key(TEST), 20, 200 * KIB + 7);
     let session = host_session(port, true); // plain_listen: auto (the default)
     let sub = session.declare_subscriber(key.clone()).wait().expect("declare subscriber");
     let mut kids = Kids::new();
@@ -759,7 +735,7 @@ struct LateJoin {
 /// how many blocks were still leased while both were alive and idle.
 fn late_join(test: &'static str, slow_link: Option<Duration>) -> LateJoin {
     let t = Instant::now();
-    let (port, key, n, len, join_at) = (free_port(), test_key(test), 240, 256 * KIB + 9, 40);
+    let (port, key, n, len, join_at) = (free_tcp_port(), test_key(test), 240, 256 * KIB + 9, 40);
     let period = Duration::from_millis(5);
     // A subscriber that falls behind by more than its lease limit gets bytes instead
     // (see `lease_limit_falls_back_to_bytes_without_gaps`): lift the limit here so the
@@ -890,7 +866,7 @@ fn sigkilled_holder_returns_its_blocks() {
     const TEST: &str = "sigkilled_holder_returns_its_blocks";
     let _w = watchdog_guard(TEST, TEST_LIMIT);
     let t = Instant::now();
-    let (port, key, len) = (free_port(), test_key(TEST), MIB + 11);
+    let (port, key, len) = (free_tcp_port(), test_key(TEST), MIB + 11);
     let (m1, m2, hold) = (20, 20, 8);
     let session = host_session(port, true);
     let publisher = session.declare_publisher(key.clone()).wait().expect("declare publisher");
@@ -952,7 +928,7 @@ fn lease_limit_falls_back_to_bytes_without_gaps() {
     const TEST: &str = "lease_limit_falls_back_to_bytes_without_gaps";
     let _w = watchdog_guard(TEST, TEST_LIMIT);
     let t = Instant::now();
-    let (port, key, n, len, limit) = (free_port(), test_key(TEST), 12, MIB + 17, 4);
+    let (port, key, n, len, limit) = (free_tcp_port(), test_key(TEST), 12, MIB + 17, 4);
     let mut cfg = host_config();
     cfg.pool.max_holds_per_holder = limit;
     let session = host_session_with(port, true, cfg);
@@ -987,7 +963,7 @@ fn small_messages_travel_inline() {
     const TEST: &str = "small_messages_travel_inline";
     let _w = watchdog_guard(TEST, TEST_LIMIT);
     let t = Instant::now();
-    let (port, key, n) = (free_port(), test_key(TEST), INLINE_N + INLINE_BIG);
+    let (port, key, n) = (free_tcp_port(), test_key(TEST), INLINE_N + INLINE_BIG);
     let session = host_session(port, true);
     let publisher = session.declare_publisher(key.clone()).wait().expect("declare publisher");
     let mut kids = Kids::new();
@@ -1027,7 +1003,7 @@ struct Target {
 
 impl Target {
     fn new(test: &str) -> Self {
-        let (port, key, n, len) = (free_port(), test_key(test), 5, MIB + 13);
+        let (port, key, n, len) = (free_tcp_port(), test_key(test), 5, MIB + 13);
         let session = host_session(port, true);
         let sub = session.declare_subscriber(key.clone()).wait().expect("declare subscriber");
         let mut kids = Kids::new();
@@ -1190,7 +1166,7 @@ fn child_entry() {
     let Some(role) = child_role() else {
         return; // run directly (e.g. with --include-ignored): nothing to do
     };
-    watchdog("pubsub child", TEST_LIMIT);
+    let _watchdog = watchdog_guard("pubsub child", TEST_LIMIT);
     let name = SocketName::from_key_chunk(&std::env::var(SOCK_ENV).expect(SOCK_ENV)).unwrap();
     let conn = ControlConn::connect(&name, IO).expect("connect to the parent");
     let (Ctl::Params(p), _) = recv_msg::<Ctl>(&conn, IO) else { panic!("expected Params") };

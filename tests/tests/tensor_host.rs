@@ -17,7 +17,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zcs_tests::{child_role, spawn_child, wait_child, watchdog};
+use zcs_tests::{child_role, spawn_child, wait_child, watchdog_guard};
 use zenoh::Wait;
 use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::dlpack::{
@@ -238,7 +238,7 @@ fn gather(shape: &[i64], strides: &[i64], itemsize: usize, data: &[u8]) -> Vec<u
 // ------------------------------------------------------------------------------------
 
 fn publisher_child() {
-    watchdog("tensor_host publisher child", Duration::from_secs(150));
+    let _watchdog = watchdog_guard("tensor_host publisher child", Duration::from_secs(150));
     let port: u16 = std::env::var(PORT_ENV).unwrap().parse().unwrap();
     let base = std::env::var(BASE_ENV).unwrap();
     let session = host_session(port, false);
@@ -524,7 +524,7 @@ fn c_and_rust_agree_on_the_dlpack_layout() {
 
 #[test]
 fn host_tensors_across_processes() {
-    watchdog("host_tensors_across_processes", Duration::from_secs(170));
+    let _watchdog = watchdog_guard("host_tensors_across_processes", Duration::from_secs(170));
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let base = format!("zcs/test/tensor_host/{}", std::process::id());
     let session = host_session(port, true);
