@@ -251,6 +251,9 @@ impl std::fmt::Debug for GpuPublisher {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PublishError {
+    /// Device memory was given to a publisher whose session has no GPU.
+    #[error("this publisher's session has no GPU (host-memory blocks)")]
+    NoGpu,
     /// No block could be loaned.
     #[error(transparent)]
     Loan(#[from] LoanError),
@@ -449,11 +452,7 @@ impl GpuPublisher {
     /// `stream` and unchanged until that work has passed this copy.
     pub unsafe fn put_device(&self, src: u64, len: usize, stream: &Stream) -> Result<PutReport, PublishError> {
         let PubMedium::Cuda { gpu, .. } = &self.core.shared.medium else {
-            return Err(WriteError::Cuda(crate::cuda::CudaError {
-                call: "put_device",
-                source: cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE),
-            })
-            .into());
+            return Err(PublishError::NoGpu);
         };
         gpu.bind().map_err(WriteError::from)?;
         if len <= self.inline_threshold {
