@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine from the repository root, with .gpu-bin/ carried over:
+# Runs on the GPU machine from the repository root, with .gpu-pack/ (or .gpu-bin/)
+# carried over:
 # every test binary with ZCS_REQUIRE_GPU=1 (a missing GPU fails), the demo, then the
 # benchmarks. Logs go to $OUT (or ./gpu-out); the last lines are a summary.
 set -uo pipefail
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 export ZCS_REQUIRE_GPU=1 RUST_BACKTRACE=1
+if [ -f .gpu-pack/bins.tar.xz ]; then
+  mkdir -p .gpu-bin && xz -dc .gpu-pack/bins.tar.xz | tar -C .gpu-bin -xf -
+fi
 { nvidia-smi --query-gpu=name,memory.total,driver_version,uuid --format=csv; nvidia-smi | head -5; uname -r; } > "$out/machine.txt" 2>&1
 fail=0
 for t in .gpu-bin/test-*; do
@@ -20,11 +24,17 @@ if [ -x .gpu-bin/zcs_demo ]; then
   echo "== demo" | tee -a "$out/demo.log"
   timeout 120 .gpu-bin/zcs_demo -n 200 -s 33554432 >>"$out/demo.log" 2>&1 || { echo "FAILED: demo" | tee -a "$out/demo.log"; fail=1; }
 fi
-for b in .gpu-bin/zcs_*bench .gpu-bin/zcs_latency; do
+for b in .gpu-bin/zcs_*bench .gpu-bin/zcs_latency .gpu-bin/zcs_throughput; do
   [ -x "$b" ] || continue
   echo "== $b" | tee -a "$out/bench.log"
   timeout 300 "$b" --backend cuda >"$out/$(basename "$b").jsonl" 2>>"$out/bench.log" || { echo "FAILED: $b" | tee -a "$out/bench.log"; fail=1; }
 done
+if [ -d bench/python ]; then
+  for py in bench/python/*.py; do
+    echo "== $py" | tee -a "$out/bench.log"
+    timeout 150 python3 "$py" >"$out/$(basename "$py" .py).jsonl" 2>>"$out/bench.log" || { echo "FAILED: $py" | tee -a "$out/bench.log"; fail=1; }
+  done
+fi
 echo "== summary"
 head -2 "$out/machine.txt"
 grep -E "^test result|^FAILED|SKIPPED|panicked" "$out/gpu-tests.log" | sort | uniq -c

@@ -1,0 +1,940 @@
+//! Throughput of the zero-copy path against every way a user could move GPU frames
+//! instead, with 1 and several subscriber processes that run a real kernel on every
+//! frame.
+//!
+//! The publisher (this process) fills each frame with a pattern seeded by its sequence
+//! number (`Kernels::fill` on the GPU); every subscriber (this binary re-run as a child)
+//! makes the frame ready on its own stream and runs `Kernels::check` against the same
+//! pattern, counting differing bytes in a device counter (`errors` must be 0), then
+//! synchronises its stream. The publisher goes as fast as back-pressure allows: pool
+//! loans wait while subscribers hold blocks, Zenoh puts block when queues are full.
+//!
+//! Paths (`path` in the rows):
+//! - `zero-copy`: ours, CUDA sessions on both sides; the block is read in place.
+//! - `cpu-bytes`: ours, subscribers opened with `device: host` (another locality
+//!   group): the publisher copies each block device→host once and sends bytes; each
+//!   subscriber copies them host→device into a reused buffer and runs the kernel.
+//! - `zenoh-pinned` / `zenoh-pageable`: plain Zenoh, the user copying: the frame is
+//!   filled in a device buffer, copied device→host into pinned memory (recycled by a
+//!   `PinnedPool`, handed to Zenoh without another copy) or into a fresh `Vec`, and put;
+//!   the subscriber copies host→device and runs the kernel.
+//! - `zenoh-bytes` (`--backend host` only): plain Zenoh, filled and checked on the CPU.
+//!
+//! Rows (one JSON object per line): `throughput-setup`, then `throughput` per path,
+//! size and subscriber count (msgs/s, GB/s, errors, lost frames, publish→checked
+//! latency p50/p99, CPU µs per message of the publisher and of a subscriber, pool bytes
+//! and the device-wide GPU memory delta); `first-message` (declare → first sample
+//! ready, and → first zero-copy sample, over `--first-subs` fresh subscriber processes
+//! joining a publisher at `--first-rate` Hz); `d2d-copy` (one `cuMemcpyDtoDAsync` +
+//! synchronize per size: the physical reference).
+//!
+//! ```text
+//! zcs_throughput --backend cuda                    # H100/H200: every row (~3 min)
+//! zcs_throughput --backend host --frames 50        # CI smoke, no GPU: memfd blocks vs plain bytes
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use zcs_tests::{
+    child_role, free_tcp_port, loopback_zenoh_config, percentile, recv_msg, send_msg, spawn_child_bin, wait_child,
+    watchdog_guard,
+};
+use zenoh::Wait;
+use zenoh::bytes::ZBytes;
+use zenoh_cuda_shm::config::DeviceChoice;
+use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
+use zenoh_cuda_shm::cuda::pinned::PinnedPool;
+use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
+use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
+use zenoh_cuda_shm::pool::LoanError;
+use zenoh_cuda_shm::{GpuLoan, GpuPublisher, GpuSample, GpuSession, Path, ZcsConfig};
+
+#[derive(Parser, Debug)]
+#[command(
+    about = "zenoh-cuda-shm throughput against plain Zenoh with user copies, N subscriber processes (JSON lines)"
+)]
+struct Args {
+    /// Backend: `cuda` (every path, kernels on both sides) or `host` (no GPU, no CUDA
+    /// call: zero-copy over memfd blocks and plain Zenoh bytes, checked on the CPU).
+    #[arg(long, default_value = "cuda")]
+    backend: String,
+    /// Frame sizes (bytes, or with a KiB/MiB/GiB suffix). Default: 1080p RGB and 4K
+    /// RGBA (cuda), 64KiB,1MiB (host).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    sizes: Option<Vec<usize>>,
+    /// Subscriber process counts.
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    subscribers: Vec<usize>,
+    /// Paths to run (default: all of the backend's).
+    #[arg(long, value_delimiter = ',')]
+    paths: Option<Vec<String>>,
+    /// Timed frames per row (fewer if the row reaches --max-secs).
+    #[arg(long, default_value_t = 2000)]
+    frames: u64,
+    /// Untimed frames first (pool, imports and staging buffers warm up).
+    #[arg(long, default_value_t = 20)]
+    warmup: u64,
+    /// Time budget of the timed frames of one row, in seconds.
+    #[arg(long, default_value_t = 5.0)]
+    max_secs: f64,
+    /// Most blocks in each publisher's pool: loans wait for blocks to come back once
+    /// this many are out (kept below the per-subscriber lease limit of 64, so a
+    /// subscriber that falls behind slows the publisher instead of being sent bytes).
+    #[arg(long, default_value_t = 32)]
+    pool_blocks: usize,
+    /// Fresh subscriber processes for the first-message rows (0: skip).
+    #[arg(long, default_value_t = 10)]
+    first_subs: usize,
+    /// Publish rate while new subscribers join (Hz).
+    #[arg(long, default_value_t = 200.0)]
+    first_rate: f64,
+    /// Frame size while new subscribers join.
+    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    first_size: usize,
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: usize = num.parse().map_err(|_| format!("bad size {s:?}"))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        _ => return Err(format!("bad size unit in {s:?} (use KiB, MiB or GiB)")),
+    };
+    n.checked_mul(mult).filter(|&b| b > 0).ok_or_else(|| format!("bad size {s:?}"))
+}
+
+const PREFIX: &str = "zcs-tput";
+const PORT_ENV: &str = "ZCS_TPUT_PORT";
+const SOCK_ENV: &str = "ZCS_TPUT_SOCK";
+const BACKEND_ENV: &str = "ZCS_TPUT_BACKEND";
+const PATH_ENV: &str = "ZCS_TPUT_PATH";
+const KEY_ENV: &str = "ZCS_TPUT_KEY";
+const WARMUP_ENV: &str = "ZCS_TPUT_WARMUP";
+const IO: Duration = Duration::from_secs(60);
+const ROUTE_TIMEOUT: Duration = Duration::from_secs(30);
+/// A subscriber that saw nothing for this long after the publisher finished gives up.
+const DRAIN_IDLE: Duration = Duration::from_secs(10);
+const CHILD_LIMIT: Duration = Duration::from_secs(180);
+/// Channel capacity of every subscriber (ours and plain): bounds the frames queued in
+/// a subscriber process.
+const SUB_FIFO: usize = 32;
+const FRAME_1080P_RGB: usize = 1920 * 1080 * 3;
+const FRAME_4K_RGBA: usize = 3840 * 2160 * 4;
+
+/// A way of moving frames from the publisher to the subscribers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    ZeroCopy,
+    CpuBytes,
+    ZenohPinned,
+    ZenohPageable,
+    ZenohBytes,
+}
+
+impl Route {
+    const ALL: [Route; 5] =
+        [Route::ZeroCopy, Route::CpuBytes, Route::ZenohPinned, Route::ZenohPageable, Route::ZenohBytes];
+
+    fn name(self) -> &'static str {
+        match self {
+            Route::ZeroCopy => "zero-copy",
+            Route::CpuBytes => "cpu-bytes",
+            Route::ZenohPinned => "zenoh-pinned",
+            Route::ZenohPageable => "zenoh-pageable",
+            Route::ZenohBytes => "zenoh-bytes",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Route> {
+        Route::ALL.into_iter().find(|r| r.name() == s)
+    }
+
+    /// Whether the route runs on this backend.
+    fn available(self, cuda: bool) -> bool {
+        match self {
+            Route::ZeroCopy => true,
+            Route::CpuBytes | Route::ZenohPinned | Route::ZenohPageable => cuda,
+            Route::ZenohBytes => !cuda,
+        }
+    }
+
+    fn ours(self) -> bool {
+        matches!(self, Route::ZeroCopy | Route::CpuBytes)
+    }
+
+    fn note(self) -> &'static str {
+        match self {
+            Route::ZeroCopy => "block read in place on the subscriber's stream, check kernel, stream synchronized",
+            Route::CpuBytes => {
+                "subscriber session device: host; publisher D2H once per message, bytes over zenoh, \
+                 subscriber H2D (pageable) into a reused buffer, check kernel, synchronized"
+            }
+            Route::ZenohPinned => {
+                "plain zenoh; publisher fill kernel + D2H into recycled pinned memory (no further copy into \
+                 ZBytes); subscriber H2D (pageable) into a reused buffer, check kernel, synchronized"
+            }
+            Route::ZenohPageable => {
+                "plain zenoh; publisher fill kernel + D2H into a fresh Vec per frame; subscriber H2D \
+                 (pageable) into a reused buffer, check kernel, synchronized"
+            }
+            Route::ZenohBytes => "plain zenoh; filled and checked on the CPU",
+        }
+    }
+}
+
+/// Control messages between the publisher and its subscriber processes.
+#[derive(Debug, Serialize, Deserialize)]
+enum Msg {
+    /// Child → parent: subscribed (and, for plain routes, its liveliness token is up).
+    Ready,
+    /// Parent → child: this many frames were published in all.
+    Done { sent: u64 },
+    /// Child → parent: what a throughput subscriber saw.
+    Report(SubReport),
+    /// Child → parent: what a joining subscriber saw.
+    First { any_us: f64, zero_copy_us: Option<f64>, first_path: String, samples_before_zero_copy: u64 },
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct SubReport {
+    received: u64,
+    errors: u64,
+    /// Publish → check done, timed frames only.
+    lat_p50_us: f64,
+    lat_p99_us: f64,
+    /// Wall clock (ns since the epoch) when the last frame was checked.
+    last_done_ns: u64,
+    cpu_s: f64,
+    zero_copy: u64,
+    cpu_bytes: u64,
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// User + system CPU time of this process, in seconds.
+fn cpu_secs() -> f64 {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `ru` is a valid, writable rusage; RUSAGE_SELF is a valid `who`.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
+    assert_eq!(rc, 0, "getrusage");
+    // SAFETY: getrusage succeeded, so it initialised the struct (zeroed before anyway).
+    let ru = unsafe { ru.assume_init() };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn zcs_config(device: DeviceChoice) -> ZcsConfig {
+    ZcsConfig { device, ..ZcsConfig::default() }
+}
+
+fn device_choice(cuda: bool) -> DeviceChoice {
+    if cuda { DeviceChoice::Cuda } else { DeviceChoice::Host }
+}
+
+/// The 16-byte attachment of plain puts: sequence number (the pattern's seed) and the
+/// time the frame's production started.
+fn stamp(seq: u64, ts_ns: u64) -> Vec<u8> {
+    [seq.to_le_bytes(), ts_ns.to_le_bytes()].concat()
+}
+
+fn parse_stamp(b: &[u8]) -> Option<(u64, u64)> {
+    Some((u64::from_le_bytes(b.get(..8)?.try_into().ok()?), u64::from_le_bytes(b.get(8..16)?.try_into().ok()?)))
+}
+
+/// Polls `ok` every 5 ms until it has held for 200 ms; panics after `ROUTE_TIMEOUT`.
+fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    let t = Instant::now();
+    let mut quiet = Instant::now();
+    loop {
+        if !ok() {
+            quiet = Instant::now();
+        } else if quiet.elapsed() >= Duration::from_millis(200) {
+            return;
+        }
+        assert!(t.elapsed() < ROUTE_TIMEOUT, "{what}: not ready within {ROUTE_TIMEOUT:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Subscriber side: making a frame ready on the GPU and checking it
+// ---------------------------------------------------------------------------------
+
+/// The GPU half of a [`Checker`].
+struct DevCheck {
+    gpu: Gpu,
+    kernels: Kernels,
+    stream: Stream,
+    /// One `u32` error counter, accumulated over every frame.
+    counter: DeviceBlock,
+    /// Reused destination of host→device copies (bytes paths).
+    staging: Option<DeviceBlock>,
+}
+
+/// Runs the check on every frame: `Kernels::check` on the GPU, or the CPU pattern
+/// check without one (`--backend host`).
+struct Checker {
+    dev: Option<DevCheck>,
+    cpu_errors: u64,
+}
+
+impl Checker {
+    fn new(gpu: Option<Gpu>) -> Self {
+        let dev = gpu.map(|gpu| {
+            let kernels = Kernels::load(&gpu).expect("load kernels");
+            let stream = gpu.new_stream().expect("stream");
+            let counter = DeviceBlock::allocate(&gpu, 4).expect("counter");
+            gpu.bind().expect("bind");
+            // SAFETY: the counter block is mapped with ≥ 4 bytes; a stream of the context.
+            unsafe { sys::memset_d8_async(counter.device_ptr(), 0, 4, stream.cu_stream()) }.expect("memset");
+            DevCheck { gpu, kernels, stream, counter, staging: None }
+        });
+        Self { dev, cpu_errors: 0 }
+    }
+
+    /// A frame in host memory: host→device into the staging buffer, then the kernel
+    /// (GPU); or the CPU check.
+    fn host(&mut self, bytes: &[u8], seed: u64) {
+        let Some(d) = &mut self.dev else {
+            self.cpu_errors += check_pattern(bytes, 0, seed).map_or(0, |(_, bad)| bad);
+            return;
+        };
+        if d.staging.as_ref().is_none_or(|s| s.size() < bytes.len()) {
+            d.staging = Some(DeviceBlock::allocate(&d.gpu, bytes.len().max(1)).expect("staging block"));
+        }
+        let dst = d.staging.as_ref().expect("staging").device_ptr();
+        d.gpu.bind().expect("bind");
+        // SAFETY: `dst` has ≥ len bytes (allocated above); pageable `bytes` is staged by
+        // the driver before the call returns.
+        unsafe { sys::memcpy_htod_async(dst, bytes.as_ptr(), bytes.len(), d.stream.cu_stream()) }.expect("H2D");
+        d.check(dst, bytes.len(), seed);
+        d.sync();
+    }
+
+    /// A sample of ours: read in place when it is a device block, else as host bytes.
+    fn sample(&mut self, s: &GpuSample) {
+        if let Some(b) = s.host_bytes() {
+            return self.host(&b, s.seq());
+        }
+        let d = self.dev.as_ref().expect("a device sample needs a CUDA session");
+        let read = s.read(&d.stream).expect("read");
+        d.check(read.device_ptr(), read.len(), s.seq());
+        read.end().expect("end");
+        d.sync();
+    }
+
+    /// Bytes that differed from the pattern, over every frame checked.
+    fn errors(&self) -> u64 {
+        let Some(d) = &self.dev else { return self.cpu_errors };
+        let mut errs = [0u8; 4];
+        d.gpu.bind().expect("bind");
+        // SAFETY: `errs` has 4 bytes and lives until the synchronize; the counter is mapped.
+        unsafe { sys::memcpy_dtoh_async(errs.as_mut_ptr(), d.counter.device_ptr(), 4, d.stream.cu_stream()) }
+            .expect("D2H");
+        d.sync();
+        u64::from(u32::from_le_bytes(errs))
+    }
+}
+
+impl DevCheck {
+    fn check(&self, ptr: u64, len: usize, seed: u64) {
+        // SAFETY: `ptr..ptr+len` is mapped (a read in progress or the staging block) and
+        // stays so until the synchronize that follows; the counter is a mapped u32.
+        unsafe { self.kernels.check(&self.stream, ptr, len as u64, seed, self.counter.device_ptr()) }.expect("check");
+    }
+
+    fn sync(&self) {
+        self.gpu.bind().expect("bind");
+        // SAFETY: a stream of the current context.
+        unsafe { sys::stream_synchronize(self.stream.cu_stream()) }.expect("synchronize");
+    }
+}
+
+/// What a subscriber child needs from its environment.
+struct ChildEnv {
+    conn: ControlConn,
+    port: u16,
+    cuda: bool,
+    route: Route,
+    key: String,
+    warmup: u64,
+}
+
+impl ChildEnv {
+    fn read() -> Self {
+        let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} not set"));
+        let sock = SocketName::from_key_chunk(&var(SOCK_ENV)).expect("socket");
+        Self {
+            conn: ControlConn::connect(&sock, IO).expect("connect to the publisher"),
+            port: var(PORT_ENV).parse().expect("port"),
+            cuda: var(BACKEND_ENV) == "cuda",
+            route: Route::parse(&var(PATH_ENV)).expect("path"),
+            key: var(KEY_ENV),
+            warmup: var(WARMUP_ENV).parse().expect("warmup"),
+        }
+    }
+
+    fn zenoh(&self) -> zenoh::Session {
+        zenoh::open(loopback_zenoh_config(None, Some(self.port), Some(PREFIX))).wait().expect("open zenoh")
+    }
+
+    /// Our session: CUDA for `zero-copy` on the cuda backend, else host memory.
+    fn gpu_session(&self) -> GpuSession {
+        let device = device_choice(self.cuda && self.route == Route::ZeroCopy);
+        GpuSession::from_zenoh(self.zenoh(), zcs_config(device)).wait().expect("open the subscriber session")
+    }
+}
+
+/// One checked frame, in the subscriber's receive thread.
+struct Tally {
+    warmup: u64,
+    received: u64,
+    lat_us: Vec<f64>,
+    last_done_ns: u64,
+}
+
+impl Tally {
+    fn done(&mut self, seq: u64, published_ns: u64) {
+        self.received += 1;
+        self.last_done_ns = now_ns();
+        if seq > self.warmup && published_ns > 0 {
+            self.lat_us.push(self.last_done_ns.saturating_sub(published_ns) as f64 / 1e3);
+        }
+    }
+}
+
+/// Receives frames with `next` (which checks each with the checker) until the
+/// publisher's total is reached, or nothing came for `DRAIN_IDLE` after it was
+/// announced; returns the report.
+fn receive_loop(
+    target: &AtomicU64,
+    warmup: u64,
+    checker: &mut Checker,
+    mut next: impl FnMut(&mut Checker, Duration) -> Option<(u64, u64)>,
+) -> SubReport {
+    let mut t = Tally { warmup, received: 0, lat_us: Vec::new(), last_done_ns: 0 };
+    let mut idle = Instant::now();
+    loop {
+        let goal = target.load(Ordering::Acquire);
+        if goal != u64::MAX && (t.received >= goal || idle.elapsed() > DRAIN_IDLE) {
+            break;
+        }
+        if let Some((seq, ts)) = next(checker, Duration::from_millis(100)) {
+            t.done(seq, ts);
+            idle = Instant::now();
+        } else if goal == u64::MAX {
+            idle = Instant::now();
+        }
+    }
+    t.lat_us.sort_by(f64::total_cmp);
+    SubReport {
+        received: t.received,
+        errors: checker.errors(),
+        lat_p50_us: percentile(&t.lat_us, 50.0),
+        lat_p99_us: percentile(&t.lat_us, 99.0),
+        last_done_ns: t.last_done_ns,
+        ..SubReport::default()
+    }
+}
+
+fn sub_child() {
+    let _wd = watchdog_guard("zcs_throughput subscriber", CHILD_LIMIT);
+    let env = ChildEnv::read();
+    let target = Arc::new(AtomicU64::new(u64::MAX));
+    let cpu0 = cpu_secs();
+    let (tx, rx) = std::sync::mpsc::channel::<SubReport>();
+    // Sessions and subscribers stay alive until the report is sent.
+    let mut keep: Vec<Box<dyn std::any::Any>> = Vec::new();
+    if env.route.ours() {
+        let session = env.gpu_session();
+        // cpu-bytes: the session has no GPU; the H2D and the kernel use a context of ours.
+        let gpu = match (env.cuda, session.gpu()) {
+            (false, _) => None,
+            (true, Some(g)) => Some(g.clone()),
+            (true, None) => Some(Gpu::probe().expect("GPU for the H2D copy and the kernel")),
+        };
+        let sub = session.declare_subscriber(env.key.clone()).fifo(SUB_FIFO).wait().expect("subscriber");
+        let (target, warmup) = (Arc::clone(&target), env.warmup);
+        std::thread::spawn(move || {
+            let mut rep = receive_loop(&target, warmup, &mut Checker::new(gpu), |c, t| {
+                let s = sub.recv_timeout(t).ok()?;
+                c.sample(&s);
+                Some((s.seq(), s.info().timestamp_ns))
+            });
+            let st = sub.stats();
+            (rep.zero_copy, rep.cpu_bytes) = (st.zero_copy, st.cpu_bytes);
+            let _ = tx.send(rep);
+        });
+        keep.push(Box::new(session));
+    } else {
+        let z = env.zenoh();
+        let fifo = zenoh::handlers::FifoChannel::new(SUB_FIFO);
+        let sub = z.declare_subscriber(env.key.clone()).with(fifo).wait().expect("plain subscriber");
+        let token = z.liveliness().declare_token(format!("{}/@tput/{}", env.key, std::process::id())).wait();
+        keep.push(Box::new(token.expect("liveliness token")));
+        let gpu = env.cuda.then(|| Gpu::probe().expect("GPU for the H2D copy and the kernel"));
+        let (target, warmup) = (Arc::clone(&target), env.warmup);
+        std::thread::spawn(move || {
+            let rep = receive_loop(&target, warmup, &mut Checker::new(gpu), |c, t| {
+                let s = sub.recv_timeout(t).ok()??;
+                let (seq, ts) = parse_stamp(&s.attachment()?.to_bytes())?;
+                c.host(&s.payload().to_bytes(), seq);
+                Some((seq, ts))
+            });
+            let _ = tx.send(rep);
+        });
+        keep.push(Box::new(z));
+    }
+    send_msg(&env.conn, &Msg::Ready, &[]);
+    let (m, _) = recv_msg::<Msg>(&env.conn, CHILD_LIMIT);
+    let Msg::Done { sent } = m else { panic!("subscriber: unexpected {m:?}") };
+    target.store(sent, Ordering::Release);
+    let mut rep = rx.recv_timeout(IO).expect("the receive thread reports");
+    rep.cpu_s = cpu_secs() - cpu0;
+    send_msg(&env.conn, &Msg::Report(rep), &[]);
+    // Zenoh's threads may still run; leave without tearing anything down.
+    std::process::exit(0);
+}
+
+/// A subscriber joining a running publisher: declare → first sample ready on its
+/// stream, and → first zero-copy sample.
+fn first_child() {
+    let _wd = watchdog_guard("zcs_throughput joining subscriber", CHILD_LIMIT);
+    let env = ChildEnv::read();
+    let session = env.gpu_session();
+    let mut checker = Checker::new(session.gpu().cloned());
+    let t = Instant::now();
+    let sub = session.declare_subscriber(env.key.clone()).wait().expect("subscriber");
+    let (mut any_us, mut first_path, mut before) = (None, String::new(), 0u64);
+    let zero_copy_us = loop {
+        let Ok(s) = sub.recv_timeout(Duration::from_secs(10).saturating_sub(t.elapsed())) else { break None };
+        checker.sample(&s);
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        if any_us.is_none() {
+            (any_us, first_path) = (Some(us), s.path().to_string());
+        }
+        if s.path() == Path::ZeroCopy {
+            break Some(us);
+        }
+        before += 1;
+    };
+    assert_eq!(checker.errors(), 0, "joining subscriber: content mismatch");
+    let any_us = any_us.expect("no sample within 10 s");
+    send_msg(&env.conn, &Msg::First { any_us, zero_copy_us, first_path, samples_before_zero_copy: before }, &[]);
+    std::process::exit(0);
+}
+
+// ---------------------------------------------------------------------------------
+// Publisher side
+// ---------------------------------------------------------------------------------
+
+/// What a plain-Zenoh user has on the GPU: a frame buffer the fill kernel writes, and
+/// (pinned path) a pool of page-locked staging buffers.
+struct UserFrame {
+    gpu: Gpu,
+    kernels: Kernels,
+    stream: Stream,
+    frame: DeviceBlock,
+    pinned: Option<PinnedPool>,
+}
+
+impl UserFrame {
+    /// Fills the frame with `seq`'s pattern and copies it device→host.
+    fn produce(&self, size: usize, seq: u64) -> ZBytes {
+        let (ptr, st) = (self.frame.device_ptr(), self.stream.cu_stream());
+        // SAFETY: the frame block has ≥ size bytes and lives as long as `self`; every
+        // copy out of it is synchronised before the next fill.
+        unsafe { self.kernels.fill(&self.stream, ptr, size as u64, seq) }.expect("fill");
+        if let Some(pool) = &self.pinned {
+            // SAFETY: the frame holds ≥ size bytes written by the fill ordered before on
+            // the stream; nothing else writes it until the copy completes.
+            let buf = unsafe { pool.copy_from_device(ptr, size, &self.stream) }.expect("D2H pinned");
+            return ZBytes::from(bytes::Bytes::from_owner(buf));
+        }
+        let mut v = vec![0u8; size];
+        self.gpu.bind().expect("bind");
+        // SAFETY: `v` has size bytes and lives until the synchronize; the source as above.
+        unsafe { sys::memcpy_dtoh_async(v.as_mut_ptr(), ptr, size, st) }.expect("D2H pageable");
+        // SAFETY: a stream of the current context.
+        unsafe { sys::stream_synchronize(st) }.expect("synchronize");
+        ZBytes::from(v)
+    }
+}
+
+enum Sink {
+    Ours(Box<GpuPublisher>, Option<Kernels>),
+    Plain(zenoh::pubsub::Publisher<'static>, Option<Box<UserFrame>>),
+}
+
+/// Publishes frames of one route, each filled with the pattern of its sequence number.
+struct Producer {
+    sink: Sink,
+    sent: u64,
+}
+
+impl Producer {
+    fn new(session: &GpuSession, route: Route, key: &str, max_size: usize) -> Self {
+        let sink = if route.ours() {
+            let p = session.declare_publisher(key.to_owned()).wait().expect("publisher");
+            Sink::Ours(Box::new(p), session.gpu().map(|g| Kernels::load(g).expect("kernels")))
+        } else {
+            let p = session.zenoh().declare_publisher(key.to_owned()).wait().expect("plain publisher");
+            let frame = session.gpu().map(|g| {
+                Box::new(UserFrame {
+                    gpu: g.clone(),
+                    kernels: Kernels::load(g).expect("kernels"),
+                    stream: g.new_stream().expect("stream"),
+                    frame: DeviceBlock::allocate(g, max_size).expect("frame buffer"),
+                    pinned: (route == Route::ZenohPinned).then(|| PinnedPool::new(g, 256 << 20)),
+                })
+            });
+            Sink::Plain(p, frame)
+        };
+        Self { sink, sent: 0 }
+    }
+
+    fn send(&mut self, size: usize) {
+        let seq = self.sent + 1;
+        match &self.sink {
+            Sink::Ours(p, kernels) => {
+                let mut loan = loan_waiting(p, size);
+                match (kernels, loan.device_ptr()) {
+                    (Some(k), Some(ptr)) => {
+                        // SAFETY: the loan owns ≥ size mapped bytes until `put`, which
+                        // orders the ready signal after this launch on the loan's stream.
+                        unsafe { k.fill(loan.stream().expect("CUDA loan"), ptr, size as u64, seq) }.expect("fill")
+                    }
+                    _ => fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seq),
+                }
+                let r = p.put(loan).expect("put");
+                assert_eq!(r.seq, seq, "the publisher's sequence numbers start at 1");
+            }
+            Sink::Plain(p, frame) => {
+                let ts = now_ns();
+                let payload = match frame {
+                    Some(f) => f.produce(size, seq),
+                    None => {
+                        let mut v = vec![0u8; size];
+                        fill_pattern(&mut v, 0, seq);
+                        ZBytes::from(v)
+                    }
+                };
+                p.put(payload).attachment(stamp(seq, ts)).wait().expect("plain put");
+            }
+        }
+        self.sent = seq;
+    }
+
+    /// Waits until `subs` subscribers are on this route's path.
+    fn wait_route(&self, route: Route, subs: usize, z: &zenoh::Session, key: &str) {
+        match &self.sink {
+            Sink::Ours(p, _) => {
+                let zc = if route == Route::ZeroCopy { subs } else { 0 };
+                wait_until(key, || {
+                    p.zero_copy_subscribers() == zc && p.aware_subscribers() == subs && !p.plain_subscribers()
+                });
+            }
+            // Zenoh's matching status is yes/no: count the subscribers' liveliness tokens.
+            Sink::Plain(..) => wait_until(key, || {
+                let replies = z.liveliness().get(format!("{key}/@tput/*")).timeout(Duration::from_secs(1)).wait();
+                replies.map(|r| r.iter().filter(|x| x.result().is_ok()).count() == subs).unwrap_or(false)
+            }),
+        }
+    }
+}
+
+/// Loans a block, waiting past the pool's loan timeout while subscribers hold blocks.
+fn loan_waiting(p: &GpuPublisher, size: usize) -> GpuLoan {
+    let t = Instant::now();
+    loop {
+        match p.loan(size) {
+            Ok(l) => return l,
+            Err(LoanError::Exhausted { .. }) if t.elapsed() < IO => {}
+            Err(e) => panic!("{}: loan of {size} bytes: {e}", p.key()),
+        }
+    }
+}
+
+/// Subscriber processes of one row, connected over the control socket.
+struct Children {
+    procs: Vec<(std::process::Child, ControlConn)>,
+}
+
+impl Children {
+    fn spawn(role: &str, n: usize, port: u16, backend: &str, route: Route, key: &str, warmup: u64) -> Self {
+        let name = SocketName::random_abstract();
+        let listener = ControlListener::bind(&name).expect("bind");
+        let env = [
+            (PORT_ENV, port.to_string()),
+            (SOCK_ENV, name.to_key_chunk()),
+            (BACKEND_ENV, backend.to_owned()),
+            (PATH_ENV, route.name().to_owned()),
+            (KEY_ENV, key.to_owned()),
+            (WARMUP_ENV, warmup.to_string()),
+        ];
+        let mut procs = Vec::new();
+        for _ in 0..n {
+            let child = spawn_child_bin(role, &env);
+            procs.push((child, listener.accept_timeout(IO).expect("a subscriber connects")));
+        }
+        Self { procs }
+    }
+
+    fn recv_each(&self) -> Vec<Msg> {
+        self.procs.iter().map(|(_, c)| recv_msg::<Msg>(c, IO).0).collect()
+    }
+
+    fn send_each(&self, m: &Msg) {
+        self.procs.iter().for_each(|(_, c)| send_msg(c, m, &[]));
+    }
+
+    fn wait(self) {
+        self.procs.into_iter().for_each(|(child, _)| wait_child(child, "subscriber", IO));
+    }
+}
+
+struct Ctx {
+    args: Args,
+    port: u16,
+    session: GpuSession,
+}
+
+impl Ctx {
+    fn free_gpu_mem(&self) -> Option<usize> {
+        self.session.gpu().map(|g| g.mem_info().expect("mem_info").0)
+    }
+
+    fn throughput_row(&self, route: Route, size: usize, subs: usize) {
+        let args = &self.args;
+        let _wd = watchdog_guard("zcs_throughput row", Duration::from_secs_f64(args.max_secs) + 3 * IO);
+        let key = format!("{PREFIX}/{}/{size}/{subs}", route.name());
+        let children = Children::spawn("sub", subs, self.port, &args.backend, route, &key, args.warmup);
+        for m in children.recv_each() {
+            assert!(matches!(m, Msg::Ready), "unexpected {m:?}");
+        }
+        let free0 = self.free_gpu_mem();
+        let mut producer = Producer::new(&self.session, route, &key, size);
+        producer.wait_route(route, subs, self.session.zenoh(), &key);
+
+        for _ in 0..args.warmup {
+            producer.send(size);
+        }
+        let (start_ns, t, cpu0) = (now_ns(), Instant::now(), cpu_secs());
+        let budget = Duration::from_secs_f64(args.max_secs);
+        let mut timed = 0u64;
+        while timed < args.frames && (timed < 5 || t.elapsed() < budget) {
+            producer.send(size);
+            timed += 1;
+        }
+        let pub_cpu = cpu_secs() - cpu0;
+        let sent = producer.sent;
+        children.send_each(&Msg::Done { sent });
+        let reports: Vec<SubReport> = children
+            .recv_each()
+            .into_iter()
+            .map(|m| match m {
+                Msg::Report(r) => r,
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        children.wait();
+        let mem_delta = free0.zip(self.free_gpu_mem()).map(|(a, b)| a as i64 - b as i64);
+
+        let end_ns = reports.iter().map(|r| r.last_done_ns).max().unwrap_or(start_ns);
+        let secs = end_ns.saturating_sub(start_ns) as f64 / 1e9;
+        let msgs_per_s = timed as f64 / secs;
+        let worst = |f: fn(&SubReport) -> f64| reports.iter().map(f).fold(f64::NAN, f64::max);
+        let (pool_bytes, copies_out) = match &producer.sink {
+            Sink::Ours(p, _) => (Some(p.pool_stats().bytes), Some(p.stats().copies_out)),
+            Sink::Plain(..) => (None, None),
+        };
+        let r0 = &reports[0];
+        println!(
+            "{}",
+            json!({
+                "bench": "throughput",
+                "path": route.name(),
+                "backend": self.session.backend().to_string(),
+                "size": size,
+                "subscribers": subs,
+                "frames": timed,
+                "warmup": args.warmup,
+                "secs": secs,
+                "msgs_per_s": msgs_per_s,
+                "gb_per_s": msgs_per_s * size as f64 / 1e9,
+                "gb_per_s_all_subscribers": msgs_per_s * (size * subs) as f64 / 1e9,
+                "errors": reports.iter().map(|r| r.errors).sum::<u64>(),
+                "lost": reports.iter().map(|r| sent.saturating_sub(r.received)).sum::<u64>(),
+                "latency_p50_us": worst(|r| r.lat_p50_us),
+                "latency_p99_us": worst(|r| r.lat_p99_us),
+                "pub_cpu_us_per_msg": pub_cpu / timed as f64 * 1e6,
+                "sub_cpu_us_per_msg": r0.cpu_s / r0.received.max(1) as f64 * 1e6,
+                "sub_zero_copy_samples": route.ours().then_some(r0.zero_copy),
+                "sub_cpu_bytes_samples": route.ours().then_some(r0.cpu_bytes),
+                "copies_out": copies_out,
+                "pool_bytes": pool_bytes,
+                "gpu_mem_delta_bytes": mem_delta,
+                "gpu_mem_delta_scope": "device-wide drop of free memory from subscribers ready to end of row: \
+                    publisher pool and frame buffer, subscribers' staging (not their CUDA contexts)",
+                "note": route.note(),
+            })
+        );
+    }
+
+    fn first_message_rows(&self) {
+        let args = &self.args;
+        let _wd = watchdog_guard("zcs_throughput first-message", 3 * IO + IO * args.first_subs as u32);
+        let key = format!("{PREFIX}/first");
+        let route = Route::ZeroCopy;
+        let mut producer = Producer::new(&self.session, route, &key, args.first_size);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (size, period) = (args.first_size, Duration::from_secs_f64(1.0 / args.first_rate.max(1.0)));
+        let feeder = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut next = Instant::now();
+                while !stop.load(Ordering::Relaxed) {
+                    producer.send(size);
+                    next += period;
+                    std::thread::sleep(next.saturating_duration_since(Instant::now()));
+                }
+            })
+        };
+        let (mut any, mut zc, mut paths) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..args.first_subs {
+            let c = Children::spawn("first", 1, self.port, &args.backend, route, &key, 0);
+            for m in c.recv_each() {
+                let Msg::First { any_us, zero_copy_us, first_path, samples_before_zero_copy } = m else {
+                    panic!("unexpected {m:?}")
+                };
+                any.push(any_us);
+                zc.extend(zero_copy_us);
+                paths.push(json!({"first_path": first_path, "samples_before_zero_copy": samples_before_zero_copy}));
+            }
+            c.wait();
+        }
+        stop.store(true, Ordering::Relaxed);
+        feeder.join().expect("feeder");
+        for v in [&mut any, &mut zc] {
+            v.sort_by(f64::total_cmp);
+        }
+        println!(
+            "{}",
+            json!({
+                "bench": "first-message",
+                "path": route.name(),
+                "backend": self.session.backend().to_string(),
+                "size": size,
+                "rate_hz": args.first_rate,
+                "subscribers": any.len(),
+                "first_ready_p50_us": percentile(&any, 50.0),
+                "first_ready_max_us": any.last(),
+                "first_zero_copy_p50_us": percentile(&zc, 50.0),
+                "first_zero_copy_max_us": zc.last(),
+                "zero_copy_reached": zc.len(),
+                "per_subscriber": paths,
+                "note": "declare_subscriber → first sample checked and ready on the subscriber's stream \
+                         (handshake + first import); first_ready counts any path, first_zero_copy the first \
+                         sample read in place",
+            })
+        );
+    }
+
+    /// One device→device copy of each size, synchronised: the physical reference.
+    fn d2d_rows(&self, gpu: &Gpu, sizes: &[usize]) {
+        let stream = gpu.new_stream().expect("stream");
+        for &size in sizes {
+            let (src, dst) = (DeviceBlock::allocate(gpu, size), DeviceBlock::allocate(gpu, size));
+            let (src, dst) = (src.expect("src"), dst.expect("dst"));
+            let copy = || {
+                let t = Instant::now();
+                gpu.bind().expect("bind");
+                let st = stream.cu_stream();
+                // SAFETY: both blocks hold ≥ size bytes and outlive the synchronize.
+                unsafe { sys::memcpy_dtod_async(dst.device_ptr(), src.device_ptr(), size, st) }.expect("D2D");
+                // SAFETY: a stream of the current context.
+                unsafe { sys::stream_synchronize(st) }.expect("synchronize");
+                t.elapsed().as_secs_f64() * 1e6
+            };
+            (0..10).for_each(|_| {
+                copy();
+            });
+            let mut us: Vec<f64> = (0..200).map(|_| copy()).collect();
+            us.sort_by(f64::total_cmp);
+            let p50 = percentile(&us, 50.0);
+            println!(
+                "{}",
+                json!({"bench": "d2d-copy", "path": "d2d-copy", "size": size, "n": us.len(), "p50_us": p50,
+                       "p99_us": percentile(&us, 99.0), "gb_per_s": size as f64 / p50 / 1e3,
+                       "msgs_per_s": 1e6 / p50,
+                       "note": "cuMemcpyDtoDAsync + cuStreamSynchronize, one device"})
+            );
+        }
+    }
+}
+
+fn main() {
+    match child_role().as_deref() {
+        Some("sub") => return sub_child(),
+        Some("first") => return first_child(),
+        _ => {}
+    }
+    let args = Args::parse();
+    let cuda = match args.backend.as_str() {
+        "cuda" => true,
+        "host" => false,
+        other => panic!("unknown backend {other:?} (cuda or host)"),
+    };
+    let sizes =
+        args.sizes.clone().unwrap_or(if cuda { vec![FRAME_1080P_RGB, FRAME_4K_RGBA] } else { vec![64 << 10, 1 << 20] });
+    let routes: Vec<Route> = match &args.paths {
+        Some(names) => names.iter().map(|n| Route::parse(n).unwrap_or_else(|| panic!("unknown path {n:?}"))).collect(),
+        None => Route::ALL.into_iter().filter(|r| r.available(cuda)).collect(),
+    };
+    for r in &routes {
+        assert!(r.available(cuda), "path {} needs --backend {}", r.name(), if cuda { "host" } else { "cuda" });
+    }
+    let port = free_tcp_port();
+    let session =
+        GpuSession::open(loopback_zenoh_config(Some(port), None, Some(PREFIX)), zcs_config(device_choice(cuda)))
+            .wait()
+            .unwrap_or_else(|e| panic!("--backend {}: {e}", args.backend));
+
+    let mut setup = json!({"bench": "throughput-setup", "backend": session.backend().to_string(),
+        "frames": args.frames, "warmup": args.warmup,
+        "pool_max_blocks": args.pool_blocks, "subscriber_fifo": SUB_FIFO, "max_secs_per_row": args.max_secs,
+        "transport": "zenoh peer, tcp 127.0.0.1, congestion control block",
+        "subscriber_work": if cuda { "Kernels::check on every frame, stream synchronized" } else { "CPU pattern check" }});
+    if let (Some(g), Some(o)) = (session.gpu(), setup.as_object_mut()) {
+        o.insert("gpu".into(), json!(g.name()));
+        o.insert("uuid".into(), json!(g.uuid().to_string()));
+    }
+    println!("{setup}");
+
+    let ctx = Ctx { args, port, session };
+    for &route in &routes {
+        for &size in &sizes {
+            for &subs in &ctx.args.subscribers {
+                ctx.throughput_row(route, size, subs);
+            }
+        }
+    }
+    if ctx.args.first_subs > 0 {
+        ctx.first_message_rows();
+    }
+    if let Some(gpu) = ctx.session.gpu() {
+        ctx.d2d_rows(gpu, &sizes);
+    }
+}
