@@ -434,6 +434,9 @@ fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
     }
 }
 
+/// How long a subscriber watches a vanished publisher's process for its exit.
+const DEAD_PUBLISHER_WATCH: Duration = Duration::from_secs(600);
+
 fn publisher_vanished(sh: &Arc<Shared>, instance: u64) {
     let (link, none_left) = {
         let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -448,17 +451,21 @@ fn publisher_vanished(sh: &Arc<Shared>, instance: u64) {
         inc(&sh.counters.evictions);
         tracing::debug!(publisher = instance, "publisher gone; its imports evicted");
         if link.signals.is_some() && link.peer_pid > 0 {
-            // A token can vanish before the process is reaped, or because the publisher
-            // was merely dropped (then its signals still come): watch the process for a
-            // while, off Zenoh's callback thread.
+            // A token vanishes as soon as the process's sockets close, which can be long
+            // before it has exited: a killed process with a kernel still running stays in
+            // the driver's context teardown for seconds. The token also vanishes when the
+            // publisher is merely dropped (then its signals still come). So watch the
+            // process, off Zenoh's callback thread, for up to DEAD_PUBLISHER_WATCH.
             let spawned = std::thread::Builder::new().name("zcs-dead-publisher".into()).spawn(move || {
                 let t = std::time::Instant::now();
-                while t.elapsed() < Duration::from_secs(5) {
+                let mut nap = Duration::from_millis(5);
+                while t.elapsed() < DEAD_PUBLISHER_WATCH {
                     if crate::host::process_gone(link.peer_pid) {
                         link.release_waiters_of_dead_publisher();
                         return;
                     }
-                    std::thread::sleep(Duration::from_millis(10));
+                    std::thread::sleep(nap);
+                    nap = (nap * 2).min(Duration::from_millis(100));
                 }
             });
             if let Err(e) = spawned {
