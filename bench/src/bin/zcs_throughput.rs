@@ -174,7 +174,9 @@ impl Route {
 
     fn note(self) -> &'static str {
         match self {
-            Route::ZeroCopy => "block read in place on the subscriber's stream, check kernel, stream synchronized",
+            Route::ZeroCopy => {
+                "block read in place (CUDA: check kernel on the subscriber's stream, synchronized; host: CPU check of the mapped memfd)"
+            }
             Route::CpuBytes => {
                 "subscriber session device: host; publisher D2H once per message, bytes over zenoh, \
                  subscriber H2D (pageable) into a reused buffer, check kernel, synchronized"
