@@ -30,7 +30,7 @@ for b in .gpu-bin/zcs_*bench .gpu-bin/zcs_latency .gpu-bin/zcs_throughput; do
   timeout 300 "$b" --backend cuda >"$out/$(basename "$b").jsonl" 2>>"$out/bench.log" || { echo "FAILED: $b" | tee -a "$out/bench.log"; fail=1; }
 done
 if [ -d bench/python ]; then
-  for py in bench/python/*.py; do
+  for py in bench/python/*_latency.py bench/python/*_reference.py; do
     echo "== $py" | tee -a "$out/bench.log"
     timeout 150 python3 "$py" >"$out/$(basename "$py" .py).jsonl" 2>>"$out/bench.log" || { echo "FAILED: $py" | tee -a "$out/bench.log"; fail=1; }
   done

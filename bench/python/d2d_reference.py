@@ -22,40 +22,13 @@ import time
 
 NAME = "d2d_reference"
 
-
-def emit(obj):
-    print(json.dumps(obj), flush=True)
+from benchcommon import emit, parse_size, parse_sizes, percentile
+import benchcommon
 
 
 def skip(reason):
-    print(f"SKIPPED {NAME}: {reason}", flush=True)
-    sys.exit(0)
+    benchcommon.skip(NAME, reason)
 
-
-def parse_size(s):
-    s = s.strip()
-    i = 0
-    while i < len(s) and s[i].isdigit():
-        i += 1
-    if i == 0:
-        raise argparse.ArgumentTypeError(f"bad size {s!r}")
-    mult = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
-            "g": 1 << 30, "gib": 1 << 30}.get(s[i:].strip().lower())
-    if mult is None:
-        raise argparse.ArgumentTypeError(f"bad size unit in {s!r} (use KiB, MiB or GiB)")
-    return int(s[:i]) * mult
-
-
-def parse_sizes(s):
-    return [parse_size(x) for x in s.split(",") if x.strip()]
-
-
-def percentile(sorted_vals, p):
-    """Nearest rank, as zcs_tests::percentile."""
-    if not sorted_vals:
-        return float("nan")
-    rank = int(-(-(p / 100.0) * len(sorted_vals) // 1))  # ceil
-    return sorted_vals[min(max(rank, 1), len(sorted_vals)) - 1]
 
 
 def gbps(size, us):

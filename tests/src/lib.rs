@@ -187,3 +187,20 @@ pub fn from_hex(s: &str) -> Option<Vec<u8>> {
     }
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
+
+/// Parses a byte size for benchmark flags: a number with an optional unit (`B`, `K`/`KiB`,
+/// `M`/`MiB`, `G`/`GiB`), e.g. `4KiB`, `32MiB`, `6220800`.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: usize = num.parse().map_err(|_| format!("bad size {s:?}"))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        _ => return Err(format!("bad size unit in {s:?} (use KiB, MiB or GiB)")),
+    };
+    n.checked_mul(mult).filter(|&b| b > 0).ok_or_else(|| format!("bad size {s:?}"))
+}

@@ -30,7 +30,9 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, percentile, recv_msg, send_msg, spawn_child_bin};
+use zcs_tests::{
+    child_role, free_tcp_port, loopback_zenoh_config, parse_size, percentile, recv_msg, send_msg, spawn_child_bin,
+};
 use zenoh::Wait;
 use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::cuda::{DeviceBlock, sys};
@@ -56,21 +58,6 @@ struct Args {
     /// Time budget per row, in seconds (at least 5 timed round trips are made).
     #[arg(long, default_value_t = 8.0)]
     max_secs: f64,
-}
-
-fn parse_size(s: &str) -> Result<usize, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: usize = num.parse().map_err(|_| format!("bad size {s:?}"))?;
-    let mult = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        _ => return Err(format!("bad size unit in {s:?} (use KiB, MiB or GiB)")),
-    };
-    n.checked_mul(mult).filter(|&b| b > 0).ok_or_else(|| format!("bad size {s:?}"))
 }
 
 const PREFIX: &str = "zcs-lat";

@@ -41,8 +41,8 @@ use clap::Parser;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use zcs_tests::{
-    child_role, free_tcp_port, loopback_zenoh_config, percentile, recv_msg, send_msg, spawn_child_bin, wait_child,
-    watchdog_guard,
+    child_role, free_tcp_port, loopback_zenoh_config, parse_size, percentile, recv_msg, send_msg, spawn_child_bin,
+    wait_child, watchdog_guard,
 };
 use zenoh::Wait;
 use zenoh::bytes::ZBytes;
@@ -96,21 +96,6 @@ struct Args {
     /// Frame size while new subscribers join.
     #[arg(long, default_value = "1MiB", value_parser = parse_size)]
     first_size: usize,
-}
-
-fn parse_size(s: &str) -> Result<usize, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: usize = num.parse().map_err(|_| format!("bad size {s:?}"))?;
-    let mult = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        _ => return Err(format!("bad size unit in {s:?} (use KiB, MiB or GiB)")),
-    };
-    n.checked_mul(mult).filter(|&b| b > 0).ok_or_else(|| format!("bad size {s:?}"))
 }
 
 const PREFIX: &str = "zcs-tput";
