@@ -135,6 +135,21 @@ pub fn boot_id() -> io::Result<String> {
     Ok(id.to_ascii_lowercase())
 }
 
+/// Whether process `pid` has exited (no `/proc/<pid>`, or a zombie waiting to be
+/// reaped). `false` when it cannot tell (`pid <= 0`: a peer in another PID namespace).
+pub fn process_gone(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the first field after the parenthesised command name.
+        Ok(stat) => {
+            stat.rsplit_once(')').is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
+        }
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
+    }
+}
+
 /// Number of open file descriptors of this process (entries of `/proc/self/fd`),
 /// for leak checks.
 pub fn open_fd_count() -> io::Result<usize> {
@@ -178,6 +193,21 @@ mod tests {
         assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), 4096) }, 0);
         let err = HostBlock::import(fd, 4096).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[test]
+    fn process_gone_tells_live_from_exited() {
+        assert!(!process_gone(std::process::id() as i32));
+        assert!(!process_gone(0), "unknown pid: cannot tell");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        let t = std::time::Instant::now();
+        while !process_gone(pid) {
+            assert!(t.elapsed() < std::time::Duration::from_secs(5), "exited child (zombie) not seen as gone");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        child.wait().unwrap();
+        assert!(process_gone(pid));
     }
 
     #[test]

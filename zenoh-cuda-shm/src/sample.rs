@@ -123,6 +123,10 @@ pub enum ReadError {
     /// Ordering the read after the publisher's signal failed.
     #[error(transparent)]
     Signal(#[from] SignalError),
+    /// The publisher process died before its writes to this block were done: the
+    /// data is incomplete.
+    #[error("the publisher died before this block was ready")]
+    PublisherDied,
 }
 
 impl GpuSample {
@@ -206,6 +210,9 @@ impl GpuSample {
         match &self.0.body {
             Body::ZeroCopy(z) => match &z.block {
                 Imported::Cuda(b) => {
+                    if z.link.died_unready(z.key) {
+                        return Err(ReadError::PublisherDied);
+                    }
                     let signals = z.link.signals.as_ref().expect("CUDA links carry a signal block");
                     signals.wait(stream, z.key.id, z.key.generation)?;
                     Ok(DeviceRead {
@@ -343,6 +350,9 @@ impl GpuSample {
         match &self.0.body {
             Body::ZeroCopy(z) => match &z.block {
                 Imported::Cuda(b) => {
+                    if z.link.died_unready(z.key) {
+                        return Err(ReadError::PublisherDied);
+                    }
                     let signals = z.link.signals.as_ref().ok_or(ReadError::Signal(SignalError::Unsupported))?;
                     signals.wait(stream, z.key.id, z.key.generation)?;
                     Ok(Some(b.device_ptr() + z.offset as u64))

@@ -122,6 +122,11 @@ impl ReadySignals {
         }
     }
 
+    /// The device.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
     /// Number of slots.
     pub fn slots(&self) -> usize {
         self.size() / 8
@@ -145,6 +150,19 @@ impl ReadySignals {
     /// Enqueues `slot = value` on `stream`, after the work already queued there.
     pub fn signal(&self, stream: &Stream, slot: u32, value: u64) -> Result<(), SignalError> {
         Ok(event::write_value64(&self.gpu, stream, self.slot_addr(slot)?, value)?)
+    }
+
+    /// The slot's current value, read on `stream` (8 bytes device→host, waited for).
+    pub fn read_slot_on(&self, slot: u32, stream: &Stream) -> Result<u64, SignalError> {
+        let addr = self.slot_addr(slot)?;
+        let mut v = [0u8; 8];
+        self.gpu.bind()?;
+        // SAFETY: `addr` is an 8-byte slot inside this mapped block (checked by
+        // `slot_addr`); `v` has 8 bytes and lives until the synchronize below.
+        unsafe { crate::cuda::sys::memcpy_dtoh_async(v.as_mut_ptr(), addr, 8, stream.cu_stream()) }?;
+        // SAFETY: a stream of the current context.
+        unsafe { crate::cuda::sys::stream_synchronize(stream.cu_stream()) }?;
+        Ok(u64::from_le_bytes(v))
     }
 
     /// Makes work enqueued on `stream` after this call wait until `slot >= value`.

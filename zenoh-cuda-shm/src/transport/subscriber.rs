@@ -95,9 +95,58 @@ pub(crate) struct Link {
     /// replaced, which unmaps the old import once no sample reads it any more.
     cache: Mutex<HashMap<u32, (u64, Imported)>>,
     alive: AtomicBool,
+    /// The publisher process (0 when in another PID namespace: unknown).
+    peer_pid: i32,
+    /// Highest generation handed to samples, per ready-signal slot (CUDA only): what
+    /// our streams may be waiting for.
+    awaited: Mutex<HashMap<u32, u64>>,
+    /// Block generations whose ready signal never came because the publisher died
+    /// first: reads of them are refused (`ReadError::PublisherDied`).
+    unready: Mutex<std::collections::HashSet<(u32, u64)>>,
+    /// Created with the link: creating a stream blocks while another of our streams
+    /// waits on a signal that never comes (measured on an H200, driver 580), which is
+    /// exactly when this stream is needed.
+    release_stream: Option<crate::cuda::Stream>,
 }
 
 impl Link {
+    /// Whether the publisher died before signalling this block generation ready.
+    pub(crate) fn died_unready(&self, key: BlockKey) -> bool {
+        self.unready.lock().unwrap_or_else(|p| p.into_inner()).contains(&(key.id, key.generation))
+    }
+
+    /// The publisher process has exited: any ready signal it had not yet written never
+    /// will be, and a stream of ours waiting on one would wait forever. Write the awaited
+    /// values ourselves (the signal block is mapped here read-write; nobody else writes
+    /// it any more) and remember which generations were not ready.
+    fn release_waiters_of_dead_publisher(&self) {
+        let Some(signals) = &self.signals else { return };
+        let awaited: Vec<(u32, u64)> =
+            self.awaited.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(s, g)| (*s, *g)).collect();
+        let Some(stream) = self.release_stream.clone() else {
+            return tracing::error!("no stream to release waits on a dead publisher's signals");
+        };
+        let mut unready = 0;
+        for (slot, generation) in awaited {
+            match signals.read_slot_on(slot, &stream) {
+                Ok(v) if v >= generation => continue,
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, slot, "cannot read a dead publisher's signal slot"),
+            }
+            unready += 1;
+            self.unready.lock().unwrap_or_else(|p| p.into_inner()).insert((slot, generation));
+            if let Err(e) = signals.signal(&stream, slot, generation) {
+                tracing::error!(error = %e, slot, "cannot release a wait on a dead publisher's signal");
+            }
+        }
+        if unready > 0 {
+            tracing::warn!(
+                unready,
+                "publisher died before signalling blocks ready; their readers were released and reads of them are refused"
+            );
+        }
+    }
+
     /// Sends a release; a dead link needs none (the publisher released on close).
     pub(crate) fn release(&self, key: BlockKey) {
         if !self.alive.load(Ordering::Relaxed) {
@@ -388,6 +437,9 @@ fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
     }
 }
 
+/// How long a subscriber watches a vanished publisher's process for its exit.
+const DEAD_PUBLISHER_WATCH: Duration = Duration::from_secs(600);
+
 fn publisher_vanished(sh: &Arc<Shared>, instance: u64) {
     let (link, none_left) = {
         let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -401,6 +453,28 @@ fn publisher_vanished(sh: &Arc<Shared>, instance: u64) {
         link.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
         inc(&sh.counters.evictions);
         tracing::debug!(publisher = instance, "publisher gone; its imports evicted");
+        if link.signals.is_some() && link.peer_pid > 0 {
+            // A token vanishes as soon as the process's sockets close, which can be long
+            // before it has exited: a killed process with a kernel still running stays in
+            // the driver's context teardown for seconds. The token also vanishes when the
+            // publisher is merely dropped (then its signals still come). So watch the
+            // process, off Zenoh's callback thread, for up to DEAD_PUBLISHER_WATCH.
+            let spawned = std::thread::Builder::new().name("zcs-dead-publisher".into()).spawn(move || {
+                let t = std::time::Instant::now();
+                let mut nap = Duration::from_millis(5);
+                while t.elapsed() < DEAD_PUBLISHER_WATCH {
+                    if crate::host::process_gone(link.peer_pid) {
+                        link.release_waiters_of_dead_publisher();
+                        return;
+                    }
+                    std::thread::sleep(nap);
+                    nap = (nap * 2).min(Duration::from_millis(100));
+                }
+            });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "cannot watch a vanished publisher's process");
+            }
+        }
     }
     if none_left && sh.plain_listen == PlainListen::Auto {
         sh.set_plain(true);
@@ -410,6 +484,7 @@ fn publisher_vanished(sh: &Arc<Shared>, instance: u64) {
 fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<(), String> {
     let name = SocketName::from_key_chunk(socket).map_err(|e| e.to_string())?;
     let conn = ControlConn::connect(&name, sh.handshake_timeout).map_err(|e| e.to_string())?;
+    let peer_pid = conn.peer_cred().pid;
     let hello = Request::Hello { subscriber: sh.instance, group: sh.group.clone() };
     conn.send(&protocol::encode(&hello), &[]).map_err(|e| e.to_string())?;
     let mut frame = conn.recv(sh.handshake_timeout).map_err(|e| e.to_string())?;
@@ -456,6 +531,13 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<(), String> {
         signals: link_signals,
         cache: Mutex::new(HashMap::new()),
         alive: AtomicBool::new(true),
+        peer_pid,
+        awaited: Mutex::new(HashMap::new()),
+        unready: Mutex::new(std::collections::HashSet::new()),
+        release_stream: match &sh.medium {
+            SubMedium::Cuda(gpu) => Some(gpu.new_stream().map_err(|e| e.to_string())?),
+            SubMedium::Host => None,
+        },
     });
     // Ready to take descriptors *before* the publisher lists us in any.
     {
@@ -584,6 +666,11 @@ fn on_descriptor(sh: &Arc<Shared>, sample: &Sample) {
             }
         },
     };
+    if matches!(imported, Imported::Cuda(_)) {
+        let mut awaited = link.awaited.lock().unwrap_or_else(|p| p.into_inner());
+        let g = awaited.entry(d.block.id).or_insert(0);
+        *g = (*g).max(d.block.generation);
+    }
     inc(&sh.counters.zero_copy);
     let info = SampleInfo {
         key: sh.key.clone(),
