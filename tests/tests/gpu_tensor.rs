@@ -39,6 +39,11 @@ use zenoh_cuda_shm::dlpack::{
 use zenoh_cuda_shm::tensor_codec::{DType, Device, TensorMeta};
 use zenoh_cuda_shm::{BackendKind, GpuPublisher, GpuSample, GpuSession, Path, PutReport, ZcsConfig};
 
+#[allow(dead_code, reason = "each test binary uses part of the shared helpers")]
+#[path = "support/tensor.rs"]
+mod tensor_support;
+use tensor_support::i64_values;
+
 #[allow(dead_code, reason = "each test binary uses part of the shared FFI")]
 #[path = "../c/dlpack_ffi.rs"]
 mod dlpack_ffi;
@@ -53,18 +58,11 @@ const IO: Duration = Duration::from_secs(60);
 const SPIN_NS: u64 = 300_000_000;
 const K_DL_CUDA: i32 = 2;
 
-fn zenoh_config(port: u16, listen: bool) -> zenoh::Config {
-    let mut c = zenoh::Config::default();
-    let ep = format!("[\"tcp/127.0.0.1:{port}\"]");
-    c.insert_json5("mode", "\"peer\"").unwrap();
-    c.insert_json5(if listen { "listen/endpoints" } else { "connect/endpoints" }, &ep).unwrap();
-    c.insert_json5("scouting/multicast/enabled", "false").unwrap();
-    c
-}
-
 fn cuda_session(port: u16, listen: bool) -> GpuSession {
     let cfg = ZcsConfig { device: DeviceChoice::Cuda, ..ZcsConfig::default() };
-    GpuSession::open(zenoh_config(port, listen), cfg).wait().expect("CUDA session")
+    GpuSession::open(zcs_tests::loopback_zenoh_config(listen.then_some(port), (!listen).then_some(port), None), cfg)
+        .wait()
+        .expect("CUDA session")
 }
 
 /// Copies device memory to a new host vector on `stream` and waits for it.
@@ -142,13 +140,6 @@ fn f16_bits(n: usize) -> Vec<u16> {
 fn bf16_bits(n: usize) -> Vec<u16> {
     let special = [0x0000u16, 0x8000, 0x3F80, 0xBF80, 0x7F80, 0xFF80, 0x7FC0, 0x0001, 0x7F7F, 0x4049];
     (0..n).map(|i| special.get(i).copied().unwrap_or(((i as u32).wrapping_mul(2_654_435_761) >> 16) as u16)).collect()
-}
-
-fn i64_values(n: usize) -> Vec<i64> {
-    let special = [i64::MIN, i64::MAX, -1, 0, 1, i64::MIN + 1];
-    (0..n)
-        .map(|i| special.get(i).copied().unwrap_or((i as i64).wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as i64)))
-        .collect()
 }
 
 /// A 300x128 float32 buffer and the 149x40 view at (1, 3) taking every other row and
@@ -428,25 +419,6 @@ fn import_legacy(gpu: &Gpu, publisher: &GpuPublisher, stream: &Stream) -> PutRep
 // The subscriber (this process)
 // ------------------------------------------------------------------------------------
 
-fn blocks_in_use(session: &GpuSession, base: &str) -> usize {
-    let replies = session.zenoh().get(format!("{base}/pool")).wait().unwrap();
-    let reply = replies.recv_timeout(IO).unwrap().expect("the publisher answers");
-    let sample = reply.into_result().expect("a reply sample");
-    String::from_utf8(sample.payload().to_bytes().into_owned()).unwrap().parse().unwrap()
-}
-
-fn wait_blocks_in_use(session: &GpuSession, base: &str, want: usize, what: &str) {
-    let t = Instant::now();
-    loop {
-        let n = blocks_in_use(session, base);
-        if n == want {
-            return;
-        }
-        assert!(t.elapsed() < IO, "{what}: the publisher still has {n} blocks in use, expected {want}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Checks the fields the C consumer read against the description.
 fn check_summary(name: &str, s: &Summary, meta: &TensorMeta, ordinal: i32) {
     let strides = meta.effective_strides().unwrap();
@@ -625,12 +597,12 @@ fn gpu_tensors_and_dlpack_across_processes() {
     let alive = live_exports();
     drop(exports);
     assert_eq!(live_exports(), alive - (cases.len() - 1), "dropping an owner runs its deleter");
-    wait_blocks_in_use(&session, &base, 1, "while the export is alive");
+    tensor_support::wait_blocks_in_use(&session, &base, 1, "while the export is alive", IO);
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(blocks_in_use(&session, &base), 1, "the export keeps its lease");
+    assert_eq!(tensor_support::blocks_in_use(&session, &base, IO), 1, "the export keeps its lease");
     delete_versioned_in_c(kept.expect("the strided case's export"));
     assert_eq!(live_exports(), 0);
-    wait_blocks_in_use(&session, &base, 0, "after the deleter");
+    tensor_support::wait_blocks_in_use(&session, &base, 0, "after the deleter", IO);
     println!("lease held by the DLPack export until the C consumer called its deleter, then released");
 
     session.zenoh().put(format!("{base}/bye"), "bye").wait().unwrap();

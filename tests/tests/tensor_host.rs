@@ -27,6 +27,11 @@ use zenoh_cuda_shm::dlpack::{
 use zenoh_cuda_shm::tensor_codec::{DType, DecodeError, Device, EncodeError, MetaError, TensorMeta};
 use zenoh_cuda_shm::{BackendKind, GpuSample, GpuSession, Path, TensorPublishError, TensorReadError, ZcsConfig};
 
+#[allow(dead_code, reason = "each test binary uses part of the shared helpers")]
+#[path = "support/tensor.rs"]
+mod tensor_support;
+use tensor_support::i64_values;
+
 #[allow(dead_code, reason = "each test binary uses part of the shared FFI")]
 #[path = "../c/dlpack_ffi.rs"]
 mod dlpack_ffi;
@@ -39,18 +44,11 @@ const PORT_ENV: &str = "ZCS_TENSOR_PORT";
 const BASE_ENV: &str = "ZCS_TENSOR_BASE";
 const IO: Duration = Duration::from_secs(30);
 
-fn zenoh_config(port: u16, listen: bool) -> zenoh::Config {
-    let mut c = zenoh::Config::default();
-    let ep = format!("[\"tcp/127.0.0.1:{port}\"]");
-    c.insert_json5("mode", "\"peer\"").unwrap();
-    c.insert_json5(if listen { "listen/endpoints" } else { "connect/endpoints" }, &ep).unwrap();
-    c.insert_json5("scouting/multicast/enabled", "false").unwrap();
-    c
-}
-
 fn host_session(port: u16, listen: bool) -> GpuSession {
     let cfg = ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() };
-    GpuSession::open(zenoh_config(port, listen), cfg).wait().expect("host session")
+    GpuSession::open(zcs_tests::loopback_zenoh_config(listen.then_some(port), (!listen).then_some(port), None), cfg)
+        .wait()
+        .expect("host session")
 }
 
 // ------------------------------------------------------------------------------------
@@ -91,13 +89,6 @@ fn bf16_bits(n: usize) -> Vec<u16> {
     // ±0, ±1, ±inf, NaN, the smallest subnormal, max, pi; then a hash of the index.
     let special = [0x0000u16, 0x8000, 0x3F80, 0xBF80, 0x7F80, 0xFF80, 0x7FC0, 0x0001, 0x7F7F, 0x4049];
     (0..n).map(|i| special.get(i).copied().unwrap_or(((i as u32).wrapping_mul(2_654_435_761) >> 16) as u16)).collect()
-}
-
-fn i64_values(n: usize) -> Vec<i64> {
-    let special = [i64::MIN, i64::MAX, -1, 0, 1, i64::MIN + 1];
-    (0..n)
-        .map(|i| special.get(i).copied().unwrap_or((i as i64).wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as i64)))
-        .collect()
 }
 
 /// A 4x8 float32 buffer, and the 3x4 view at element 9 (row 1, column 1) taking every
@@ -421,26 +412,6 @@ fn import_legacy(publisher: &zenoh_cuda_shm::GpuPublisher) -> zenoh_cuda_shm::Pu
 // The subscriber (this process)
 // ------------------------------------------------------------------------------------
 
-fn blocks_in_use(session: &GpuSession, base: &str) -> usize {
-    let replies = session.zenoh().get(format!("{base}/pool")).wait().unwrap();
-    let reply = replies.recv_timeout(IO).unwrap().expect("the publisher answers");
-    let sample = reply.into_result().expect("a reply sample");
-    String::from_utf8(sample.payload().to_bytes().into_owned()).unwrap().parse().unwrap()
-}
-
-/// Polls the publisher's pool until `want` blocks are in use.
-fn wait_blocks_in_use(session: &GpuSession, base: &str, want: usize, what: &str) {
-    let t = Instant::now();
-    loop {
-        let n = blocks_in_use(session, base);
-        if n == want {
-            return;
-        }
-        assert!(t.elapsed() < IO, "{what}: the publisher still has {n} blocks in use, expected {want}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn check_case(sample: &GpuSample, case: &Case) {
     let name = case.name;
     assert_eq!(sample.path(), case.path, "{name}: path");
@@ -587,12 +558,12 @@ fn host_tensors_across_processes() {
     let exports_alive = live_exports();
     drop(exports);
     assert_eq!(live_exports(), exports_alive - (cases.len() - 1), "dropping an owner runs its deleter");
-    wait_blocks_in_use(&session, &base, 1, "while the export is alive");
+    tensor_support::wait_blocks_in_use(&session, &base, 1, "while the export is alive", IO);
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(blocks_in_use(&session, &base), 1, "the export keeps its lease");
+    assert_eq!(tensor_support::blocks_in_use(&session, &base, IO), 1, "the export keeps its lease");
     delete_versioned_in_c(kept.expect("the strided block's export"));
     assert_eq!(live_exports(), 0, "the C consumer's deleter call freed the export");
-    wait_blocks_in_use(&session, &base, 0, "after the deleter");
+    tensor_support::wait_blocks_in_use(&session, &base, 0, "after the deleter", IO);
     println!("lease held by the DLPack export until the C consumer called its deleter, then released");
 
     session.zenoh().put(format!("{base}/bye"), "bye").wait().unwrap();
