@@ -14,8 +14,8 @@
 //!
 //! `late_joiner_behind_a_slow_link_leaks_no_lease` and
 //! `forged_bytes_header_cannot_silence_a_publisher` guard two fixed bugs: leases charged
-//! for descriptors Zenoh did not yet route to a new subscriber, and a forged bytes
-//! header silencing a publisher through deduplication.
+//! for messages a new subscriber never received, and a forged bytes header silencing a
+//! publisher through deduplication.
 //!
 //! Every payload is the [`fill_pattern`] of its sequence number (or of its index for
 //! plain publishers), and every byte of every message is checked; per publisher, each
@@ -35,7 +35,7 @@ use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
 use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
 use zenoh_cuda_shm::pool::BlockKey;
-use zenoh_cuda_shm::protocol::{self, Announce, BytesHeader, Descriptor, Group};
+use zenoh_cuda_shm::protocol::{self, BytesHeader, Descriptor, Group, Reply, Request, Role, Token};
 use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, GpuSubscriber, Path, PutReport, RecvError, ZcsConfig};
 
 const KIB: usize = 1 << 10;
@@ -80,6 +80,8 @@ enum PathRule {
     Handover,
     /// Zero-copy up to this sequence number, bytes after (the lease limit was reached).
     LeaseLimit(u64),
+    /// Zero-copy or bytes from a block, in any mix.
+    Mixed,
 }
 
 /// What a child does; sent by the parent as the first control message.
@@ -376,6 +378,7 @@ impl Checker {
                 let want = if seq <= k { Path::ZeroCopy } else { Path::CpuBytes };
                 assert_eq!(path, want, "seq {seq}: path");
             }
+            PathRule::Mixed => assert!(matches!(path, Path::CpuBytes | Path::ZeroCopy), "seq {seq}: path {path}"),
             PathRule::Handover => {
                 assert!(matches!(path, Path::CpuBytes | Path::ZeroCopy), "seq {seq}: path {path}");
                 if self.last_path.get(&publisher) == Some(&Path::ZeroCopy) {
@@ -804,12 +807,11 @@ fn late_joiner_gets_contiguous_suffix() {
     assert_eq!(r.stuck, 0, "blocks leased to the live, idle late joiner for messages it never received");
 }
 
-/// The handshake (over the Unix socket) can complete before the publisher's Zenoh
-/// session routes the new subscriber's descriptor subscription; here the joiner's
-/// Zenoh link is slowed by 100 ms to make that certain, as a router hop or a loaded
-/// machine can. The publisher must not charge leases for descriptors Zenoh would not
-/// deliver: it marks the subscriber ready only after a probe sent through Zenoh on the
-/// descriptor key came back over the socket.
+/// The handshake (over the Unix socket) completes long before Zenoh routes anything
+/// of the new subscriber: here the joiner's Zenoh link is slowed by 100 ms, as a
+/// router hop or a loaded machine can. Descriptors travel over the socket, so no lease
+/// may be charged for a message the joiner never receives, and the switch from bytes
+/// (through the slow link) to the zero-copy path must keep the order.
 #[test]
 fn late_joiner_behind_a_slow_link_leaks_no_lease() {
     const TEST: &str = "late_joiner_behind_a_slow_link_leaks_no_lease";
@@ -958,6 +960,44 @@ fn lease_limit_falls_back_to_bytes_without_gaps() {
     );
 }
 
+/// A subscriber that keeps its last few samples, more than its lease limit, while the
+/// publisher streams flat out: messages alternate between the zero-copy path and bytes
+/// through Zenoh as its leases come and go, and must still arrive exactly in order —
+/// the descriptors over its control connection and the bytes through Zenoh are merged
+/// by sequence number.
+#[test]
+fn paths_alternating_at_the_lease_limit_keep_order() {
+    const TEST: &str = "paths_alternating_at_the_lease_limit_keep_order";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let t = Instant::now();
+    let (port, key, n, len, limit) = (free_tcp_port(), test_key(TEST), 400, 256 * KIB + 3, 3);
+    let mut cfg = host_config();
+    cfg.pool.max_holds_per_holder = limit;
+    let session = host_session_with(port, true, cfg);
+    let publisher = session.declare_publisher(key.clone()).wait().expect("declare publisher");
+    let mut kids = Kids::new();
+    let mut p = Params::new(port, &key, n, LenRule::Fixed(len), PathRule::Mixed);
+    p.hold = limit + 2;
+    let sub = kids.spawn("sub", p);
+    wait_zero_copy_only(&publisher, 1);
+    for seq in 1..=n {
+        publish_block(&publisher, seq, len);
+    }
+    let s = kids.done(sub);
+    let SubCounts { zero_copy, cpu_bytes, duplicates, .. } = s.sub.unwrap();
+    assert_eq!((s.received, s.first_seq, s.last_seq, duplicates), (n, 1, n, 0), "{s:?}");
+    assert_eq!(zero_copy + cpu_bytes, n);
+    let st = publisher.stats();
+    assert_eq!(st.lease_limited, cpu_bytes, "every message over the limit went as bytes");
+    assert!(zero_copy > limit as u64 && cpu_bytes > 0, "the paths did not alternate: {s:?}");
+    kids.finish();
+    wait_pool_empty(&publisher, &s);
+    println!(
+        "{TEST}: {n} messages in order, {zero_copy} zero-copy and {cpu_bytes} as bytes, interleaved; {:.2} s",
+        elapsed(t)
+    );
+}
+
 #[test]
 fn small_messages_travel_inline() {
     const TEST: &str = "small_messages_travel_inline";
@@ -1075,11 +1115,66 @@ fn bad_input_on_our_channels_is_dropped() {
     x.put(&bytes_key, garbage.clone(), Some(future_att));
     x.put(&bytes_key, garbage, Some(good_att[..good_att.len() - 2].to_vec()));
 
-    // Descriptors: a forgery naming the real publisher and (among 1..=5) our holder id,
-    // with a made-up capability and an absurd sequence number that would shadow the
-    // real stream if it were believed.
+    // The raw session's puts arrive in order: once the last is counted, all were seen.
+    wait_until("the bad bytes to be counted", IO, || x.sub.stats().bad_bytes >= 5);
+
+    // Descriptors only come over a control connection, from a process that announced
+    // itself as a publisher: play a hostile one.
+    let expect_bad = hostile_publisher(&x);
+    assert_quiet(&x.sub, "after the bad input");
+
+    x.real_messages(TEST); // the real publisher goes on: seq n+1..=2n
+    assert_eq!(x.checker.summary.last_seq, 2 * x.n);
+    let SubCounts { zero_copy, cpu_bytes, inline, plain, duplicates, bad_descriptors: bad, handshakes, .. } =
+        sub_counters(&x.sub);
+    // Two handshakes: the real publisher's and the hostile one's.
+    assert_eq!(
+        (zero_copy, cpu_bytes, inline, plain, duplicates, bad, handshakes),
+        (2 * x.n, 0, 0, 0, 0, expect_bad, 2)
+    );
+    let Target { kids, raw, .. } = x;
+    kids.finish();
+    drop(raw);
+    println!(
+        "{TEST}: {expect_bad} bad frames from a hostile publisher counted, 5 bad bytes messages dropped; \
+         stream intact; {:.2} s",
+        elapsed(t)
+    );
+}
+
+/// Announces a publisher on the target's key, lets the subscriber handshake with it,
+/// then routes it hostile frames: a descriptor naming the real publisher with a made-up
+/// capability and an absurd sequence number (which would shadow the real stream if
+/// believed), one out of its block's bounds, and finally a frame from a future
+/// version, which must make the subscriber close the link. Returns how many frames the
+/// subscriber must count as bad.
+fn hostile_publisher(x: &Target) -> u64 {
+    let name = SocketName::random_abstract();
+    let listener = ControlListener::bind(&name).expect("bind the hostile publisher's socket");
     let group = Group { boot_id: zenoh_cuda_shm::host::boot_id().unwrap(), device: "host".into() };
-    let desc_key = protocol::descriptor_key(&x.key, &group);
+    let instance = 0x4057_11e0_0000_0001;
+    let token = Token {
+        role: Role::Pub,
+        key: x.key.clone(),
+        instance,
+        group: group.clone(),
+        socket: Some(name.to_key_chunk()),
+    };
+    let _token = x.raw.liveliness().declare_token(token.to_key()).wait().expect("declare token");
+    let conn = listener.accept_timeout(IO).expect("the subscriber connects");
+    let hello = protocol::decode::<Request>("hello", &conn.recv(IO).expect("hello").bytes).expect("decode hello");
+    assert!(matches!(hello, Request::Hello { group: ref g, .. } if *g == group), "{hello:?}");
+    let probe_token = 0x7e57_u64;
+    let probe = zenoh_cuda_shm::host::HostBlock::create(c"hostile-probe", 4096).expect("probe memfd");
+    // SAFETY: 4096 bytes, mapped read-write, not yet shared.
+    unsafe { (probe.as_ptr() as *mut u64).write(probe_token) };
+    let welcome =
+        Reply::Welcome { publisher: instance, holder: 1, capability_key: [7; 16], probe_size: 4096, probe_token };
+    conn.send(&protocol::encode(&welcome), &[probe.fd()]).expect("send welcome");
+    let ack = protocol::decode::<Request>("ack", &conn.recv(IO).expect("ack").bytes).expect("decode ack");
+    assert_eq!(ack, Request::Ack { token: Some(probe_token), error: None });
+    conn.send(&protocol::encode(&Reply::Ready { first_seq: 1 }), &[]).expect("send ready");
+
     let forged = Descriptor {
         publisher: x.publisher_id,
         seq: 1 << 40,
@@ -1089,52 +1184,29 @@ fn bad_input_on_our_channels_is_dropped() {
         offset: 0,
         len: MIB as u64,
         timestamp_ns: 1,
-        leased: (1..=5).collect(),
         meta: None,
     };
-    let good = protocol::encode(&Announce::Block(forged.clone()));
-    let mut future = good.clone();
+    let out_of_bounds = Descriptor { publisher: instance, offset: u64::MAX - 3, len: 16, ..forged.clone() };
+    let mut future = protocol::encode(&Reply::Block(forged.clone()));
     future[0] = 2;
-    let mut trailing = good.clone();
-    trailing.push(0);
-    let out_of_bounds = Descriptor { offset: u64::MAX - 3, len: 16, ..forged.clone() };
-    let unknown_publisher = Descriptor { publisher: x.publisher_id ^ 0x5a5a_0000, ..forged.clone() };
-    let not_leased_to_us = Descriptor { leased: vec![1000, 1001], ..forged.clone() };
-    let counted = [
-        b"\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff".to_vec(), // malformed (varint overflow)
-        good[..good.len() / 2].to_vec(),                              // truncated
-        future,                                                       // version 2
-        Vec::new(),                                                   // empty
-        trailing,                                                     // trailing byte
-        good,                                                         // forged capability
-        protocol::encode(&Announce::Block(out_of_bounds)),            // forged, out of bounds too
-    ];
-    let ignored =
-        [protocol::encode(&Announce::Block(unknown_publisher)), protocol::encode(&Announce::Block(not_leased_to_us))];
-    for d in ignored.iter().chain(counted.iter()) {
-        x.put(&desc_key, d.clone(), None);
+    for frame in [protocol::encode(&Reply::Block(forged)), protocol::encode(&Reply::Block(out_of_bounds)), future] {
+        conn.send(&frame, &[]).expect("send a hostile frame");
     }
-    let expect_bad = counted.len() as u64;
-    // The raw session's puts arrive in order: once the last is counted, all were seen.
-    wait_until("the bad descriptors to be counted", IO, || x.sub.stats().bad_descriptors >= expect_bad);
-    assert_quiet(&x.sub, "after the bad input");
-
-    x.real_messages(TEST); // the real publisher goes on: seq n+1..=2n
-    assert_eq!(x.checker.summary.last_seq, 2 * x.n);
-    let SubCounts { zero_copy, cpu_bytes, inline, plain, duplicates, bad_descriptors: bad, handshakes, .. } =
-        sub_counters(&x.sub);
-    assert_eq!(
-        (zero_copy, cpu_bytes, inline, plain, duplicates, bad, handshakes),
-        (2 * x.n, 0, 0, 0, 0, expect_bad, 1)
-    );
-    let Target { kids, raw, .. } = x;
-    kids.finish();
-    drop(raw);
-    println!(
-        "{TEST}: {expect_bad} bad descriptors counted, {} ignored, 5 bad bytes messages dropped; stream intact; {:.2} s",
-        ignored.len(),
-        elapsed(t)
-    );
+    // The subscriber releases what it refused, then closes the link on the bad version.
+    let mut released = 0;
+    loop {
+        match conn.recv(IO) {
+            Ok(f) => match protocol::decode::<Request>("request", &f.bytes).expect("decode request") {
+                Request::Release { blocks } => released += blocks.len(),
+                other => panic!("unexpected request from the subscriber: {other:?}"),
+            },
+            Err(zenoh_cuda_shm::ipc::RecvError::Closed) => break,
+            Err(e) => panic!("the subscriber did not close the link: {e}"),
+        }
+    }
+    assert_eq!(released, 2, "both refused descriptors are released");
+    wait_until("the bad frames to be counted", IO, || x.sub.stats().bad_descriptors >= 3);
+    3
 }
 
 /// One put on `<key>/@zcs/b` with a well-formed header that names the real publisher

@@ -23,13 +23,8 @@ pub fn bytes_key(key: &str) -> String {
     format!("{key}/{CHANNEL_CHUNK}/b")
 }
 
-/// Key for descriptors to one locality group: `<key>/@zcs/d/<boot_id>/<group>`.
-pub fn descriptor_key(key: &str, group: &Group) -> String {
-    format!("{key}/{CHANNEL_CHUNK}/d/{}/{}", group.boot_id, group.device)
-}
-
 /// A locality group: processes that can map each other's blocks (same kernel, same
-/// device). Descriptors go to a group, not to each subscriber.
+/// device). Only a subscriber of the publisher's group attempts the handshake.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Group {
     /// `/proc/sys/kernel/random/boot_id`, lower-case.
@@ -159,29 +154,8 @@ pub struct Descriptor {
     pub len: u64,
     /// Publication time, ns since the Unix epoch (publisher clock).
     pub timestamp_ns: u64,
-    /// Holder ids of the subscribers charged a lease for this message; a subscriber
-    /// not listed must not read the block (it gets bytes instead).
-    pub leased: Vec<u64>,
     /// Typed metadata.
     pub meta: Meta,
-}
-
-/// What travels on a descriptor key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Announce {
-    /// A block to read in place.
-    Block(Descriptor),
-    /// Handshake probe: proves the subscriber's descriptor subscription is routed
-    /// before the publisher charges it any lease (a descriptor nobody receives would
-    /// hold its leases until the connection ends).
-    Probe {
-        /// The publisher's instance id.
-        publisher: u64,
-        /// The holder id the probe is for.
-        holder: u64,
-        /// Echoed back in `Request::ProbeSeen`.
-        nonce: u64,
-    },
 }
 
 /// Header attached to bytes we publish (on the plain key and on `<key>/@zcs/b`).
@@ -222,11 +196,6 @@ pub enum Request {
         /// Why, when the import failed.
         error: Option<String>,
     },
-    /// The handshake probe with this nonce arrived through Zenoh.
-    ProbeSeen {
-        /// The probe's nonce.
-        nonce: u64,
-    },
     /// The FD of a block named in a descriptor.
     Fd {
         /// Block generation.
@@ -239,6 +208,9 @@ pub enum Request {
         /// Block generations released.
         blocks: Vec<BlockKey>,
     },
+    /// The subscriber is closing: route nothing more over this connection. Leases it
+    /// holds stay until released or until the connection ends.
+    Leave,
 }
 
 /// Control messages, publisher → subscriber.
@@ -263,8 +235,37 @@ pub enum Reply {
         /// Why.
         reason: String,
     },
-    /// The subscriber is GPU-ready.
-    Ready,
+    /// The subscriber is GPU-ready: from message `first_seq` on, every message of the
+    /// publisher is routed to it over this connection, in order, as [`Reply::Block`],
+    /// [`Reply::Inline`] or [`Reply::ViaBytes`]; earlier ones went to it (if at all)
+    /// as bytes through Zenoh.
+    Ready {
+        /// The first sequence number routed over this connection.
+        first_seq: u64,
+    },
+    /// A block to read in place, leased to this subscriber.
+    Block(Descriptor),
+    /// A small message, carried whole.
+    Inline {
+        /// Per-publisher sequence number.
+        seq: u64,
+        /// Publication time, ns since the Unix epoch (publisher clock).
+        timestamp_ns: u64,
+        /// Typed metadata.
+        meta: Meta,
+        /// The payload (at most [`crate::ipc::MAX_FRAME_BYTES`] with the rest of the
+        /// frame).
+        data: Vec<u8>,
+    },
+    /// Message `seq` goes to this subscriber as bytes through Zenoh (the subscriber
+    /// is at its lease limit, or the message is too large to carry inline): deliver it
+    /// from there before anything routed after it.
+    ViaBytes {
+        /// Per-publisher sequence number.
+        seq: u64,
+    },
+    /// Answer to [`Request::Leave`]: nothing more is routed over this connection.
+    Left,
     /// Answer to `Fd`: the block's FD follows.
     Fd {
         /// Block generation.
@@ -399,13 +400,19 @@ mod tests {
             offset: 0,
             len: 6,
             timestamp_ns: 7,
-            leased: vec![1, 9],
             meta: Some(vec![1, 2, 3]),
         };
         let bytes = encode(&d);
         assert_eq!(decode::<Descriptor>("descriptor", &bytes), Ok(d.clone()));
-        let a = Announce::Block(d);
-        assert_eq!(decode::<Announce>("announce", &encode(&a)), Ok(a));
+        for r in [
+            Reply::Block(d),
+            Reply::Inline { seq: 9, timestamp_ns: 1, meta: None, data: vec![7; 300] },
+            Reply::ViaBytes { seq: 10 },
+            Reply::Ready { first_seq: 11 },
+            Reply::Left,
+        ] {
+            assert_eq!(decode::<Reply>("reply", &encode(&r)), Ok(r));
+        }
         let mut future = bytes.clone();
         future[0] = 2;
         assert_eq!(decode::<Descriptor>("descriptor", &future), Err(DecodeError::Version { found: 2 }));
@@ -428,9 +435,7 @@ mod tests {
 
     #[test]
     fn keys() {
-        let g = group();
         assert_eq!(bytes_key("a/b"), "a/b/@zcs/b");
-        assert_eq!(descriptor_key("a/b", &g), format!("a/b/@zcs/d/{}/{}", g.boot_id, g.device));
         assert_eq!(Group::cuda_device(&crate::cuda::GpuUuid([0xab; 16])), format!("cuda-{}", "ab".repeat(16)));
     }
 }

@@ -3,14 +3,20 @@
 //! The ping (this process) publishes a block on a key; the pong (this binary re-run as
 //! a child) receives it, makes it ready on its own CUDA stream — `sample.read(&stream)`
 //! then a synchronize of that stream, so the wait on the publisher's ready signal has
-//! passed — and replies with a tiny plain Zenoh message. One way = round trip / 2.
+//! passed — and replies with a tiny message over the same kind of path. Each row
+//! reports two figures: round trip / 2 (`one_way_*`), and the one-way latency the pong
+//! measured itself, from the sample's publication timestamp to the moment its stream
+//! had passed the ready signal (`measured_one_way_*`; both processes read the same
+//! host clock).
 //!
 //! Rows (one JSON object per line):
 //! - `zero-copy`: the pong's CUDA session is in the publisher's locality group and
-//!   reads the block in place.
+//!   reads the block in place; it replies through its own publisher, which reaches the
+//!   ping's subscriber the same way (a small message routed over the control socket).
 //! - `cpu-bytes`: a second pong session configured with `device: host` is in another
 //!   locality group, so the publisher copies the block device→host and sends bytes;
-//!   the pong copies them host→device into a reused device buffer and synchronises.
+//!   the pong copies them host→device into a reused device buffer and synchronises; it
+//!   replies through that session's publisher (bytes over Zenoh).
 //! - `zenoh-plain`: a 64-byte plain Zenoh put and reply between the same processes.
 //!
 //! The ping writes nothing into the blocks (no kernel before `put`): the figures are
@@ -37,7 +43,7 @@ use zenoh::Wait;
 use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::cuda::{DeviceBlock, sys};
 use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
-use zenoh_cuda_shm::{GpuPublisher, GpuSession, ZcsConfig};
+use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, GpuSubscriber, ZcsConfig};
 
 #[derive(Parser, Debug)]
 #[command(about = "zenoh-cuda-shm publish→subscriber-ready latency, ping-pong across two processes (JSON lines)")]
@@ -64,7 +70,9 @@ const PREFIX: &str = "zcs-lat";
 const ZC_KEY: &str = "zcs-lat/zero-copy";
 const CPU_KEY: &str = "zcs-lat/cpu-bytes";
 const BASE_KEY: &str = "zcs-lat/plain";
-const REPLY_KEY: &str = "zcs-lat/reply";
+const REPLY_ZC_KEY: &str = "zcs-lat/reply/zero-copy";
+const REPLY_CPU_KEY: &str = "zcs-lat/reply/cpu-bytes";
+const REPLY_BASE_KEY: &str = "zcs-lat/reply/plain";
 const PORT_ENV: &str = "ZCS_LAT_PORT";
 const SOCK_ENV: &str = "ZCS_LAT_SOCK";
 const BACKEND_ENV: &str = "ZCS_LAT_BACKEND";
@@ -82,15 +90,23 @@ enum Msg {
     Stop,
 }
 
-fn reply_payload(path: u8, seq: u64) -> Vec<u8> {
+/// Nanoseconds since the Unix epoch (the clock publication timestamps use).
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// A reply: the row, the sequence number, and the one-way latency the pong measured.
+fn reply_payload(path: u8, seq: u64, one_way_ns: u64) -> Vec<u8> {
     let mut v = vec![path];
     v.extend_from_slice(&seq.to_le_bytes());
+    v.extend_from_slice(&one_way_ns.to_le_bytes());
     v
 }
 
-fn parse_reply(b: &[u8]) -> Option<(u8, u64)> {
+fn parse_reply(b: &[u8]) -> Option<(u8, u64, u64)> {
     let (&path, rest) = b.split_first()?;
-    Some((path, u64::from_le_bytes(rest.get(..8)?.try_into().ok()?)))
+    let word = |i: usize| Some(u64::from_le_bytes(rest.get(i..i + 8)?.try_into().ok()?));
+    Some((path, word(0)?, word(8)?))
 }
 
 fn zcs_config(device: DeviceChoice) -> ZcsConfig {
@@ -111,15 +127,12 @@ fn pong() {
         GpuSession::from_zenoh(z.clone(), zcs_config(if cuda { DeviceChoice::Cuda } else { DeviceChoice::Host }))
             .wait()
             .expect("open the pong session");
-    let reply = Arc::new(z.declare_publisher(REPLY_KEY).wait().expect("reply publisher"));
-    let send_reply = {
-        let reply = Arc::clone(&reply);
-        move |path: u8, seq: u64| reply.put(reply_payload(path, seq)).wait().expect("reply")
-    };
+    let reply_base = Arc::new(z.declare_publisher(REPLY_BASE_KEY).wait().expect("reply publisher"));
+    let reply_zc = Arc::new(session.declare_publisher(REPLY_ZC_KEY).wait().expect("zero-copy reply publisher"));
 
     // Zero-copy path: read on our stream, synchronise (the ready-signal wait passed).
     let zc = session.declare_subscriber(ZC_KEY).wait().expect("zero-copy subscriber");
-    let r = send_reply.clone();
+    let r = Arc::clone(&reply_zc);
     let gpu = session.gpu().cloned();
     std::thread::Builder::new()
         .name("pong-zc".into())
@@ -139,7 +152,8 @@ fn pong() {
                         black_box((b.first(), b.last()));
                     }
                 }
-                r(PATH_ZC, s.seq());
+                let one_way = now_ns().saturating_sub(s.info().timestamp_ns);
+                r.put_bytes(&reply_payload(PATH_ZC, s.seq(), one_way)).expect("reply");
                 drop(s);
             }
         })
@@ -148,12 +162,13 @@ fn pong() {
     // CPU-bytes path: a host-memory session (another locality group) gets bytes; they
     // go host→device into a reused buffer on our stream. `GpuSample::read` cannot do
     // this copy here: a `device: host` session has no GPU (it returns NoGpu).
-    let _host_session = if cuda {
+    let host_session = if cuda {
         let gpu = session.gpu().cloned().expect("CUDA session");
         let z2 = zenoh::open(loopback_zenoh_config(None, Some(port), Some(PREFIX))).wait().expect("open zenoh");
         let host = GpuSession::from_zenoh(z2, zcs_config(DeviceChoice::Host)).wait().expect("host session");
         let cpu = host.declare_subscriber(CPU_KEY).wait().expect("cpu-bytes subscriber");
-        let r = send_reply.clone();
+        let r = Arc::new(host.declare_publisher(REPLY_CPU_KEY).wait().expect("cpu-bytes reply publisher"));
+        let r2 = Arc::clone(&r);
         std::thread::Builder::new()
             .name("pong-cpu".into())
             .spawn(move || {
@@ -172,31 +187,40 @@ fn pong() {
                     unsafe { sys::memcpy_htod_async(dst, b.as_ptr(), b.len(), stream.cu_stream()) }.expect("H2D");
                     // SAFETY: a stream of the current context, owned by this thread.
                     unsafe { sys::stream_synchronize(stream.cu_stream()) }.expect("synchronize");
-                    r(PATH_CPU, s.seq());
+                    let one_way = now_ns().saturating_sub(s.info().timestamp_ns);
+                    r2.put_bytes(&reply_payload(PATH_CPU, s.seq(), one_way)).expect("reply");
                 }
             })
             .expect("spawn");
-        Some(host)
+        Some((host, r))
     } else {
         None
     };
 
-    // Plain baseline: reply from the Zenoh callback.
-    let r = send_reply.clone();
+    // Plain baseline: reply from the Zenoh callback. The payload starts with the
+    // sequence number and the ping's clock.
+    let r = Arc::clone(&reply_base);
     let _base = z
         .declare_subscriber(BASE_KEY)
         .callback(move |s| {
-            if let Some(seq) = s.payload().to_bytes().get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes) {
-                r(PATH_BASE, seq);
+            let received = now_ns();
+            let b = s.payload().to_bytes();
+            let word = |i: usize| b.get(i..i + 8).and_then(|w| w.try_into().ok()).map(u64::from_le_bytes);
+            if let (Some(seq), Some(sent)) = (word(0), word(8)) {
+                r.put(reply_payload(PATH_BASE, seq, received.saturating_sub(sent))).wait().expect("reply");
             }
         })
         .wait()
         .expect("plain subscriber");
 
     let t = Instant::now();
-    while !reply.matching_status().wait().expect("matching").matching() {
+    while !reply_base.matching_status().wait().expect("matching").matching() {
         assert!(t.elapsed() < IO, "pong: the ping's reply subscriber never matched");
         std::thread::sleep(Duration::from_millis(5));
+    }
+    wait_route(&reply_zc, 1, 1);
+    if let Some((_, r)) = &host_session {
+        wait_route(r, 0, 1);
     }
     send_msg(&conn, &Msg::Ready, &[]);
     let (m, _) = recv_msg::<Msg>(&conn, Duration::MAX);
@@ -209,25 +233,46 @@ fn pong() {
 // Ping
 // ---------------------------------------------------------------------------------
 
-type Replies = zenoh::pubsub::Subscriber<zenoh::handlers::FifoChannelHandler<zenoh::sample::Sample>>;
+/// Where a row's replies arrive: our subscriber (zero-copy and cpu-bytes rows) or a
+/// plain Zenoh one.
+enum Replies {
+    Ours(GpuSubscriber<flume::Receiver<GpuSample>>),
+    Plain(zenoh::pubsub::Subscriber<zenoh::handlers::FifoChannelHandler<zenoh::sample::Sample>>),
+}
 
-fn wait_reply(replies: &Replies, path: u8, seq: u64) {
-    let t = Instant::now();
-    loop {
-        let left = REPLY_TIMEOUT.saturating_sub(t.elapsed());
-        let s = replies
-            .recv_timeout(left)
-            .expect("reply channel")
-            .unwrap_or_else(|| panic!("no reply to path {path} seq {seq} within {REPLY_TIMEOUT:?}"));
-        if parse_reply(&s.payload().to_bytes()) == Some((path, seq)) {
-            return;
+impl Replies {
+    fn recv_timeout(&self, timeout: Duration) -> Option<Vec<u8>> {
+        match self {
+            Self::Ours(s) => s.recv_timeout(timeout).ok().map(|s| s.to_vec().expect("reply bytes")),
+            Self::Plain(s) => s.recv_timeout(timeout).expect("reply channel").map(|s| s.payload().to_bytes().to_vec()),
         }
-        // A late reply from an earlier round: ignore it.
     }
 }
 
-/// Runs `one` for the warm-up, then the timed round trips; returns round trips in µs.
-fn rounds(args: &Args, mut one: impl FnMut() -> Duration) -> Vec<f64> {
+/// Waits for the reply to `seq`; returns the one-way latency the pong measured (µs).
+fn wait_reply(replies: &Replies, path: u8, seq: u64) -> f64 {
+    let t = Instant::now();
+    loop {
+        let left = REPLY_TIMEOUT.saturating_sub(t.elapsed());
+        let b = replies
+            .recv_timeout(left)
+            .unwrap_or_else(|| panic!("no reply to path {path} seq {seq} within {REPLY_TIMEOUT:?}"));
+        match parse_reply(&b) {
+            Some((p, s, one_way_ns)) if (p, s) == (path, seq) => return one_way_ns as f64 / 1e3,
+            // A late reply from an earlier round: ignore it.
+            _ => {}
+        }
+    }
+}
+
+/// Round trips and pong-measured one-way latencies of a row, sorted, in µs.
+struct Samples {
+    rtt: Vec<f64>,
+    one_way: Vec<f64>,
+}
+
+/// Runs `one` for the warm-up, then the timed round trips.
+fn rounds(args: &Args, mut one: impl FnMut() -> (Duration, f64)) -> Samples {
     let budget = Duration::from_secs_f64(args.max_secs);
     let t = Instant::now();
     for _ in 0..args.warmup {
@@ -237,18 +282,22 @@ fn rounds(args: &Args, mut one: impl FnMut() -> Duration) -> Vec<f64> {
         }
     }
     let t = Instant::now();
-    let mut rtt = Vec::with_capacity(args.iters);
+    let mut out = Samples { rtt: Vec::with_capacity(args.iters), one_way: Vec::with_capacity(args.iters) };
     for i in 0..args.iters {
-        rtt.push(one().as_secs_f64() * 1e6);
+        let (rtt, one_way) = one();
+        out.rtt.push(rtt.as_secs_f64() * 1e6);
+        out.one_way.push(one_way);
         if i + 1 >= 5 && t.elapsed() > budget {
             break;
         }
     }
-    rtt.sort_by(f64::total_cmp);
-    rtt
+    out.rtt.sort_by(f64::total_cmp);
+    out.one_way.sort_by(f64::total_cmp);
+    out
 }
 
-fn row(path: &str, backend: &str, size: usize, rtt: &[f64], extra: serde_json::Value) {
+fn row(path: &str, backend: &str, size: usize, s: &Samples, extra: serde_json::Value) {
+    let (rtt, ow) = (&s.rtt, &s.one_way);
     let mut out = json!({
         "bench": "latency",
         "path": path,
@@ -259,6 +308,9 @@ fn row(path: &str, backend: &str, size: usize, rtt: &[f64], extra: serde_json::V
         "one_way_p99_us": percentile(rtt, 99.0) / 2.0,
         "one_way_max_us": rtt.last().copied().unwrap_or(f64::NAN) / 2.0,
         "rtt_p50_us": percentile(rtt, 50.0),
+        "measured_one_way_p50_us": percentile(ow, 50.0),
+        "measured_one_way_p99_us": percentile(ow, 99.0),
+        "measured_one_way_max_us": ow.last().copied().unwrap_or(f64::NAN),
     });
     if let (Some(o), Some(e)) = (out.as_object_mut(), extra.as_object()) {
         o.extend(e.clone());
@@ -292,7 +344,7 @@ fn wait_route(p: &GpuPublisher, zero_copy: usize, aware: usize) {
 
 /// One block round trip on `p`: waits for the previous block to come back (so the
 /// warm block is reused), loans, then times put → reply.
-fn block_round(p: &GpuPublisher, replies: &Replies, path: u8, size: usize) -> Duration {
+fn block_round(p: &GpuPublisher, replies: &Replies, path: u8, size: usize) -> (Duration, f64) {
     let t = Instant::now();
     while p.pool_stats().blocks_in_use > 0 {
         assert!(t.elapsed() < REPLY_TIMEOUT, "{}: the previous block never came back", p.key());
@@ -301,8 +353,8 @@ fn block_round(p: &GpuPublisher, replies: &Replies, path: u8, size: usize) -> Du
     let loan = p.loan(size).expect("loan");
     let t = Instant::now();
     let r = p.put(loan).expect("put");
-    wait_reply(replies, path, r.seq);
-    t.elapsed()
+    let one_way = wait_reply(replies, path, r.seq);
+    (t.elapsed(), one_way)
 }
 
 fn main() {
@@ -325,7 +377,10 @@ fn main() {
     .unwrap_or_else(|e| panic!("--backend {}: {e}", args.backend));
     let backend = session.backend().to_string();
     let z = session.zenoh();
-    let replies: Replies = z.declare_subscriber(REPLY_KEY).wait().expect("reply subscriber");
+    let replies_zc = Replies::Ours(session.declare_subscriber(REPLY_ZC_KEY).wait().expect("reply subscriber"));
+    let replies_cpu =
+        Replies::Ours(session.declare_subscriber(REPLY_CPU_KEY).wait().expect("cpu-bytes reply subscriber"));
+    let replies_base = Replies::Plain(z.declare_subscriber(REPLY_BASE_KEY).wait().expect("reply subscriber"));
     let zc_pub = session.declare_publisher(ZC_KEY).wait().expect("zero-copy publisher");
     let cpu_pub = cuda.then(|| session.declare_publisher(CPU_KEY).wait().expect("cpu-bytes publisher"));
     let base_pub = z.declare_publisher(BASE_KEY).wait().expect("plain publisher");
@@ -360,14 +415,14 @@ fn main() {
     let ready = if cuda { "read on the pong's stream, then stream synchronized" } else { "host bytes mapped" };
     for &size in &args.sizes {
         let before = zc_pub.stats().copies_out;
-        let rtt = rounds(&args, || block_round(&zc_pub, &replies, PATH_ZC, size));
+        let rtt = rounds(&args, || block_round(&zc_pub, &replies_zc, PATH_ZC, size));
         let copies = zc_pub.stats().copies_out - before;
         row("zero-copy", &backend, size, &rtt, json!({"ready": ready, "copies_out_with_warmup": copies}));
     }
     if let Some(p) = &cpu_pub {
         for &size in &args.sizes {
             let before = p.stats().copies_out;
-            let rtt = rounds(&args, || block_round(p, &replies, PATH_CPU, size));
+            let rtt = rounds(&args, || block_round(p, &replies_cpu, PATH_CPU, size));
             let copies = p.stats().copies_out - before;
             row(
                 "cpu-bytes",
@@ -386,9 +441,10 @@ fn main() {
         let mut payload = vec![0u8; payload_size];
         payload[..8].copy_from_slice(&seq.to_le_bytes());
         let t = Instant::now();
+        payload[8..16].copy_from_slice(&now_ns().to_le_bytes());
         base_pub.put(payload).wait().expect("plain put");
-        wait_reply(&replies, PATH_BASE, seq);
-        t.elapsed()
+        let one_way = wait_reply(&replies_base, PATH_BASE, seq);
+        (t.elapsed(), one_way)
     });
     row("zenoh-plain", "none", payload_size, &rtt, json!({"ready": "received"}));
 

@@ -20,6 +20,12 @@ use crate::ipc::{AccessPolicy, ControlConn, ControlListener, RecvError, SocketNa
 use crate::pool::{HolderId, LeaseError};
 use crate::protocol::{self, BytesHeader, Descriptor, Group, Reply, Request, Role, Token};
 
+/// How long a put waits for room in a subscriber's control socket. A subscriber that
+/// has not read for this long (its handler is full) is disconnected: its leases are
+/// released, it receives bytes, and it handshakes again. One slow reader never stalls
+/// the publisher for longer than this.
+const PUSH_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Counters of one publisher. All monotonic.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct PublisherStats {
@@ -27,7 +33,7 @@ pub struct PublisherStats {
     pub messages: u64,
     /// Messages sent inline (below the threshold, no block).
     pub inline: u64,
-    /// Descriptors put (one per locality group per message).
+    /// Messages announced by descriptor (sent to every subscriber charged a lease).
     pub descriptors: u64,
     /// Leases charged to GPU-ready subscribers.
     pub leases: u64,
@@ -53,6 +59,9 @@ pub struct PublisherStats {
     pub bad_releases: u64,
     /// Control connections that ended (each releases every lease it held).
     pub disconnects: u64,
+    /// Subscribers disconnected because their control socket stayed full for
+    /// `PUSH_TIMEOUT` (1 s) or failed.
+    pub slow_disconnects: u64,
 }
 
 #[derive(Default)]
@@ -72,6 +81,7 @@ struct Counters {
     fd_denied: AtomicU64,
     bad_releases: AtomicU64,
     disconnects: AtomicU64,
+    slow_disconnects: AtomicU64,
 }
 
 fn inc(c: &AtomicU64) {
@@ -81,14 +91,43 @@ fn inc(c: &AtomicU64) {
 /// A GPU-ready subscriber connection.
 struct Ready {
     subscriber: u64,
+    conn: Arc<ControlConn>,
 }
 
 #[derive(Default)]
 struct State {
     /// GPU-aware subscribers whose key intersects ours, by instance (from tokens).
     aware: HashMap<u64, Token>,
-    /// Handshaken connections by holder id.
+    /// Handshaken connections by holder id. Frames are sent to them with this state
+    /// locked, so each connection sees messages in sequence order, and `Ready` /
+    /// `Left` exactly where its routing starts and ends.
     ready: HashMap<u64, Ready>,
+    /// Sequence number of the last message (allocated with the state locked, together
+    /// with the routing decision).
+    seq: u64,
+}
+
+impl State {
+    /// Sends `frame` to ready holder `h`; on failure disconnects it (its connection
+    /// thread then releases its leases) and returns false.
+    fn push(&mut self, h: u64, frame: &[u8], c: &Counters) -> bool {
+        let Some(r) = self.ready.get(&h) else { return false };
+        match r.conn.send_timeout(frame, &[], PUSH_TIMEOUT) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(holder = h, error = %e, "subscriber not reading its control socket; disconnecting it");
+                r.conn.shutdown();
+                self.ready.remove(&h);
+                inc(&c.slow_disconnects);
+                false
+            }
+        }
+    }
+
+    /// Whether a GPU-aware subscriber is off the zero-copy path (needs bytes).
+    fn aware_needs_bytes(&self) -> bool {
+        self.aware.keys().any(|i| !self.ready.values().any(|r| r.subscriber == *i))
+    }
 }
 
 pub(crate) struct Shared {
@@ -104,9 +143,6 @@ pub(crate) struct Shared {
     bad_input: RateLimitedWarn,
     probe: Option<HostBlock>,
     probe_token: u64,
-    /// For handshake probes on the descriptor key (sent by connection threads).
-    session: zenoh::Session,
-    descriptor_key: String,
 }
 
 /// Result of one put, for callers and tests.
@@ -151,9 +187,7 @@ pub(crate) struct PublisherCore {
     session: zenoh::Session,
     plain: zenoh::pubsub::Publisher<'static>,
     aware_bytes: zenoh::pubsub::Publisher<'static>,
-    descriptors: zenoh::pubsub::Publisher<'static>,
     plain_matching: Arc<AtomicBool>,
-    seq: AtomicU64,
     server: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -232,8 +266,6 @@ impl PublisherCore {
             bad_input: RateLimitedWarn::new(Duration::from_secs(5)),
             probe,
             probe_token,
-            session: session.clone(),
-            descriptor_key: protocol::descriptor_key(key, &group),
         });
 
         let listener = ControlListener::bind_with_policy(&socket, policy)?;
@@ -254,13 +286,6 @@ impl PublisherCore {
             .map_err(zerr)?;
         let aware_bytes =
             session.declare_publisher(protocol::bytes_key(key)).congestion_control(cc).wait().map_err(zerr)?;
-        // Always blocking: a dropped descriptor would hold its leases until the
-        // subscriber's connection ends.
-        let descriptors = session
-            .declare_publisher(protocol::descriptor_key(key, &group))
-            .congestion_control(CongestionControl::Block)
-            .wait()
-            .map_err(zerr)?;
 
         // GPU-aware subscribers announce themselves; track those whose key meets ours.
         let s3 = Arc::clone(&shared);
@@ -285,9 +310,7 @@ impl PublisherCore {
             session: session.clone(),
             plain,
             aware_bytes,
-            descriptors,
             plain_matching,
-            seq: AtomicU64::new(0),
             _matching: matching,
             _token: token,
             _sub_tokens: sub_tokens,
@@ -300,14 +323,8 @@ impl PublisherCore {
         self.plain_matching.load(Ordering::Relaxed)
     }
 
-    /// Snapshot: ready holders, and whether a GPU-aware subscriber is off the
-    /// zero-copy path (needs bytes).
-    fn route_snapshot(&self) -> (Vec<u64>, bool) {
-        let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        let ready: Vec<u64> = st.ready.keys().copied().collect();
-        let ready_subs: std::collections::HashSet<u64> = st.ready.values().map(|r| r.subscriber).collect();
-        let needs_bytes = st.aware.keys().any(|i| !ready_subs.contains(i));
-        (ready, needs_bytes)
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn put_bytes(
@@ -338,67 +355,96 @@ impl PublisherCore {
         Ok(())
     }
 
-    /// Publishes small host bytes inline.
+    /// Publishes small host bytes inline: carried whole over the control connection of
+    /// every GPU-ready subscriber (when the frame fits), as bytes through Zenoh to
+    /// everyone else.
     pub(crate) fn put_inline(&self, data: Vec<u8>, meta: protocol::Meta) -> Result<PutReport, PutError> {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
-        let c = &self.shared.counters;
+        let sh = &self.shared;
+        let c = &sh.counters;
+        let ts = now_ns();
+        let (seq, to_aware) = {
+            let mut st = self.state();
+            st.seq += 1;
+            let seq = st.seq;
+            let mut to_aware = st.aware_needs_bytes();
+            if !st.ready.is_empty() {
+                let inline =
+                    protocol::encode(&Reply::Inline { seq, timestamp_ns: ts, meta: meta.clone(), data: data.clone() });
+                let frame = if inline.len() <= crate::ipc::MAX_FRAME_BYTES {
+                    inline
+                } else {
+                    to_aware = true;
+                    protocol::encode(&Reply::ViaBytes { seq })
+                };
+                let holders: Vec<u64> = st.ready.keys().copied().collect();
+                for h in holders {
+                    st.push(h, &frame, c);
+                }
+            }
+            (seq, to_aware)
+        };
         inc(&c.messages);
         inc(&c.inline);
-        let to_aware = !self.shared.state.lock().unwrap_or_else(|p| p.into_inner()).aware.is_empty();
         let to_plain = self.plain_matching();
-        let tag = self.shared.medium.capability_key().bytes_tag(self.shared.instance, seq, data.len() as u64);
-        let header =
-            BytesHeader { publisher: self.shared.instance, seq, timestamp_ns: now_ns(), from_block: false, tag, meta };
+        let tag = sh.medium.capability_key().bytes_tag(sh.instance, seq, data.len() as u64);
+        let header = BytesHeader { publisher: sh.instance, seq, timestamp_ns: ts, from_block: false, tag, meta };
         self.put_bytes(data.into(), &header, to_aware, to_plain)?;
         Ok(PutReport { seq, zero_copy: 0, copied_out: false, plain: to_plain, aware_bytes: to_aware })
     }
 
-    /// Publishes a written block: descriptors to GPU-ready subscribers (leases charged
-    /// first), bytes to everyone else, copied out once and only if someone needs them.
+    /// Publishes a written block: a descriptor to every GPU-ready subscriber over its
+    /// control connection (its lease charged first), bytes to everyone else, copied out
+    /// once and only if someone needs them.
     pub(crate) fn put_block(&self, published: PublishedAny, meta: protocol::Meta) -> Result<PutReport, PutError> {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
         let sh = &self.shared;
         let c = &sh.counters;
-        inc(&c.messages);
         let ts = now_ns();
         let len = published.len();
-        let (ready, mut aware_need_bytes) = self.route_snapshot();
-        let mut leased = Vec::with_capacity(ready.len());
-        for h in ready {
-            match published.lease(HolderId::new(h)) {
-                Ok(()) => leased.push(h),
-                Err(LeaseError::HolderLimit { .. }) => {
-                    inc(&c.lease_limited);
-                    aware_need_bytes = true;
+        let (seq, zero_copy, aware_need_bytes) = {
+            let mut st = self.state();
+            st.seq += 1;
+            let seq = st.seq;
+            let mut aware_need_bytes = st.aware_needs_bytes();
+            let mut zero_copy = 0;
+            if !st.ready.is_empty() {
+                let block = published.key();
+                let d = Descriptor {
+                    publisher: sh.instance,
+                    seq,
+                    block,
+                    capability: published.capability(),
+                    block_size: published.block_size() as u64,
+                    offset: 0,
+                    len: len as u64,
+                    timestamp_ns: ts,
+                    meta: meta.clone(),
+                };
+                let descriptor = protocol::encode(&Reply::Block(d));
+                let via_bytes = protocol::encode(&Reply::ViaBytes { seq });
+                let holders: Vec<u64> = st.ready.keys().copied().collect();
+                for h in holders {
+                    match published.lease(HolderId::new(h)) {
+                        Ok(()) => {
+                            if st.push(h, &descriptor, c) {
+                                zero_copy += 1;
+                            } else {
+                                // Never sent: nobody will release it.
+                                let _ = sh.medium.release(block, HolderId::new(h));
+                            }
+                        }
+                        Err(LeaseError::HolderLimit { .. }) => {
+                            inc(&c.lease_limited);
+                            aware_need_bytes = true;
+                            st.push(h, &via_bytes, c);
+                        }
+                    }
                 }
             }
-        }
-        c.leases.fetch_add(leased.len() as u64, Ordering::Relaxed);
-        let zero_copy = leased.len();
-        if !leased.is_empty() {
-            let d = Descriptor {
-                publisher: sh.instance,
-                seq,
-                block: published.key(),
-                capability: published.capability(),
-                block_size: published.block_size() as u64,
-                offset: 0,
-                len: len as u64,
-                timestamp_ns: ts,
-                leased,
-                meta: meta.clone(),
-            };
-            let (block, charged) = (d.block, d.leased.clone());
-            if let Err(e) = self.descriptors.put(protocol::encode(&protocol::Announce::Block(d))).wait() {
-                // Nobody will read it: give the leases back.
-                for h in charged {
-                    let _ = sh.medium.release(block, HolderId::new(h));
-                }
-                return Err(PutError::Zenoh {
-                    key: protocol::descriptor_key(&sh.key, &sh.group),
-                    detail: e.to_string(),
-                });
-            }
+            (seq, zero_copy, aware_need_bytes)
+        };
+        inc(&c.messages);
+        c.leases.fetch_add(zero_copy as u64, Ordering::Relaxed);
+        if zero_copy > 0 {
             inc(&c.descriptors);
         }
         let to_plain = self.plain_matching();
@@ -434,17 +480,18 @@ impl PublisherCore {
             fd_denied: l(&c.fd_denied),
             bad_releases: l(&c.bad_releases),
             disconnects: l(&c.disconnects),
+            slow_disconnects: l(&c.slow_disconnects),
         }
     }
 
     /// Number of GPU-ready subscriber connections.
     pub(crate) fn ready_count(&self) -> usize {
-        self.shared.state.lock().unwrap_or_else(|p| p.into_inner()).ready.len()
+        self.state().ready.len()
     }
 
     /// Number of known GPU-aware subscribers.
     pub(crate) fn aware_count(&self) -> usize {
-        self.shared.state.lock().unwrap_or_else(|p| p.into_inner()).aware.len()
+        self.state().aware.len()
     }
 
     pub(crate) fn session(&self) -> &zenoh::Session {
@@ -513,30 +560,9 @@ fn recv_request(sh: &Shared, conn: &ControlConn, timeout: Duration) -> Result<Re
     }
 }
 
-/// Puts probes on the descriptor key until the subscriber reports one over the socket
-/// (every 20 ms, within the handshake timeout).
-fn probe_route(sh: &Shared, conn: &ControlConn, holder: u64) -> Result<(), &'static str> {
-    let nonce = rand::random::<u64>();
-    let probe = protocol::encode(&protocol::Announce::Probe { publisher: sh.instance, holder, nonce });
-    let deadline = std::time::Instant::now() + sh.handshake_timeout;
-    while std::time::Instant::now() < deadline && !sh.stop.load(Ordering::Relaxed) {
-        if sh.session.put(sh.descriptor_key.as_str(), probe.clone()).wait().is_err() {
-            return Err("probe put failed");
-        }
-        match recv_request(sh, conn, Duration::from_millis(20)) {
-            Ok(Request::ProbeSeen { nonce: n }) if n == nonce => return Ok(()),
-            // A probe of an earlier round echoed late: keep waiting for this one.
-            Ok(Request::ProbeSeen { .. }) => {}
-            Ok(_) => return Err("expected ProbeSeen"),
-            Err(false) => {}
-            Err(true) => return Err("connection closed during the probe"),
-        }
-    }
-    Err("descriptor channel not routed within the handshake timeout")
-}
-
 /// One subscriber connection: handshake, then FD requests and releases until it ends.
 fn connection(sh: Arc<Shared>, conn: ControlConn) {
+    let conn = Arc::new(conn);
     let c = &sh.counters;
     let peer = conn.peer_cred();
     let holder = sh.next_holder.fetch_add(1, Ordering::Relaxed);
@@ -572,15 +598,15 @@ fn connection(sh: Arc<Shared>, conn: ControlConn) {
         Ok(Request::Ack { error, .. }) => return fail(&format!("probe import failed: {}", error.unwrap_or_default())),
         _ => return fail("expected Ack"),
     }
-    // Prove the subscriber's descriptor subscription is routed before charging it any
-    // lease: a probe through Zenoh on the descriptor key, echoed over the socket.
-    if let Err(why) = probe_route(&sh, &conn, holder) {
-        return fail(why);
-    }
-    sh.state.lock().unwrap_or_else(|p| p.into_inner()).ready.insert(holder, Ready { subscriber });
-    if !send_reply(&conn, &Reply::Ready, &[]) {
-        sh.state.lock().unwrap_or_else(|p| p.into_inner()).ready.remove(&holder);
-        return fail("send Ready");
+    // Routing starts here: `Ready` names the first message routed over this connection
+    // and goes out with the state locked, so no put can slip in between.
+    {
+        let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+        if !send_reply(&conn, &Reply::Ready { first_seq: st.seq + 1 }, &[]) {
+            drop(st);
+            return fail("send Ready");
+        }
+        st.ready.insert(holder, Ready { subscriber, conn: Arc::clone(&conn) });
     }
     inc(&c.handshakes);
     tracing::debug!(pid = peer.pid, uid = peer.uid, holder, "subscriber is GPU-ready");
@@ -611,6 +637,15 @@ fn connection(sh: Arc<Shared>, conn: ControlConn) {
                         inc(&c.bad_releases);
                         sh.bad_input.warn("release of a block not leased to this subscriber", &e);
                     }
+                }
+            }
+            Ok(Request::Leave) => {
+                // Routing ends here: `Left` is the last routed frame. Leases still held
+                // stay until released or until the connection ends.
+                let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.ready.remove(&holder);
+                if !send_reply(&conn, &Reply::Left, &[]) {
+                    break;
                 }
             }
             Ok(other) => {

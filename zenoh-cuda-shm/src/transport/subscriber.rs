@@ -1,10 +1,11 @@
 //! The subscriber side: its liveliness token, the publishers it knows of, the
-//! handshake and import cache per publisher, deduplication, and releases.
+//! handshake, link thread and import cache per publisher, delivery order across the
+//! two ways a message can arrive, deduplication, and releases.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use zenoh::Wait;
 use zenoh::key_expr::KeyExpr;
@@ -15,10 +16,10 @@ use super::medium::Imported;
 use crate::config::PlainListen;
 use crate::cuda::{Gpu, ImportedBlock};
 use crate::host::HostBlock;
-use crate::ipc::{ControlConn, SocketName};
+use crate::ipc::{ControlConn, Frame, RecvError, SocketName};
 use crate::pool::recycler::{Job, Recycler, RecyclerHandle};
 use crate::pool::{BlockKey, CapabilityKey, Fence};
-use crate::protocol::{self, Announce, BytesHeader, Descriptor, Group, Reply, Request, Role, Token};
+use crate::protocol::{self, BytesHeader, Descriptor, Group, Reply, Request, Role, Token};
 use crate::sample::{Body, GpuSample, Path, SampleInfo, ZeroCopy};
 use crate::signal::ReadySignals;
 
@@ -35,7 +36,8 @@ pub struct SubscriberStats {
     pub plain: u64,
     /// Messages dropped because the same sequence number was already delivered.
     pub duplicates: u64,
-    /// Descriptors dropped: malformed, future version, bad capability, out of bounds.
+    /// Frames from a publisher's control connection dropped: malformed, future
+    /// version, bad capability, out of bounds (the link is closed after a malformed one).
     pub bad_descriptors: u64,
     /// Bytes on our channel dropped: no or malformed header, or a forged tag.
     pub bad_bytes: u64,
@@ -51,6 +53,12 @@ pub struct SubscriberStats {
     pub evictions: u64,
     /// Leases released back to publishers.
     pub releases: u64,
+    /// Bytes from Zenoh that arrived after the zero-copy link had delivered later
+    /// messages of their publisher: dropped, to keep each publisher's order.
+    pub late_bytes: u64,
+    /// Messages routed to us as bytes (`ViaBytes`) whose bytes did not arrive within
+    /// `VIA_BYTES_WAIT` (Zenoh dropped them under congestion, or not routed yet).
+    pub lost: u64,
 }
 
 #[derive(Default)]
@@ -68,6 +76,8 @@ struct Counters {
     handshake_failures: AtomicU64,
     evictions: AtomicU64,
     releases: AtomicU64,
+    late_bytes: AtomicU64,
+    lost: AtomicU64,
 }
 
 fn inc(c: &AtomicU64) {
@@ -81,13 +91,15 @@ pub(crate) enum SubMedium {
     Host,
 }
 
-/// A handshaken connection to one publisher, and the blocks imported from it.
+/// A handshaken connection to one publisher, and the blocks imported from it. Its
+/// link thread alone receives on the connection; sends are atomic frames and may come
+/// from any thread (releases, `Leave`).
 pub(crate) struct Link {
-    /// Sends are atomic frames and may come from any thread (releases, probe echoes);
-    /// `request` serialises the request/reply pairs of FD requests.
     conn: ControlConn,
-    request: Mutex<()>,
-    holder: u64,
+    /// The publisher's instance id.
+    publisher: u64,
+    /// The first message routed over this link (`Reply::Ready`).
+    first_seq: u64,
     cap_key: CapabilityKey,
     pub(crate) signals: Option<Arc<ReadySignals>>,
     /// Imported blocks by id, with the allocation serial they were imported for. A new
@@ -158,23 +170,114 @@ impl Link {
         }
     }
 
-    fn request_fd(&self, key: BlockKey, capability: u64) -> Result<(std::os::fd::OwnedFd, usize), String> {
-        let _one_at_a_time = self.request.lock().unwrap_or_else(|p| p.into_inner());
+    /// Asks for a block's FD. Routed frames that arrive before the answer are kept in
+    /// `backlog`, in order, for the link thread.
+    fn request_fd(
+        &self,
+        backlog: &mut VecDeque<Frame>,
+        key: BlockKey,
+        capability: u64,
+    ) -> Result<(std::os::fd::OwnedFd, usize), String> {
         let conn = &self.conn;
         conn.send(&protocol::encode(&Request::Fd { block: key, capability }), &[]).map_err(|e| e.to_string())?;
-        let mut frame = conn.recv(Duration::from_secs(5)).map_err(|e| e.to_string())?;
-        match protocol::decode::<Reply>("control reply", &frame.bytes).map_err(|e| e.to_string())? {
-            Reply::Fd { block, size } if block == key && frame.fds.len() == 1 => {
-                Ok((frame.fds.pop().expect("one fd"), usize::try_from(size).map_err(|e| e.to_string())?))
+        let deadline = Instant::now() + FD_REPLY_WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut frame = conn.recv(left).map_err(|e| e.to_string())?;
+            match protocol::decode::<Reply>("control reply", &frame.bytes) {
+                Ok(Reply::Fd { block, size }) if block == key && frame.fds.len() == 1 => {
+                    return Ok((frame.fds.pop().expect("one fd"), usize::try_from(size).map_err(|e| e.to_string())?));
+                }
+                Ok(Reply::FdDenied { reason, .. }) => return Err(format!("denied: {reason}")),
+                Ok(Reply::Fd { .. }) => return Err("FD reply for another block, or without its FD".into()),
+                // Routed frames (and anything malformed, reported in turn) wait.
+                _ => backlog.push_back(frame),
             }
-            Reply::FdDenied { reason, .. } => Err(format!("denied: {reason}")),
-            other => Err(format!("unexpected reply {other:?}")),
         }
     }
 }
 
+/// How long an FD request waits for its answer.
+const FD_REPLY_WAIT: Duration = Duration::from_secs(5);
+/// How long the first message routed over a new link waits for the bytes sent through
+/// Zenoh just before it (Zenoh keeps their order, so they are near).
+const SWITCH_WAIT: Duration = Duration::from_millis(500);
+/// How long a `ViaBytes` message waits for its bytes through Zenoh.
+const VIA_BYTES_WAIT: Duration = Duration::from_secs(1);
+/// Bytes kept for messages routed `ViaBytes` whose notice has not come yet.
+const INBOX_LIMIT: usize = 256;
+
 struct PubEntry {
     link: Option<Arc<Link>>,
+    order: Arc<Order>,
+}
+
+/// Keeps one publisher's messages in order across the two ways they arrive: bytes
+/// through Zenoh, and the routed frames of its link (descriptors, inline messages,
+/// `ViaBytes` notices), which are in sequence order on the connection.
+///
+/// Before a link is ready every message comes as bytes and is delivered as it
+/// arrives. From `Reply::Ready { first_seq }` on, the link thread delivers everything:
+/// its first delivery waits for the bytes sent just before `first_seq` (if this
+/// subscriber was receiving bytes), and bytes of later messages wait in `inbox` until
+/// their `ViaBytes` notice comes.
+#[derive(Default)]
+struct Order {
+    m: Mutex<OrderState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct OrderState {
+    /// The ready link's first routed message.
+    first_seq: Option<u64>,
+    /// Bytes deliveries (before `first_seq`) under way.
+    direct_inflight: usize,
+    /// Highest sequence number delivered from bytes before `first_seq`.
+    direct_max: u64,
+    /// Whether the link has delivered: bytes from before `first_seq` are late now.
+    switched: bool,
+    /// Bytes of messages the link routes, waiting for their turn.
+    inbox: BTreeMap<u64, GpuSample>,
+}
+
+impl Order {
+    fn lock(&self) -> MutexGuard<'_, OrderState> {
+        self.m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits on the condition variable until `deadline`; false once it has passed.
+    fn wait<'a>(&self, g: MutexGuard<'a, OrderState>, deadline: Instant) -> (MutexGuard<'a, OrderState>, bool) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return (g, false);
+        }
+        let (g, _) = self.cv.wait_timeout(g, left).unwrap_or_else(|p| p.into_inner());
+        (g, true)
+    }
+
+    /// Before the link's first delivery: let the bytes sent just before `first_seq`
+    /// land first.
+    fn switch_over<'a>(&'a self, mut g: MutexGuard<'a, OrderState>, first_seq: u64) -> MutexGuard<'a, OrderState> {
+        if g.switched {
+            return g;
+        }
+        let deadline = Instant::now() + SWITCH_WAIT;
+        while g.direct_inflight > 0 || (g.direct_max > 0 && g.direct_max + 1 < first_seq) {
+            let (g2, more) = self.wait(g, deadline);
+            g = g2;
+            if !more {
+                tracing::debug!(
+                    first_seq,
+                    direct_max = g.direct_max,
+                    "bytes before the switch to zero-copy never came"
+                );
+                break;
+            }
+        }
+        g.switched = true;
+        g
+    }
 }
 
 #[derive(Default)]
@@ -239,7 +342,6 @@ pub(crate) struct SubscriberCore {
     shared: Arc<Shared>,
     _recycler: Recycler,
     _token: zenoh::liveliness::LivelinessToken,
-    _desc: zenoh::pubsub::Subscriber<()>,
     _bytes: zenoh::pubsub::Subscriber<()>,
     _pubs: zenoh::pubsub::Subscriber<()>,
 }
@@ -282,12 +384,6 @@ impl SubscriberCore {
         let token = Token { role: Role::Sub, key: key.to_owned(), instance, group: group.clone(), socket: None };
         let token = session.liveliness().declare_token(token.to_key()).wait().map_err(zerr)?;
         let s = Arc::clone(&shared);
-        let desc = session
-            .declare_subscriber(protocol::descriptor_key(key, &group))
-            .callback(move |sample| on_descriptor(&s, &sample))
-            .wait()
-            .map_err(zerr)?;
-        let s = Arc::clone(&shared);
         let bytes = session
             .declare_subscriber(protocol::bytes_key(key))
             .callback(move |sample| on_bytes(&s, &sample, false))
@@ -302,7 +398,7 @@ impl SubscriberCore {
             SampleKind::Delete => publisher_vanished(&s, t.instance),
         })
         .map_err(zerr)?;
-        Ok(Self { shared, _recycler: recycler, _token: token, _desc: desc, _bytes: bytes, _pubs: pubs })
+        Ok(Self { shared, _recycler: recycler, _token: token, _bytes: bytes, _pubs: pubs })
     }
 
     pub(crate) fn stats(&self) -> SubscriberStats {
@@ -322,6 +418,8 @@ impl SubscriberCore {
             handshake_failures: l(&c.handshake_failures),
             evictions: l(&c.evictions),
             releases: l(&c.releases),
+            late_bytes: l(&c.late_bytes),
+            lost: l(&c.lost),
         }
     }
 
@@ -338,12 +436,32 @@ impl SubscriberCore {
 }
 
 impl Drop for SubscriberCore {
+    /// Returns at once. Each link thread sees `closed`, releases what is still routed
+    /// to it until the publisher's `Left` (or within `LEAVE_WAIT`), and exits; samples
+    /// the application still holds keep their leases until dropped.
     fn drop(&mut self) {
         self.shared.closed.store(true, Ordering::Relaxed);
         self.shared.plain_sub.lock().unwrap_or_else(|p| p.into_inner()).take();
         self.shared.deliver.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let links: Vec<Arc<Link>> = {
+            let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.pubs.values().filter_map(|e| e.link.clone()).collect()
+        };
+        for link in links {
+            if let Err(e) = link.conn.send(&protocol::encode(&Request::Leave), &[]) {
+                tracing::debug!(error = %e, "leave not sent (publisher gone?)");
+            }
+        }
+        // Wake link threads waiting for bytes.
+        let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        for e in st.pubs.values() {
+            e.order.cv.notify_all();
+        }
     }
 }
+
+/// How long a closing subscriber's link thread waits for the publisher's `Left`.
+const LEAVE_WAIT: Duration = Duration::from_secs(1);
 
 impl Shared {
     fn set_plain(self: &Arc<Self>, on: bool) {
@@ -366,6 +484,12 @@ impl Shared {
             *sub = None;
         }
         tracing::debug!(key = %self.key, on, "plain-key listening changed");
+    }
+
+    /// Whether `seq` of `publisher` was delivered.
+    fn seen(&self, publisher: u64, seq: u64) -> bool {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.seen.get(&publisher).is_some_and(|s| s.set.contains(&seq))
     }
 
     /// Delivers `seq` of `publisher` unless it was delivered already.
@@ -414,7 +538,7 @@ fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
         if st.pubs.contains_key(&t.instance) {
             return;
         }
-        st.pubs.insert(t.instance, PubEntry { link: None });
+        st.pubs.insert(t.instance, PubEntry { link: None, order: Arc::default() });
     }
     if sh.plain_listen == PlainListen::Auto {
         sh.set_plain(false);
@@ -424,16 +548,172 @@ fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
     }
     let Some(socket) = t.socket.clone() else { return };
     let s = Arc::clone(sh);
-    let spawned =
-        std::thread::Builder::new().name("zcs-sub-handshake".into()).spawn(move || match handshake(&s, &socket) {
-            Ok(()) => inc(&s.counters.handshakes),
-            Err(why) => {
-                inc(&s.counters.handshake_failures);
-                tracing::info!(publisher = t.instance, why, "no zero-copy path to this publisher; receiving bytes");
-            }
-        });
+    let spawned = std::thread::Builder::new().name("zcs-sub-link".into()).spawn(move || link_thread(&s, &t, &socket));
     if let Err(e) = spawned {
-        tracing::warn!(error = %e, "cannot start a handshake thread");
+        tracing::warn!(error = %e, "cannot start a link thread");
+    }
+}
+
+/// Handshakes with a publisher and runs the link until it ends; handshakes again
+/// (with back-off) if the publisher ended a link while it is still there.
+fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str) {
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        let link = match handshake(sh, socket) {
+            Ok(link) => link,
+            Err(why) => {
+                inc(&sh.counters.handshake_failures);
+                tracing::info!(publisher = t.instance, why, "no zero-copy path to this publisher; receiving bytes");
+                return;
+            }
+        };
+        inc(&sh.counters.handshakes);
+        let end = run_link(sh, &link);
+        let order =
+            sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get(&link.publisher).map(|e| Arc::clone(&e.order));
+        let still_there = match order {
+            Some(order) => {
+                let mut o = order.lock();
+                let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(e) = st.pubs.get_mut(&link.publisher)
+                    && e.link.as_ref().is_some_and(|l| Arc::ptr_eq(l, &link))
+                {
+                    e.link = None;
+                    o.first_seq = None;
+                    o.switched = false;
+                    o.inbox.clear();
+                }
+                st.pubs.contains_key(&link.publisher)
+            }
+            None => false,
+        };
+        link.alive.store(false, Ordering::Relaxed);
+        if sh.closed.load(Ordering::Relaxed) || !still_there || !matches!(end, LinkEnd::Dropped) {
+            return;
+        }
+        tracing::info!(publisher = t.instance, "zero-copy link ended by the publisher; receiving bytes, reconnecting");
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// Why a link thread stopped.
+enum LinkEnd {
+    /// We are closing (the publisher said `Left`, or did not in time).
+    Closed,
+    /// The connection ended (the publisher died, closed, or dropped us as slow).
+    Dropped,
+    /// The publisher broke the protocol; no new handshake.
+    Violation,
+}
+
+/// Receives and delivers what the publisher routes over the link, in order.
+fn run_link(sh: &Arc<Shared>, link: &Arc<Link>) -> LinkEnd {
+    let Some(order) =
+        sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get(&link.publisher).map(|e| Arc::clone(&e.order))
+    else {
+        return LinkEnd::Dropped;
+    };
+    let mut backlog: VecDeque<Frame> = VecDeque::new();
+    let mut leaving: Option<Instant> = None;
+    loop {
+        if leaving.is_none() && sh.closed.load(Ordering::Relaxed) {
+            leaving = Some(Instant::now());
+        }
+        if leaving.is_some_and(|t| t.elapsed() > LEAVE_WAIT) {
+            return LinkEnd::Closed;
+        }
+        let frame = match backlog.pop_front() {
+            Some(f) => f,
+            None => match link.conn.recv(Duration::from_millis(100)) {
+                Ok(f) => f,
+                Err(RecvError::Timeout(_)) => continue,
+                Err(e) => {
+                    tracing::debug!(error = %e, publisher = link.publisher, "link ended");
+                    return if leaving.is_some() { LinkEnd::Closed } else { LinkEnd::Dropped };
+                }
+            },
+        };
+        let reply = match protocol::decode::<Reply>("control frame", &frame.bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                inc(&sh.counters.bad_descriptors);
+                sh.bad_input.warn("malformed frame from a publisher; closing the link", &e);
+                link.conn.shutdown();
+                return LinkEnd::Violation;
+            }
+        };
+        match reply {
+            Reply::Block(d) if leaving.is_some() => link.release(d.block),
+            Reply::Block(d) => on_block(sh, link, &order, &mut backlog, d),
+            Reply::Inline { .. } | Reply::ViaBytes { .. } if leaving.is_some() => {}
+            Reply::Inline { seq, timestamp_ns, meta, data } => {
+                let info = SampleInfo {
+                    key: sh.key.clone(),
+                    publisher: link.publisher,
+                    seq,
+                    timestamp_ns,
+                    path: Path::Inline,
+                    meta,
+                };
+                let sample = GpuSample::new(info, Body::Bytes(data.into()), sh.medium.clone(), Arc::clone(sh));
+                deliver_routed(sh, link, &order, sample, Some(&sh.counters.inline));
+            }
+            Reply::ViaBytes { seq } => on_via_bytes(sh, link, &order, seq),
+            Reply::Left => return LinkEnd::Closed,
+            other => {
+                inc(&sh.counters.bad_descriptors);
+                sh.bad_input.warn("unexpected frame from a publisher; closing the link", &format!("{other:?}"));
+                link.conn.shutdown();
+                return LinkEnd::Violation;
+            }
+        }
+    }
+}
+
+/// Delivers a message routed over `link` (in its turn), unless it was delivered
+/// already; counts it in `counter`.
+fn deliver_routed(sh: &Shared, link: &Link, order: &Order, sample: GpuSample, counter: Option<&AtomicU64>) {
+    let seq = sample.seq();
+    {
+        let mut o = order.switch_over(order.lock(), link.first_seq);
+        // The same message may also have come as bytes (for another subscriber).
+        o.inbox.remove(&seq);
+    }
+    if sh.first_delivery(link.publisher, seq) {
+        if let Some(c) = counter {
+            inc(c);
+        }
+        sh.deliver(sample);
+    }
+}
+
+/// Message `seq` comes as bytes through Zenoh: deliver it from the inbox, waiting up
+/// to `VIA_BYTES_WAIT` for it.
+fn on_via_bytes(sh: &Shared, link: &Link, order: &Order, seq: u64) {
+    let deadline = Instant::now() + VIA_BYTES_WAIT;
+    let mut o = order.switch_over(order.lock(), link.first_seq);
+    let sample = loop {
+        if let Some(s) = o.inbox.remove(&seq) {
+            break Some(s);
+        }
+        if sh.closed.load(Ordering::Relaxed) || sh.seen(link.publisher, seq) {
+            break None;
+        }
+        let (o2, more) = order.wait(o, deadline);
+        o = o2;
+        if !more {
+            inc(&sh.counters.lost);
+            tracing::warn!(publisher = link.publisher, seq, "bytes routed through Zenoh never came; message lost");
+            break None;
+        }
+    };
+    drop(o);
+    if let Some(s) = sample
+        && sh.first_delivery(link.publisher, seq)
+    {
+        inc(if s.path() == Path::Inline { &sh.counters.inline } else { &sh.counters.cpu_bytes });
+        sh.deliver(s);
     }
 }
 
@@ -481,17 +761,17 @@ fn publisher_vanished(sh: &Arc<Shared>, instance: u64) {
     }
 }
 
-fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<(), String> {
+fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<Arc<Link>, String> {
     let name = SocketName::from_key_chunk(socket).map_err(|e| e.to_string())?;
     let conn = ControlConn::connect(&name, sh.handshake_timeout).map_err(|e| e.to_string())?;
     let peer_pid = conn.peer_cred().pid;
     let hello = Request::Hello { subscriber: sh.instance, group: sh.group.clone() };
     conn.send(&protocol::encode(&hello), &[]).map_err(|e| e.to_string())?;
     let mut frame = conn.recv(sh.handshake_timeout).map_err(|e| e.to_string())?;
-    let (publisher, holder, cap_key, probe_size, probe_token) =
+    let (publisher, cap_key, probe_size, probe_token) =
         match protocol::decode::<Reply>("control reply", &frame.bytes).map_err(|e| e.to_string())? {
-            Reply::Welcome { publisher, holder, capability_key, probe_size, probe_token } => {
-                (publisher, holder, capability_key, probe_size, probe_token)
+            Reply::Welcome { publisher, capability_key, probe_size, probe_token, .. } => {
+                (publisher, capability_key, probe_size, probe_token)
             }
             Reply::Refused { reason } => return Err(format!("refused: {reason}")),
             other => return Err(format!("unexpected {other:?}")),
@@ -523,10 +803,22 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<(), String> {
             return Err(format!("probe import failed: {e}"));
         }
     };
+    let release_stream = match &sh.medium {
+        SubMedium::Cuda(gpu) => Some(gpu.new_stream().map_err(|e| e.to_string())?),
+        SubMedium::Host => None,
+    };
+    conn.send(&protocol::encode(&Request::Ack { token: Some(probe_token), error: None }), &[])
+        .map_err(|e| e.to_string())?;
+    let frame = conn.recv(sh.handshake_timeout).map_err(|e| e.to_string())?;
+    let first_seq = match protocol::decode::<Reply>("control reply", &frame.bytes).map_err(|e| e.to_string())? {
+        Reply::Ready { first_seq } => first_seq,
+        Reply::Refused { reason } => return Err(format!("refused: {reason}")),
+        other => return Err(format!("unexpected {other:?}")),
+    };
     let link = Arc::new(Link {
         conn,
-        request: Mutex::new(()),
-        holder,
+        publisher,
+        first_seq,
         cap_key: CapabilityKey::from_bytes(cap_key),
         signals: link_signals,
         cache: Mutex::new(HashMap::new()),
@@ -534,39 +826,21 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<(), String> {
         peer_pid,
         awaited: Mutex::new(HashMap::new()),
         unready: Mutex::new(std::collections::HashSet::new()),
-        release_stream: match &sh.medium {
-            SubMedium::Cuda(gpu) => Some(gpu.new_stream().map_err(|e| e.to_string())?),
-            SubMedium::Host => None,
-        },
+        release_stream,
     });
-    // Ready to take descriptors *before* the publisher lists us in any.
-    {
-        let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
-        match st.pubs.get_mut(&publisher) {
-            Some(e) => e.link = Some(Arc::clone(&link)),
-            None => return Err("publisher vanished during the handshake".into()),
-        }
+    // Lock order everywhere: an `Order` before the state, never the state first.
+    let order = sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get(&publisher).map(|e| Arc::clone(&e.order));
+    let order = order.ok_or("publisher vanished during the handshake")?;
+    let mut o = order.lock();
+    o.first_seq = Some(first_seq);
+    o.switched = false;
+    o.inbox.clear();
+    match sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get_mut(&publisher) {
+        Some(e) => e.link = Some(Arc::clone(&link)),
+        None => return Err("publisher vanished during the handshake".into()),
     }
-    let result = (|| {
-        let conn = &link.conn;
-        conn.send(&protocol::encode(&Request::Ack { token: Some(probe_token), error: None }), &[])
-            .map_err(|e| e.to_string())?;
-        // The publisher probes the descriptor route for up to its handshake timeout
-        // before answering.
-        let frame = conn.recv(sh.handshake_timeout * 2).map_err(|e| e.to_string())?;
-        match protocol::decode::<Reply>("control reply", &frame.bytes).map_err(|e| e.to_string())? {
-            Reply::Ready => Ok(()),
-            Reply::Refused { reason } => Err(format!("refused: {reason}")),
-            other => Err(format!("unexpected {other:?}")),
-        }
-    })();
-    if result.is_err() {
-        let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = st.pubs.get_mut(&publisher) {
-            e.link = None;
-        }
-    }
-    result
+    drop(o);
+    Ok(link)
 }
 
 fn decode_meta(sample: &Sample) -> Option<BytesHeader> {
@@ -579,70 +853,104 @@ fn on_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
         return;
     }
     let header = decode_meta(sample);
-    let (path, publisher, seq, ts, meta) = match header {
+    let h = match header {
         // Ours, on the plain key: we get it on our own channels instead.
         Some(_) if plain_key => return,
-        Some(h) => {
-            // Handshaken with this publisher: we hold its key and can tell a forgery.
-            let link =
-                sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get(&h.publisher).and_then(|e| e.link.clone());
-            if let Some(link) = link
-                && link.cap_key.bytes_tag(h.publisher, h.seq, sample.payload().len() as u64) != h.tag
-            {
-                inc(&sh.counters.bad_bytes);
-                sh.bad_input.warn("bytes with a forged header dropped", &sample.key_expr());
-                return;
-            }
-            if !sh.first_delivery(h.publisher, h.seq) {
-                return;
-            }
-            (if h.from_block { Path::CpuBytes } else { Path::Inline }, h.publisher, h.seq, h.timestamp_ns, h.meta)
+        Some(h) => h,
+        None if plain_key => {
+            inc(&sh.counters.plain);
+            let info = SampleInfo {
+                key: sample.key_expr().as_str().to_owned(),
+                publisher: 0,
+                seq: 0,
+                timestamp_ns: 0,
+                path: Path::Plain,
+                meta: None,
+            };
+            let body = Body::Bytes(sample.payload().clone());
+            return sh.deliver(GpuSample::new(info, body, sh.medium.clone(), Arc::clone(sh)));
         }
-        None if plain_key => (Path::Plain, 0, 0, 0, None),
         None => {
             inc(&sh.counters.bad_bytes);
             sh.bad_input.warn("bytes without a valid header on our channel", &sample.key_expr());
             return;
         }
     };
-    match path {
-        Path::CpuBytes => inc(&sh.counters.cpu_bytes),
-        Path::Inline => inc(&sh.counters.inline),
-        _ => inc(&sh.counters.plain),
-    }
-    let info = SampleInfo { key: sample.key_expr().as_str().to_owned(), publisher, seq, timestamp_ns: ts, path, meta };
-    sh.deliver(GpuSample::new(info, Body::Bytes(sample.payload().clone()), sh.medium.clone(), Arc::clone(sh)));
-}
-
-fn on_descriptor(sh: &Arc<Shared>, sample: &Sample) {
-    if sample.kind() != SampleKind::Put {
+    let (link, order) = {
+        let st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+        match st.pubs.get(&h.publisher) {
+            Some(e) => (e.link.clone(), Some(Arc::clone(&e.order))),
+            None => (None, None),
+        }
+    };
+    // Handshaken with this publisher: we hold its key and can tell a forgery.
+    if let Some(link) = &link
+        && link.cap_key.bytes_tag(h.publisher, h.seq, sample.payload().len() as u64) != h.tag
+    {
+        inc(&sh.counters.bad_bytes);
+        sh.bad_input.warn("bytes with a forged header dropped", &sample.key_expr());
         return;
     }
+    let path = if h.from_block { Path::CpuBytes } else { Path::Inline };
+    let (publisher, seq) = (h.publisher, h.seq);
+    let info = SampleInfo {
+        key: sample.key_expr().as_str().to_owned(),
+        publisher,
+        seq,
+        timestamp_ns: h.timestamp_ns,
+        path,
+        meta: h.meta,
+    };
+    let sample = GpuSample::new(info, Body::Bytes(sample.payload().clone()), sh.medium.clone(), Arc::clone(sh));
+    let counter = if path == Path::CpuBytes { &sh.counters.cpu_bytes } else { &sh.counters.inline };
+    let Some(order) = order else {
+        // A publisher whose token has not reached us yet: deliver as it comes.
+        if sh.first_delivery(publisher, seq) {
+            inc(counter);
+            sh.deliver(sample);
+        }
+        return;
+    };
+    let mut o = order.lock();
+    match o.first_seq {
+        // The link routes this message: it waits for its turn.
+        Some(first) if seq >= first => {
+            if sh.seen(publisher, seq) {
+                inc(&sh.counters.duplicates);
+                return;
+            }
+            o.inbox.insert(seq, sample);
+            while o.inbox.len() > INBOX_LIMIT {
+                o.inbox.pop_first();
+            }
+            order.cv.notify_all();
+        }
+        Some(_) if o.switched => inc(&sh.counters.late_bytes),
+        _ => {
+            if !sh.first_delivery(publisher, seq) {
+                return;
+            }
+            o.direct_inflight += 1;
+            drop(o);
+            inc(counter);
+            sh.deliver(sample);
+            let mut o = order.lock();
+            o.direct_inflight -= 1;
+            o.direct_max = o.direct_max.max(seq);
+            order.cv.notify_all();
+        }
+    }
+}
+
+/// A block routed to us: verify, import on first sight, deliver in its turn.
+fn on_block(sh: &Arc<Shared>, link: &Arc<Link>, order: &Order, backlog: &mut VecDeque<Frame>, d: Descriptor) {
     let bad = |what: &str, detail: &dyn std::fmt::Display| {
         inc(&sh.counters.bad_descriptors);
         sh.bad_input.warn(what, detail);
     };
-    let d: Descriptor = match protocol::decode("descriptor", &sample.payload().to_bytes()) {
-        Ok(Announce::Block(d)) => d,
-        Ok(Announce::Probe { publisher, holder, nonce }) => return on_probe(sh, publisher, holder, nonce),
-        Err(e) => return bad("descriptor dropped", &e),
-    };
-    let link = {
-        let st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.pubs.get(&d.publisher).and_then(|e| e.link.clone())
-    };
-    // Not handshaken with this publisher, or not charged for this message: the
-    // publisher sends us bytes instead.
-    let Some(link) = link else { return };
-    if !d.leased.contains(&link.holder) {
-        return;
-    }
-    if link.cap_key.capability(d.block) != d.capability {
-        return bad("descriptor with a forged capability dropped", &format_args!("block {:?}", d.block));
-    }
-    if !sh.first_delivery(d.publisher, d.seq) {
+    if d.publisher != link.publisher || link.cap_key.capability(d.block) != d.capability {
         link.release(d.block);
-        return;
+        return bad("descriptor with a wrong publisher or capability dropped", &format_args!("block {:?}", d.block));
     }
     let end = d.offset.checked_add(d.len);
     if end.is_none_or(|e| e > d.block_size) {
@@ -652,7 +960,7 @@ fn on_descriptor(sh: &Arc<Shared>, sample: &Sample) {
     let cached = link.cache.lock().unwrap_or_else(|p| p.into_inner()).get(&d.block.id).cloned();
     let imported = match cached {
         Some((alloc, i)) if alloc == d.block.alloc && i.size() as u64 == d.block_size => i,
-        _ => match import(sh, &link, &d) {
+        _ => match import(sh, link, backlog, &d) {
             Ok(i) => {
                 link.cache.lock().unwrap_or_else(|p| p.into_inner()).insert(d.block.id, (d.block.alloc, i.clone()));
                 inc(&sh.counters.imports);
@@ -671,7 +979,6 @@ fn on_descriptor(sh: &Arc<Shared>, sample: &Sample) {
         let g = awaited.entry(d.block.id).or_insert(0);
         *g = (*g).max(d.block.generation);
     }
-    inc(&sh.counters.zero_copy);
     let info = SampleInfo {
         key: sh.key.clone(),
         publisher: d.publisher,
@@ -680,25 +987,14 @@ fn on_descriptor(sh: &Arc<Shared>, sample: &Sample) {
         path: Path::ZeroCopy,
         meta: d.meta,
     };
-    let zc = ZeroCopy::new(imported, d.block, d.offset as usize, d.len as usize, link, Arc::clone(sh));
-    sh.deliver(GpuSample::new(info, Body::ZeroCopy(zc), sh.medium.clone(), Arc::clone(sh)));
+    // A duplicate is dropped at once, which releases its lease.
+    let zc = ZeroCopy::new(imported, d.block, d.offset as usize, d.len as usize, Arc::clone(link), Arc::clone(sh));
+    let sample = GpuSample::new(info, Body::ZeroCopy(zc), sh.medium.clone(), Arc::clone(sh));
+    deliver_routed(sh, link, order, sample, Some(&sh.counters.zero_copy));
 }
 
-/// Echoes a handshake probe meant for us over the control socket.
-fn on_probe(sh: &Shared, publisher: u64, holder: u64, nonce: u64) {
-    let link = {
-        let st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.pubs.get(&publisher).and_then(|e| e.link.clone())
-    };
-    if let Some(link) = link.filter(|l| l.holder == holder)
-        && let Err(e) = link.conn.send(&protocol::encode(&Request::ProbeSeen { nonce }), &[])
-    {
-        tracing::debug!(error = %e, "probe echo not sent");
-    }
-}
-
-fn import(sh: &Shared, link: &Link, d: &Descriptor) -> Result<Imported, String> {
-    let (fd, size) = link.request_fd(d.block, d.capability)?;
+fn import(sh: &Shared, link: &Link, backlog: &mut VecDeque<Frame>, d: &Descriptor) -> Result<Imported, String> {
+    let (fd, size) = link.request_fd(backlog, d.block, d.capability)?;
     if size as u64 != d.block_size {
         return Err(format!("FD of {size} bytes for a {}-byte block", d.block_size));
     }
