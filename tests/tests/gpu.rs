@@ -165,6 +165,51 @@ fn start_consumer(test: &str) -> (ControlListener, std::process::Child, ControlC
     (listener, child, conn)
 }
 
+/// The fill and check kernels split a range into 16-byte vectors (aligned start) and a
+/// byte-wise tail: at every alignment and length the fill writes exactly the CPU's
+/// pattern and nothing outside its range, and the check counts exactly the bytes that
+/// were changed, in the vector body and in the tail.
+#[test]
+fn gpu_kernels_match_the_cpu_pattern_at_every_alignment() {
+    let Some(gpu) = gpu_or_skip("gpu_kernels_match_the_cpu_pattern_at_every_alignment") else { return };
+    let _watchdog = watchdog_guard("gpu_kernels", Duration::from_secs(120));
+    let k = Kernels::load(&gpu).unwrap();
+    let stream = gpu.new_stream().unwrap();
+    let c = Counter::new(&gpu);
+    let block = DeviceBlock::allocate(&gpu, 4 * MIB).unwrap();
+    let base = block.device_ptr();
+    let mut cases = 0;
+    for off in [0usize, 1, 3, 8, 15, 16, 17, 4096] {
+        for len in [0usize, 1, 15, 16, 17, 31, 33, 1000, 65536 + 5, MIB + 7] {
+            let seed = (off * 31 + len) as u64;
+            gpu.bind().unwrap();
+            // SAFETY: the block is mapped with 4 MiB; the stream is synchronised by d2h.
+            unsafe { sys::memset_d8_async(base, 0xaa, 4 * MIB, stream.cu_stream()) }.unwrap();
+            // SAFETY: off + len < 4 MiB, inside the mapped block, which outlives the syncs.
+            unsafe { k.fill(&stream, base + off as u64, len as u64, seed) }.unwrap();
+            let host = d2h(&gpu, &stream, base, 4 * MIB);
+            assert_eq!(check_pattern(&host[off..off + len], 0, seed), None, "fill off {off} len {len}");
+            assert!(host[..off].iter().all(|&b| b == 0xaa), "fill off {off} len {len} wrote before its range");
+            assert!(host[off + len..].iter().all(|&b| b == 0xaa), "fill off {off} len {len} wrote past its range");
+            let (gpu_errors, _) = check_both(&gpu, &k, &c, &stream, base + off as u64, len, seed);
+            assert_eq!(gpu_errors, 0, "check off {off} len {len}");
+            // Change a byte at the start, in the middle and at the very end (the tail).
+            let mut changed: Vec<usize> =
+                [0, len / 2, len.saturating_sub(1)].into_iter().filter(|&i| i < len).collect();
+            changed.dedup();
+            for &i in &changed {
+                // SAFETY: one byte inside the filled range.
+                unsafe { sys::memset_d8_async(base + (off + i) as u64, !host[off + i], 1, stream.cu_stream()) }
+                    .unwrap();
+            }
+            let (gpu_errors, cpu_bad) = check_both(&gpu, &k, &c, &stream, base + off as u64, len, seed);
+            assert_eq!((gpu_errors, cpu_bad), (changed.len() as u64, changed.len() as u64), "off {off} len {len}");
+            cases += 1;
+        }
+    }
+    println!("{cases} alignment/length cases: fill exact and in range, check counts every changed byte");
+}
+
 #[test]
 fn gpu_export_import_2mib_64mib_1gib_across_processes() {
     let Some(gpu) = gpu_or_skip("gpu_export_import_2mib_64mib_1gib_across_processes") else { return };

@@ -91,7 +91,7 @@ struct Args {
     #[arg(long, default_value_t = 10)]
     first_subs: usize,
     /// Publish rate while new subscribers join (Hz).
-    #[arg(long, default_value_t = 200.0)]
+    #[arg(long, default_value_t = 1000.0)]
     first_rate: f64,
     /// Frame size while new subscribers join.
     #[arg(long, default_value = "1MiB", value_parser = parse_size)]
@@ -189,7 +189,15 @@ enum Msg {
     /// Child → parent: what a throughput subscriber saw.
     Report(SubReport),
     /// Child → parent: what a joining subscriber saw.
-    First { any_us: f64, zero_copy_us: Option<f64>, first_path: String, samples_before_zero_copy: u64 },
+    First {
+        any_us: f64,
+        /// `any_us` less the time spent waiting for the publisher's next frame.
+        any_net_us: f64,
+        zero_copy_us: Option<f64>,
+        zero_copy_net_us: Option<f64>,
+        first_path: String,
+        samples_before_zero_copy: u64,
+    },
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -502,24 +510,34 @@ fn first_child() {
     let env = ChildEnv::read();
     let session = env.gpu_session();
     let mut checker = Checker::new(session.gpu().cloned());
-    let t = Instant::now();
+    let (t, t0_ns) = (Instant::now(), now_ns());
     let sub = session.declare_subscriber(env.key.clone()).wait().expect("subscriber");
-    let (mut any_us, mut first_path, mut before) = (None, String::new(), 0u64);
-    let zero_copy_us = loop {
+    // The part of a delay spent waiting for a frame published after the declaration.
+    let waited_us = |s: &GpuSample| s.info().timestamp_ns.saturating_sub(t0_ns) as f64 / 1e3;
+    let (mut any, mut first_path, mut before) = (None, String::new(), 0u64);
+    let zero_copy = loop {
         let Ok(s) = sub.recv_timeout(Duration::from_secs(10).saturating_sub(t.elapsed())) else { break None };
         checker.sample(&s);
         let us = t.elapsed().as_secs_f64() * 1e6;
-        if any_us.is_none() {
-            (any_us, first_path) = (Some(us), s.path().to_string());
+        if any.is_none() {
+            (any, first_path) = (Some((us, us - waited_us(&s))), s.path().to_string());
         }
         if s.path() == Path::ZeroCopy {
-            break Some(us);
+            break Some((us, us - waited_us(&s)));
         }
         before += 1;
     };
     assert_eq!(checker.errors(), 0, "joining subscriber: content mismatch");
-    let any_us = any_us.expect("no sample within 10 s");
-    send_msg(&env.conn, &Msg::First { any_us, zero_copy_us, first_path, samples_before_zero_copy: before }, &[]);
+    let (any_us, any_net_us) = any.expect("no sample within 10 s");
+    let msg = Msg::First {
+        any_us,
+        any_net_us,
+        zero_copy_us: zero_copy.map(|z| z.0),
+        zero_copy_net_us: zero_copy.map(|z| z.1),
+        first_path,
+        samples_before_zero_copy: before,
+    };
+    send_msg(&env.conn, &msg, &[]);
     std::process::exit(0);
 }
 
@@ -800,21 +818,32 @@ impl Ctx {
             })
         };
         let (mut any, mut zc, mut paths) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut any_net, mut zc_net) = (Vec::new(), Vec::new());
         for _ in 0..args.first_subs {
             let c = Children::spawn("first", 1, self.port, &args.backend, route, &key, 0);
             for m in c.recv_each() {
-                let Msg::First { any_us, zero_copy_us, first_path, samples_before_zero_copy } = m else {
+                let Msg::First {
+                    any_us,
+                    any_net_us,
+                    zero_copy_us,
+                    zero_copy_net_us,
+                    first_path,
+                    samples_before_zero_copy,
+                } = m
+                else {
                     panic!("unexpected {m:?}")
                 };
                 any.push(any_us);
+                any_net.push(any_net_us);
                 zc.extend(zero_copy_us);
+                zc_net.extend(zero_copy_net_us);
                 paths.push(json!({"first_path": first_path, "samples_before_zero_copy": samples_before_zero_copy}));
             }
             c.wait();
         }
         stop.store(true, Ordering::Relaxed);
         feeder.join().expect("feeder");
-        for v in [&mut any, &mut zc] {
+        for v in [&mut any, &mut zc, &mut any_net, &mut zc_net] {
             v.sort_by(f64::total_cmp);
         }
         println!(
@@ -830,11 +859,16 @@ impl Ctx {
                 "first_ready_max_us": any.last(),
                 "first_zero_copy_p50_us": percentile(&zc, 50.0),
                 "first_zero_copy_max_us": zc.last(),
+                "first_ready_net_p50_us": percentile(&any_net, 50.0),
+                "first_ready_net_max_us": any_net.last(),
+                "first_zero_copy_net_p50_us": percentile(&zc_net, 50.0),
+                "first_zero_copy_net_max_us": zc_net.last(),
                 "zero_copy_reached": zc.len(),
                 "per_subscriber": paths,
                 "note": "declare_subscriber → first sample checked and ready on the subscriber's stream \
                          (handshake + first import); first_ready counts any path, first_zero_copy the first \
-                         sample read in place",
+                         sample read in place; *_net_* leave out the time spent waiting for a frame \
+                         published after the declaration (the publisher runs at rate_hz)",
             })
         );
     }

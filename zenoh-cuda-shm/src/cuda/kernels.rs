@@ -1,6 +1,9 @@
 //! A few small device kernels the examples, tests and benchmarks run: fill a buffer
 //! with a pattern that depends on every byte's offset and a seed, count the bytes that
 //! differ from it, and spin for a given time (to make a stream's work measurably slow).
+//! Fill and check move 16 bytes per thread and step with vector loads and stores where
+//! the buffer is 16-byte aligned (so a check runs near memory bandwidth, as a real
+//! consumer kernel would), and a byte at a time elsewhere.
 //!
 //! They ship as PTX text, JIT-compiled by the driver at load (`cuModuleLoadData`): no
 //! nvcc or NVRTC is needed anywhere. [`pattern_byte`] is the same function on the CPU,
@@ -47,15 +50,17 @@ const PTX: &CStr = c"
 .target sm_70
 .address_size 64
 
-// dst[i] = pattern(i, seed) for i in [0, len), grid-stride loop.
-.visible .entry zcs_fill(.param .u64 p_dst, .param .u64 p_len, .param .u64 p_seed)
+// dst[i] = pattern(start + i, seed) for i in [0, len), grid-stride loop, a byte per
+// thread and step (unaligned buffers and tails).
+.visible .entry zcs_fill(.param .u64 p_dst, .param .u64 p_len, .param .u64 p_seed, .param .u64 p_start)
 {
     .reg .pred %p<2>;
     .reg .b32 %r<12>;
-    .reg .b64 %rd<12>;
+    .reg .b64 %rd<14>;
     ld.param.u64 %rd1, [p_dst];
     ld.param.u64 %rd2, [p_len];
     ld.param.u64 %rd3, [p_seed];
+    ld.param.u64 %rd11, [p_start];
     cvta.to.global.u64 %rd1, %rd1;
     mov.u32 %r1, %ctaid.x;
     mov.u32 %r2, %ntid.x;
@@ -70,8 +75,9 @@ const PTX: &CStr = c"
 FILL_LOOP:
     setp.ge.u64 %p1, %rd4, %rd2;
     @%p1 bra FILL_DONE;
-    cvt.u32.u64 %r6, %rd4;
-    shr.u64 %rd7, %rd4, 32;
+    add.u64 %rd10, %rd4, %rd11;
+    cvt.u32.u64 %r6, %rd10;
+    shr.u64 %rd7, %rd10, 32;
     cvt.u32.u64 %r7, %rd7;
     mul.lo.u32 %r7, %r7, 0x27d4eb2f;
     xor.b32 %r6, %r6, %r7;
@@ -87,16 +93,19 @@ FILL_DONE:
     ret;
 }
 
-// *errors += number of i in [0, len) with src[i] != pattern(i, seed).
-.visible .entry zcs_check(.param .u64 p_src, .param .u64 p_len, .param .u64 p_seed, .param .u64 p_err)
+// *errors += number of i in [0, len) with src[i] != pattern(start + i, seed); a byte
+// per thread and step.
+.visible .entry zcs_check(.param .u64 p_src, .param .u64 p_len, .param .u64 p_seed, .param .u64 p_err,
+    .param .u64 p_start)
 {
     .reg .pred %p<3>;
     .reg .b32 %r<14>;
-    .reg .b64 %rd<12>;
+    .reg .b64 %rd<14>;
     ld.param.u64 %rd1, [p_src];
     ld.param.u64 %rd2, [p_len];
     ld.param.u64 %rd3, [p_seed];
     ld.param.u64 %rd9, [p_err];
+    ld.param.u64 %rd11, [p_start];
     cvta.to.global.u64 %rd1, %rd1;
     cvta.to.global.u64 %rd9, %rd9;
     mov.u32 %r1, %ctaid.x;
@@ -113,8 +122,9 @@ FILL_DONE:
 CHECK_LOOP:
     setp.ge.u64 %p1, %rd4, %rd2;
     @%p1 bra CHECK_DONE;
-    cvt.u32.u64 %r6, %rd4;
-    shr.u64 %rd7, %rd4, 32;
+    add.u64 %rd10, %rd4, %rd11;
+    cvt.u32.u64 %r6, %rd10;
+    shr.u64 %rd7, %rd10, 32;
     cvt.u32.u64 %r7, %rd7;
     mul.lo.u32 %r7, %r7, 0x27d4eb2f;
     xor.b32 %r6, %r6, %r7;
@@ -135,6 +145,256 @@ CHECK_DONE:
     @%p2 bra CHECK_RET;
     atom.global.add.u32 %r12, [%rd9], %r10;
 CHECK_RET:
+    ret;
+}
+
+// The same fill, 16 bytes per thread and step with one 16-byte store: dst is 16-byte
+// aligned and holds n16 * 16 bytes. Byte k of the vector is pattern(16 w + k), little
+// endian within each 32-bit word.
+.visible .entry zcs_fill16(.param .u64 p_dst, .param .u64 p_n16, .param .u64 p_seed)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<24>;
+    .reg .b64 %rd<12>;
+    ld.param.u64 %rd1, [p_dst];
+    ld.param.u64 %rd2, [p_n16];
+    ld.param.u64 %rd3, [p_seed];
+    cvta.to.global.u64 %rd1, %rd1;
+    mov.u32 %r1, %ctaid.x;
+    mov.u32 %r2, %ntid.x;
+    mov.u32 %r3, %tid.x;
+    mov.u32 %r4, %nctaid.x;
+    mul.wide.u32 %rd4, %r1, %r2;
+    cvt.u64.u32 %rd5, %r3;
+    add.u64 %rd4, %rd4, %rd5;
+    mul.wide.u32 %rd6, %r4, %r2;
+    cvt.u32.u64 %r5, %rd3;
+    mul.lo.u32 %r5, %r5, 0x85ebca77;
+F16_LOOP:
+    setp.ge.u64 %p1, %rd4, %rd2;
+    @%p1 bra F16_DONE;
+    shl.b64 %rd7, %rd4, 4;
+    mov.u32 %r20, 0;
+    mov.u32 %r9, 0;
+    add.u64 %rd8, %rd7, 0;
+F16_W0:
+    cvt.u32.u64 %r6, %rd8;
+    shr.u64 %rd9, %rd8, 32;
+    cvt.u32.u64 %r7, %rd9;
+    mul.lo.u32 %r7, %r7, 0x27d4eb2f;
+    xor.b32 %r6, %r6, %r7;
+    mul.lo.u32 %r8, %r6, 0x9e3779b1;
+    add.u32 %r8, %r8, %r5;
+    shr.u32 %r8, %r8, 24;
+    xor.b32 %r8, %r8, %r6;
+    and.b32 %r8, %r8, 255;
+    shl.b32 %r10, %r9, 3;
+    shl.b32 %r8, %r8, %r10;
+    or.b32 %r20, %r20, %r8;
+    add.u64 %rd8, %rd8, 1;
+    add.u32 %r9, %r9, 1;
+    setp.lt.u32 %p2, %r9, 4;
+    @%p2 bra F16_W0;
+    mov.u32 %r21, 0;
+    mov.u32 %r9, 0;
+    add.u64 %rd8, %rd7, 4;
+F16_W1:
+    cvt.u32.u64 %r6, %rd8;
+    shr.u64 %rd9, %rd8, 32;
+    cvt.u32.u64 %r7, %rd9;
+    mul.lo.u32 %r7, %r7, 0x27d4eb2f;
+    xor.b32 %r6, %r6, %r7;
+    mul.lo.u32 %r8, %r6, 0x9e3779b1;
+    add.u32 %r8, %r8, %r5;
+    shr.u32 %r8, %r8, 24;
+    xor.b32 %r8, %r8, %r6;
+    and.b32 %r8, %r8, 255;
+    shl.b32 %r10, %r9, 3;
+    shl.b32 %r8, %r8, %r10;
+    or.b32 %r21, %r21, %r8;
+    add.u64 %rd8, %rd8, 1;
+    add.u32 %r9, %r9, 1;
+    setp.lt.u32 %p2, %r9, 4;
+    @%p2 bra F16_W1;
+    mov.u32 %r22, 0;
+    mov.u32 %r9, 0;
+    add.u64 %rd8, %rd7, 8;
+F16_W2:
+    cvt.u32.u64 %r6, %rd8;
+    shr.u64 %rd9, %rd8, 32;
+    cvt.u32.u64 %r7, %rd9;
+    mul.lo.u32 %r7, %r7, 0x27d4eb2f;
+    xor.b32 %r6, %r6, %r7;
+    mul.lo.u32 %r8, %r6, 0x9e3779b1;
+    add.u32 %r8, %r8, %r5;
+    shr.u32 %r8, %r8, 24;
+    xor.b32 %r8, %r8, %r6;
+    and.b32 %r8, %r8, 255;
+    shl.b32 %r10, %r9, 3;
+    shl.b32 %r8, %r8, %r10;
+    or.b32 %r22, %r22, %r8;
+    add.u64 %rd8, %rd8, 1;
+    add.u32 %r9, %r9, 1;
+    setp.lt.u32 %p2, %r9, 4;
+    @%p2 bra F16_W2;
+    mov.u32 %r23, 0;
+    mov.u32 %r9, 0;
+    add.u64 %rd8, %rd7, 12;
+F16_W3:
+    cvt.u32.u64 %r6, %rd8;
+    shr.u64 %rd9, %rd8, 32;
+    cvt.u32.u64 %r7, %rd9;
+    mul.lo.u32 %r7, %r7, 0x27d4eb2f;
+    xor.b32 %r6, %r6, %r7;
+    mul.lo.u32 %r8, %r6, 0x9e3779b1;
+    add.u32 %r8, %r8, %r5;
+    shr.u32 %r8, %r8, 24;
+    xor.b32 %r8, %r8, %r6;
+    and.b32 %r8, %r8, 255;
+    shl.b32 %r10, %r9, 3;
+    shl.b32 %r8, %r8, %r10;
+    or.b32 %r23, %r23, %r8;
+    add.u64 %rd8, %rd8, 1;
+    add.u32 %r9, %r9, 1;
+    setp.lt.u32 %p2, %r9, 4;
+    @%p2 bra F16_W3;
+    add.u64 %rd10, %rd1, %rd7;
+    st.global.v4.u32 [%rd10], {%r20, %r21, %r22, %r23};
+    add.u64 %rd4, %rd4, %rd6;
+    bra F16_LOOP;
+F16_DONE:
+    ret;
+}
+
+// The same check, 16 bytes per thread and step with one 16-byte load (src 16-byte
+// aligned, n16 * 16 bytes).
+.visible .entry zcs_check16(.param .u64 p_src, .param .u64 p_n16, .param .u64 p_seed, .param .u64 p_err)
+{
+    .reg .pred %p<4>;
+    .reg .b32 %r<24>;
+    .reg .b64 %rd<14>;
+    ld.param.u64 %rd11, [p_err];
+    cvta.to.global.u64 %rd11, %rd11;
+    ld.param.u64 %rd1, [p_src];
+    ld.param.u64 %rd2, [p_n16];
+    ld.param.u64 %rd3, [p_seed];
+    cvta.to.global.u64 %rd1, %rd1;
+    mov.u32 %r1, %ctaid.x;
+    mov.u32 %r2, %ntid.x;
+    mov.u32 %r3, %tid.x;
+    mov.u32 %r4, %nctaid.x;
+    mul.wide.u32 %rd4, %r1, %r2;
+    cvt.u64.u32 %rd5, %r3;
+    add.u64 %rd4, %rd4, %rd5;
+    mul.wide.u32 %rd6, %r4, %r2;
+    cvt.u32.u64 %r5, %rd3;
+    mul.lo.u32 %r5, %r5, 0x85ebca77;
+    mov.u32 %r12, 0;
+C16_LOOP:
+    setp.ge.u64 %p1, %rd4, %rd2;
+    @%p1 bra C16_DONE;
+    shl.b64 %rd7, %rd4, 4;
+    add.u64 %rd10, %rd1, %rd7;
+    ld.global.v4.u32 {%r20, %r21, %r22, %r23}, [%rd10];
+    mov.u32 %r9, 0;
+    add.u64 %rd8, %rd7, 0;
+C16_W0:
+    cvt.u32.u64 %r6, %rd8;
+    shr.u64 %rd9, %rd8, 32;
+    cvt.u32.u64 %r7, %rd9;
+    mul.lo.u32 %r7, %r7, 0x27d4eb2f;
+    xor.b32 %r6, %r6, %r7;
+    mul.lo.u32 %r8, %r6, 0x9e3779b1;
+    add.u32 %r8, %r8, %r5;
+    shr.u32 %r8, %r8, 24;
+    xor.b32 %r8, %r8, %r6;
+    and.b32 %r8, %r8, 255;
+    shl.b32 %r10, %r9, 3;
+    shr.u32 %r11, %r20, %r10;
+    and.b32 %r11, %r11, 255;
+    setp.ne.u32 %p3, %r11, %r8;
+    selp.u32 %r13, 1, 0, %p3;
+    add.u32 %r12, %r12, %r13;
+    add.u64 %rd8, %rd8, 1;
+    add.u32 %r9, %r9, 1;
+    setp.lt.u32 %p2, %r9, 4;
+    @%p2 bra C16_W0;
+    mov.u32 %r9, 0;
+    add.u64 %rd8, %rd7, 4;
+C16_W1:
+    cvt.u32.u64 %r6, %rd8;
+    shr.u64 %rd9, %rd8, 32;
+    cvt.u32.u64 %r7, %rd9;
+    mul.lo.u32 %r7, %r7, 0x27d4eb2f;
+    xor.b32 %r6, %r6, %r7;
+    mul.lo.u32 %r8, %r6, 0x9e3779b1;
+    add.u32 %r8, %r8, %r5;
+    shr.u32 %r8, %r8, 24;
+    xor.b32 %r8, %r8, %r6;
+    and.b32 %r8, %r8, 255;
+    shl.b32 %r10, %r9, 3;
+    shr.u32 %r11, %r21, %r10;
+    and.b32 %r11, %r11, 255;
+    setp.ne.u32 %p3, %r11, %r8;
+    selp.u32 %r13, 1, 0, %p3;
+    add.u32 %r12, %r12, %r13;
+    add.u64 %rd8, %rd8, 1;
+    add.u32 %r9, %r9, 1;
+    setp.lt.u32 %p2, %r9, 4;
+    @%p2 bra C16_W1;
+    mov.u32 %r9, 0;
+    add.u64 %rd8, %rd7, 8;
+C16_W2:
+    cvt.u32.u64 %r6, %rd8;
+    shr.u64 %rd9, %rd8, 32;
+    cvt.u32.u64 %r7, %rd9;
+    mul.lo.u32 %r7, %r7, 0x27d4eb2f;
+    xor.b32 %r6, %r6, %r7;
+    mul.lo.u32 %r8, %r6, 0x9e3779b1;
+    add.u32 %r8, %r8, %r5;
+    shr.u32 %r8, %r8, 24;
+    xor.b32 %r8, %r8, %r6;
+    and.b32 %r8, %r8, 255;
+    shl.b32 %r10, %r9, 3;
+    shr.u32 %r11, %r22, %r10;
+    and.b32 %r11, %r11, 255;
+    setp.ne.u32 %p3, %r11, %r8;
+    selp.u32 %r13, 1, 0, %p3;
+    add.u32 %r12, %r12, %r13;
+    add.u64 %rd8, %rd8, 1;
+    add.u32 %r9, %r9, 1;
+    setp.lt.u32 %p2, %r9, 4;
+    @%p2 bra C16_W2;
+    mov.u32 %r9, 0;
+    add.u64 %rd8, %rd7, 12;
+C16_W3:
+    cvt.u32.u64 %r6, %rd8;
+    shr.u64 %rd9, %rd8, 32;
+    cvt.u32.u64 %r7, %rd9;
+    mul.lo.u32 %r7, %r7, 0x27d4eb2f;
+    xor.b32 %r6, %r6, %r7;
+    mul.lo.u32 %r8, %r6, 0x9e3779b1;
+    add.u32 %r8, %r8, %r5;
+    shr.u32 %r8, %r8, 24;
+    xor.b32 %r8, %r8, %r6;
+    and.b32 %r8, %r8, 255;
+    shl.b32 %r10, %r9, 3;
+    shr.u32 %r11, %r23, %r10;
+    and.b32 %r11, %r11, 255;
+    setp.ne.u32 %p3, %r11, %r8;
+    selp.u32 %r13, 1, 0, %p3;
+    add.u32 %r12, %r12, %r13;
+    add.u64 %rd8, %rd8, 1;
+    add.u32 %r9, %r9, 1;
+    setp.lt.u32 %p2, %r9, 4;
+    @%p2 bra C16_W3;
+    add.u64 %rd4, %rd4, %rd6;
+    bra C16_LOOP;
+C16_DONE:
+    setp.eq.u32 %p1, %r12, 0;
+    @%p1 bra C16_RET;
+    atom.global.add.u32 %r14, [%rd11], %r12;
+C16_RET:
     ret;
 }
 
@@ -160,6 +420,8 @@ pub struct Kernels {
     module: CUmodule,
     fill: CUfunction,
     check: CUfunction,
+    fill16: CUfunction,
+    check16: CUfunction,
     spin: CUfunction,
     gpu: Gpu,
 }
@@ -173,10 +435,17 @@ unsafe impl Sync for Kernels {}
 
 const BLOCK: u32 = 256;
 
-fn grid_for(len: u64) -> u32 {
+fn grid_for(items: u64) -> u32 {
     // Enough blocks to cover the buffer in a few grid-stride steps, capped so launches
     // stay cheap; the loop in each kernel covers the rest.
-    (len.div_ceil(BLOCK as u64 * 16)).clamp(1, 8192) as u32
+    (items.div_ceil(BLOCK as u64 * 4)).clamp(1, 8192) as u32
+}
+
+/// How a range splits between the 16-bytes-per-thread kernel (16-byte aligned start,
+/// whole vectors) and the byte kernel (the tail, or everything when unaligned):
+/// `(vectors, tail bytes)`.
+fn split16(ptr: u64, len: u64) -> (u64, u64) {
+    if ptr.is_multiple_of(16) { (len / 16, len % 16) } else { (0, len) }
 }
 
 impl Kernels {
@@ -187,9 +456,19 @@ impl Kernels {
         let module = unsafe { cu::module_load_ptx(PTX) }?;
         // SAFETY: `module` is live (loaded above).
         let get = |name: &CStr| unsafe { cu::module_get_function(module, name) };
-        let funcs = (|| Ok::<_, CudaError>((get(c"zcs_fill")?, get(c"zcs_check")?, get(c"zcs_spin")?)))();
+        let funcs = (|| {
+            Ok::<_, CudaError>((
+                get(c"zcs_fill")?,
+                get(c"zcs_check")?,
+                get(c"zcs_fill16")?,
+                get(c"zcs_check16")?,
+                get(c"zcs_spin")?,
+            ))
+        })();
         match funcs {
-            Ok((fill, check, spin)) => Ok(Self { module, fill, check, spin, gpu: gpu.clone() }),
+            Ok((fill, check, fill16, check16, spin)) => {
+                Ok(Self { module, fill, check, fill16, check16, spin, gpu: gpu.clone() })
+            }
             Err(e) => {
                 // SAFETY: the module was loaded above and nothing was launched from it.
                 let _ = unsafe { cu::module_unload(module) };
@@ -205,13 +484,31 @@ impl Kernels {
     /// mapped until the stream has passed this launch.
     pub unsafe fn fill(&self, stream: &CudaStream, dst: u64, len: u64, seed: u64) -> Result<(), CudaError> {
         self.gpu.bind()?;
-        let (mut a, mut b, mut c) = (dst, len, seed);
-        let mut params =
-            [(&mut a as *mut u64).cast::<c_void>(), (&mut b as *mut u64).cast(), (&mut c as *mut u64).cast()];
-        // SAFETY: zcs_fill takes (u64, u64, u64) and `params` points at three u64 locals
-        // alive across the call (the driver copies them at launch); the range is the
-        // caller's contract.
-        unsafe { cu::launch_1d(self.fill, grid_for(len), BLOCK, stream.cu_stream(), &mut params) }
+        let (vectors, tail) = split16(dst, len);
+        if vectors > 0 {
+            let (mut a, mut b, mut c) = (dst, vectors, seed);
+            let mut params =
+                [(&mut a as *mut u64).cast::<c_void>(), (&mut b as *mut u64).cast(), (&mut c as *mut u64).cast()];
+            // SAFETY: zcs_fill16 takes (u64, u64, u64) and `params` points at three u64
+            // locals alive across the call (the driver copies them at launch); `dst` is
+            // 16-byte aligned (split16) and the `vectors * 16` bytes are inside the
+            // caller's range.
+            unsafe { cu::launch_1d(self.fill16, grid_for(vectors), BLOCK, stream.cu_stream(), &mut params) }?;
+        }
+        if tail > 0 {
+            let start = vectors * 16;
+            let (mut a, mut b, mut c, mut d) = (dst + start, tail, seed, start);
+            let mut params = [
+                (&mut a as *mut u64).cast::<c_void>(),
+                (&mut b as *mut u64).cast(),
+                (&mut c as *mut u64).cast(),
+                (&mut d as *mut u64).cast(),
+            ];
+            // SAFETY: zcs_fill takes four u64 parameters, as above; the tail ends where
+            // the caller's range ends.
+            unsafe { cu::launch_1d(self.fill, grid_for(tail), BLOCK, stream.cu_stream(), &mut params) }?;
+        }
+        Ok(())
     }
 
     /// Enqueues a check of `len` bytes at `src` against the pattern, adding the number
@@ -229,15 +526,32 @@ impl Kernels {
         errors: u64,
     ) -> Result<(), CudaError> {
         self.gpu.bind()?;
-        let (mut a, mut b, mut c, mut d) = (src, len, seed, errors);
-        let mut params = [
-            (&mut a as *mut u64).cast::<c_void>(),
-            (&mut b as *mut u64).cast(),
-            (&mut c as *mut u64).cast(),
-            (&mut d as *mut u64).cast(),
-        ];
-        // SAFETY: zcs_check takes four u64 parameters; see `fill`.
-        unsafe { cu::launch_1d(self.check, grid_for(len), BLOCK, stream.cu_stream(), &mut params) }
+        let (vectors, tail) = split16(src, len);
+        if vectors > 0 {
+            let (mut a, mut b, mut c, mut d) = (src, vectors, seed, errors);
+            let mut params = [
+                (&mut a as *mut u64).cast::<c_void>(),
+                (&mut b as *mut u64).cast(),
+                (&mut c as *mut u64).cast(),
+                (&mut d as *mut u64).cast(),
+            ];
+            // SAFETY: zcs_check16 takes four u64 parameters; see `fill`.
+            unsafe { cu::launch_1d(self.check16, grid_for(vectors), BLOCK, stream.cu_stream(), &mut params) }?;
+        }
+        if tail > 0 {
+            let start = vectors * 16;
+            let (mut a, mut b, mut c, mut d, mut e) = (src + start, tail, seed, errors, start);
+            let mut params = [
+                (&mut a as *mut u64).cast::<c_void>(),
+                (&mut b as *mut u64).cast(),
+                (&mut c as *mut u64).cast(),
+                (&mut d as *mut u64).cast(),
+                (&mut e as *mut u64).cast(),
+            ];
+            // SAFETY: zcs_check takes five u64 parameters; see `fill`.
+            unsafe { cu::launch_1d(self.check, grid_for(tail), BLOCK, stream.cu_stream(), &mut params) }?;
+        }
+        Ok(())
     }
 
     /// Enqueues a kernel that busy-waits `ns` nanoseconds: later work on `stream`
