@@ -53,7 +53,7 @@ struct Args {
     #[arg(long, default_value = "cuda")]
     backend: String,
     /// Payload sizes (bytes, or with a KiB/MiB/GiB suffix).
-    #[arg(long, value_delimiter = ',', default_value = "4KiB,1MiB,32MiB,256MiB", value_parser = parse_size)]
+    #[arg(long, value_delimiter = ',', default_value = "4KiB,64KiB,1MiB,8MiB,32MiB,256MiB,1GiB", value_parser = parse_size)]
     sizes: Vec<usize>,
     /// Timed round trips per row (fewer if a row reaches --max-secs).
     #[arg(long, default_value_t = 1000)]

@@ -427,7 +427,7 @@ impl SubscriberCore {
     /// path.
     pub(crate) fn publishers(&self) -> Vec<(u64, bool)> {
         let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.pubs.iter().map(|(i, e)| (*i, e.link.is_some())).collect()
+        st.pubs.iter().map(|(i, e)| (*i, e.link.as_ref().is_some_and(|l| l.alive.load(Ordering::Relaxed)))).collect()
     }
 
     pub(crate) fn key(&self) -> &str {
@@ -569,16 +569,20 @@ fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str) {
         };
         inc(&sh.counters.handshakes);
         let end = run_link(sh, &link);
+        // The ended link stays in the publisher's entry, marked dead, until a new
+        // handshake replaces it or the publisher's token vanishes, which evicts its
+        // imports and, if the process died, releases streams waiting on its signals.
+        link.alive.store(false, Ordering::Relaxed);
         let order =
             sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get(&link.publisher).map(|e| Arc::clone(&e.order));
         let still_there = match order {
             Some(order) => {
                 let mut o = order.lock();
-                let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(e) = st.pubs.get_mut(&link.publisher)
+                let st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(e) = st.pubs.get(&link.publisher)
                     && e.link.as_ref().is_some_and(|l| Arc::ptr_eq(l, &link))
                 {
-                    e.link = None;
+                    // From here on, bytes are delivered as they arrive.
                     o.first_seq = None;
                     o.switched = false;
                     o.inbox.clear();
@@ -587,7 +591,6 @@ fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str) {
             }
             None => false,
         };
-        link.alive.store(false, Ordering::Relaxed);
         if sh.closed.load(Ordering::Relaxed) || !still_there || !matches!(end, LinkEnd::Dropped) {
             return;
         }
@@ -836,7 +839,12 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<Arc<Link>, String> {
     o.switched = false;
     o.inbox.clear();
     match sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get_mut(&publisher) {
-        Some(e) => e.link = Some(Arc::clone(&link)),
+        Some(e) => {
+            if let Some(old) = e.link.replace(Arc::clone(&link)) {
+                // A link that ended while its publisher stayed: its imports go.
+                old.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            }
+        }
         None => return Err("publisher vanished during the handshake".into()),
     }
     drop(o);
