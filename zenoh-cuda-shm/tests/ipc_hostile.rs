@@ -146,6 +146,22 @@ fn ipc_hostile_empty_frames() {
         drop(fds);
         assert!(matches!(b.recv(STEP), Err(RecvError::Empty { fds: 2 })));
         assert_dropped(&b, &a);
+
+        // Any number of descriptors with an empty payload, up to the limit and beyond.
+        for n in 1..=MAX_FRAME_FDS + 4 {
+            let (a, b) = ControlConn::pair().expect("pair");
+            let fds = memfds(n);
+            raw_send(a.as_fd(), &[], &fds).expect("raw empty send with fds");
+            drop(fds);
+            let before = open_fds();
+            match b.recv(STEP) {
+                Err(RecvError::Empty { fds }) => assert_eq!(fds, n.min(MAX_FRAME_FDS)),
+                Err(RecvError::TooManyFds { max, .. }) => assert!(n > MAX_FRAME_FDS && max == MAX_FRAME_FDS),
+                other => panic!("{n} fds: expected Empty or TooManyFds, got {other:?}"),
+            }
+            assert_eq!(open_fds(), before, "{n} fds with an empty frame: descriptor leaked");
+            assert_dropped(&b, &a);
+        }
     }
     check.assert_no_leak();
 }
