@@ -371,6 +371,8 @@ impl PublisherCore {
                     inc(&c.lease_limited);
                     aware_need_bytes = true;
                 }
+                // Its connection ended after the snapshot: nobody to serve or charge.
+                Err(LeaseError::Departed { .. }) => {}
             }
         }
         c.leases.fetch_add(leased.len() as u64, Ordering::Relaxed);
