@@ -699,3 +699,42 @@ fn child_entry() {
         }
     }
 }
+
+/// Subscribers that leave while the publisher is in the middle of a put: a put takes
+/// its list of ready subscribers, then charges each a lease; a connection that ends in
+/// between must not be charged a lease nobody will ever release. Raw clients handshake
+/// and disconnect over and over while a thread publishes without pause; afterwards the
+/// pool must be whole. (The window is microseconds, so this run rarely lands in it;
+/// `pool::tests::a_departed_holder_cannot_be_charged_a_lease` pins the rule itself.)
+#[test]
+fn subscribers_leaving_during_puts_leak_no_lease() {
+    const TEST: &str = "subscribers_leaving_during_puts_leak_no_lease";
+    let _l = serial();
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let r = Arc::new(rig(TEST));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (r2, stop2) = (Arc::clone(&r), Arc::clone(&stop));
+    let putter = std::thread::spawn(move || {
+        let mut seq = 0;
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            seq += 1;
+            r2.publish(seq, 100 * 1024);
+        }
+        seq
+    });
+    let rounds = 60;
+    for _ in 0..rounds {
+        let c = RawClient::handshake(&r);
+        c.next_descriptor();
+        drop(c);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let puts = putter.join().expect("putter");
+    let t = Instant::now();
+    while r.publisher.pool_stats().blocks_in_use != 0 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let st = r.publisher.pool_stats();
+    println!("{TEST}: {rounds} subscribers left during {puts} puts; blocks still in use: {}", st.blocks_in_use);
+    assert_eq!(st.blocks_in_use, 0, "leases charged to departed subscribers: {st:?}");
+}
