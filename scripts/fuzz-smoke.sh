@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A short smoke run of every cargo-fuzz target (CI), where a nightly toolchain exists:
 # cargo-fuzz needs nightly for the sanitizer flags. Installs cargo-fuzz if missing.
-# Longer runs: see tensor-codec/README.md.
+# Longer runs (10 M executions each): scripts/fuzz-long.sh, figures in docs/reliability.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${FUZZ_SECS:-20}
@@ -10,16 +10,20 @@ if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
   exit 0
 fi
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install -q --locked cargo-fuzz
-cd tensor-codec/fuzz
 log=$(mktemp)
-for t in meta_decode cdr_image cdr_tensor; do
-  echo "== fuzz $t (${secs}s)"
-  if ! cargo +nightly fuzz run "$t" -- -max_total_time="$secs" >"$log" 2>&1; then
+trap 'rm -f "$log"' EXIT
+# tensor-codec's decoders, then the library's wire formats (descriptors, control
+# requests/replies, whole control frames through a real socket, token names).
+for t in tensor-codec/fuzz:meta_decode tensor-codec/fuzz:cdr_image tensor-codec/fuzz:cdr_tensor \
+         zenoh-cuda-shm/fuzz:descriptor_decode zenoh-cuda-shm/fuzz:control_decode \
+         zenoh-cuda-shm/fuzz:control_frame zenoh-cuda-shm/fuzz:token_parse; do
+  dir=${t%%:*} target=${t##*:}
+  echo "== fuzz $target (${secs}s)"
+  if ! (cd "$dir" && cargo +nightly fuzz run -O "$target" -- -max_total_time="$secs") >"$log" 2>&1; then
     tail -40 "$log"
-    echo "FAILED: fuzz target $t"
+    echo "FAILED: fuzz target $target"
     exit 1
   fi
   grep -E "^Done [0-9]+ runs" "$log" || tail -2 "$log"
 done
-rm -f "$log"
 echo "== fuzz smoke passed"

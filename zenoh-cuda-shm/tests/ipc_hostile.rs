@@ -146,6 +146,22 @@ fn ipc_hostile_empty_frames() {
         drop(fds);
         assert!(matches!(b.recv(STEP), Err(RecvError::Empty { fds: 2 })));
         assert_dropped(&b, &a);
+
+        // Any number of descriptors with an empty payload, up to the limit and beyond.
+        for n in 1..=MAX_FRAME_FDS + 4 {
+            let (a, b) = ControlConn::pair().expect("pair");
+            let fds = memfds(n);
+            raw_send(a.as_fd(), &[], &fds).expect("raw empty send with fds");
+            drop(fds);
+            let before = open_fds();
+            match b.recv(STEP) {
+                Err(RecvError::Empty { fds }) => assert_eq!(fds, n.min(MAX_FRAME_FDS)),
+                Err(RecvError::TooManyFds { max, .. }) => assert!(n > MAX_FRAME_FDS && max == MAX_FRAME_FDS),
+                other => panic!("{n} fds: expected Empty or TooManyFds, got {other:?}"),
+            }
+            assert_eq!(open_fds(), before, "{n} fds with an empty frame: descriptor leaked");
+            assert_dropped(&b, &a);
+        }
     }
     check.assert_no_leak();
 }
@@ -264,6 +280,52 @@ fn ipc_hostile_timeouts_leak_nothing() {
         a.send(b"queued", &borrowed(&fds)).expect("send");
         drop(fds);
         drop(b);
+    }
+    check.assert_no_leak();
+}
+
+#[test]
+fn ipc_hostile_connection_flood_is_bounded() {
+    let check = leak_check("ipc_hostile_connection_flood_is_bounded");
+    {
+        const MAX: usize = 4;
+        let listener = ControlListener::bind(&SocketName::random_abstract()).expect("bind").with_max_connections(MAX);
+        assert_eq!(listener.max_connections(), MAX);
+        // More peers than the limit connect (and queue a frame) before anything is
+        // accepted: the kernel's backlog holds them, accept keeps only MAX.
+        let clients: Vec<ControlConn> = (0..5 * MAX)
+            .map(|i| {
+                let c = ControlConn::connect(listener.name(), STEP).expect("connect");
+                c.send(format!("client {i}").as_bytes(), &[]).expect("send");
+                c
+            })
+            .collect();
+        let mut accepted = Vec::new();
+        while let Some(conn) = listener.try_accept().expect("try_accept") {
+            accepted.push(conn);
+        }
+        assert_eq!(accepted.len(), MAX);
+        let stats = listener.stats();
+        assert_eq!((stats.accepted, stats.over_limit, stats.live, stats.refused), (MAX as u64, 4 * MAX as u64, MAX, 0));
+        // The first MAX are served; every other peer sees its connection closed, at once.
+        for (i, c) in clients.iter().enumerate() {
+            if i < MAX {
+                assert_eq!(accepted[i].recv(STEP).expect("frame").bytes, format!("client {i}").as_bytes());
+            } else {
+                let start = Instant::now();
+                assert!(matches!(c.recv(STEP), Err(RecvError::Closed)), "client {i}");
+                assert!(start.elapsed() < STEP);
+            }
+        }
+        // A slot given back is usable again.
+        drop(accepted.pop());
+        assert_eq!(listener.stats().live, MAX - 1);
+        let late = ControlConn::connect(listener.name(), STEP).expect("connect");
+        let again = listener.accept_timeout(STEP).expect("accept after a slot was freed");
+        late.send(b"late", &[]).expect("send");
+        assert_eq!(again.recv(STEP).expect("frame").bytes, b"late");
+        drop((again, late, accepted, clients));
+        assert_eq!(listener.stats().live, 0);
     }
     check.assert_no_leak();
 }

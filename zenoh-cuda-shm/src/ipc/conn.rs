@@ -179,13 +179,29 @@ pub enum RecvError {
 ///
 /// Dropping it closes the socket; the peer then sees [`RecvError::Closed`].
 pub struct ControlConn {
-    /// The socket. Fields drop top to bottom; nothing else depends on order here.
+    /// The socket. Fields drop top to bottom: the socket closes before the listener's
+    /// slot is given back, so the listener never has more sockets open than its limit.
     fd: OwnedFd,
     peer: PeerCred,
     send_timeout: Duration,
     /// Reused receive buffer of `MAX_FRAME_BYTES` (allocated on first receive); the
     /// mutex also serialises concurrent receivers.
     rx: Mutex<Vec<u8>>,
+    /// For a connection accepted by a [`ControlListener`](super::ControlListener): its
+    /// place in the listener's connection limit, given back on drop.
+    _slot: Option<ConnSlot>,
+}
+
+/// One place in a listener's limit of live connections; dropping it gives it back.
+#[derive(Debug)]
+pub(super) struct ConnSlot(pub(super) std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        // Relaxed: the count only bounds how many connections exist; it orders no
+        // other memory (the socket itself was closed by the field before this one).
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl fmt::Debug for ControlConn {
@@ -212,7 +228,12 @@ fn debug_err<E: fmt::Display>(op: &'static str, fd: RawFd) -> impl FnOnce(&E) {
 impl ControlConn {
     /// Wrap a connected socket whose peer credentials are known.
     pub(super) fn from_parts(fd: OwnedFd, peer: PeerCred) -> Self {
-        Self { fd, peer, send_timeout: DEFAULT_SEND_TIMEOUT, rx: Mutex::new(Vec::new()) }
+        Self { fd, peer, send_timeout: DEFAULT_SEND_TIMEOUT, rx: Mutex::new(Vec::new()), _slot: None }
+    }
+
+    /// Wrap a socket accepted by a listener that counts its live connections.
+    pub(super) fn from_accepted(fd: OwnedFd, peer: PeerCred, slot: ConnSlot) -> Self {
+        Self { _slot: Some(slot), ..Self::from_parts(fd, peer) }
     }
 
     /// Connect to the listener at `name` and require it to run under our own effective

@@ -131,7 +131,10 @@ const MAX_TRACKED_UIDS: usize = 1024;
 pub(super) struct RefusalLog {
     pub accepted: u64,
     pub refused: u64,
+    pub over_limit: u64,
     per_uid: HashMap<u32, UidLog>,
+    /// Last warning about the connection limit, and refusals since then not logged.
+    limit_warn: Option<(Instant, u64)>,
 }
 
 #[derive(Debug)]
@@ -141,6 +144,32 @@ struct UidLog {
 }
 
 impl RefusalLog {
+    /// Count a permitted peer turned away because the listener already has its maximum
+    /// of live connections; warn the first time and then at most once per
+    /// [`WARN_INTERVAL`].
+    pub(super) fn over_limit(&mut self, cred: &PeerCred, limit: usize, listener: &dyn fmt::Display) {
+        self.over_limit += 1;
+        let now = Instant::now();
+        match &mut self.limit_warn {
+            Some((last, suppressed)) if now.duration_since(*last) < WARN_INTERVAL => {
+                *suppressed += 1;
+                tracing::debug!(pid = cred.pid, uid = cred.uid, %listener, "connection over the limit closed");
+            }
+            slot => {
+                let suppressed = slot.map_or(0, |(_, n)| n);
+                *slot = Some((now, 0));
+                tracing::warn!(
+                    pid = cred.pid,
+                    uid = cred.uid,
+                    limit,
+                    suppressed,
+                    %listener,
+                    "control connection closed: the listener has its maximum of live connections"
+                );
+            }
+        }
+    }
+
     /// Count a refusal; warn the first time a uid is refused and then at most once per
     /// [`WARN_INTERVAL`], with the number of refusals not logged in between.
     pub(super) fn refuse(&mut self, cred: &PeerCred, listener: &dyn fmt::Display) {

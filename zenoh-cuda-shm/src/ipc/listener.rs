@@ -4,13 +4,15 @@ use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::socket::{AddressFamily, Backlog, SockFlag, SockType, bind, listen, socket};
 
-use super::conn::ControlConn;
+use super::DEFAULT_MAX_CONNECTIONS;
+use super::conn::{ConnSlot, ControlConn};
 use super::cred::{AccessPolicy, PeerCred, RefusalLog};
 use super::name::{InvalidNameError, RuntimeDirError, SocketName, ensure_runtime_dir};
 use super::sys::{self, Deadline};
@@ -86,6 +88,11 @@ pub struct ListenerStats {
     pub accepted: u64,
     /// Connections refused by the access policy (closed at once).
     pub refused: u64,
+    /// Permitted connections closed at once because the listener already had its
+    /// maximum of live connections ([`ControlListener::with_max_connections`]).
+    pub over_limit: u64,
+    /// Accepted connections still alive (their [`ControlConn`] not yet dropped).
+    pub live: usize,
 }
 
 /// The socket file of a path listener; removing it is this type's only job.
@@ -127,6 +134,12 @@ impl Drop for SocketFile {
 /// [`stats`](Self::stats) and logged once per uid (then at most once a minute).
 /// [`AsFd`] gives the socket for polling (readable = a connection is pending).
 ///
+/// At most [`max_connections`](Self::with_max_connections) accepted connections are
+/// alive at once (default [`DEFAULT_MAX_CONNECTIONS`]): a permitted peer that connects
+/// beyond that is closed at once (it sees `Closed`), counted and logged at most once a
+/// minute, so a flood of connections costs a bounded number of descriptors and of
+/// whatever the caller keeps per connection (a publisher: one thread).
+///
 /// Dropping it removes the socket file of a path name; an abstract name disappears
 /// with the descriptor.
 pub struct ControlListener {
@@ -138,6 +151,9 @@ pub struct ControlListener {
     name: SocketName,
     policy: AccessPolicy,
     log: Mutex<RefusalLog>,
+    /// Accepted connections alive now; each [`ControlConn`] we return holds one.
+    live: Arc<AtomicUsize>,
+    max_connections: usize,
 }
 
 impl fmt::Debug for ControlListener {
@@ -209,7 +225,28 @@ impl ControlListener {
         let backlog = Backlog::new(BACKLOG).unwrap_or(Backlog::MAXCONN);
         listen(&fd, backlog).map_err(|source| BindError::Sys { call: "listen", source })?;
         tracing::debug!(%name, fd = fd.as_raw_fd(), ?policy, "control listener bound");
-        Ok(Self { _socket_file: file, fd, name: name.clone(), policy, log: Mutex::new(RefusalLog::default()) })
+        Ok(Self {
+            _socket_file: file,
+            fd,
+            name: name.clone(),
+            policy,
+            log: Mutex::new(RefusalLog::default()),
+            live: Arc::new(AtomicUsize::new(0)),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        })
+    }
+
+    /// Sets the most accepted connections alive at once (at least 1); permitted peers
+    /// beyond it are closed on accept and counted in [`ListenerStats::over_limit`].
+    #[must_use]
+    pub fn with_max_connections(mut self, max: usize) -> Self {
+        self.max_connections = max.max(1);
+        self
+    }
+
+    /// The most accepted connections alive at once.
+    pub fn max_connections(&self) -> usize {
+        self.max_connections
     }
 
     /// The name this listener is bound to.
@@ -225,7 +262,12 @@ impl ControlListener {
     /// Accepted and refused counts so far.
     pub fn stats(&self) -> ListenerStats {
         let log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
-        ListenerStats { accepted: log.accepted, refused: log.refused }
+        ListenerStats {
+            accepted: log.accepted,
+            refused: log.refused,
+            over_limit: log.over_limit,
+            live: self.live.load(Ordering::Relaxed),
+        }
     }
 
     /// Wait (without limit) for a permitted peer.
@@ -266,9 +308,18 @@ impl ControlListener {
                         log.refuse(&cred, &self.name);
                         continue;
                     }
+                    // Only this thread (holding `log`) increments, so the check and the
+                    // increment cannot race with another accept; drops only decrement.
+                    if self.live.load(Ordering::Relaxed) >= self.max_connections {
+                        drop(conn);
+                        log.over_limit(&cred, self.max_connections, &self.name);
+                        continue;
+                    }
+                    self.live.fetch_add(1, Ordering::Relaxed);
+                    let slot = ConnSlot(Arc::clone(&self.live));
                     log.accepted += 1;
                     tracing::debug!(name = %self.name, %cred, "control connection accepted");
-                    return Ok(ControlConn::from_parts(conn, cred));
+                    return Ok(ControlConn::from_accepted(conn, cred, slot));
                 }
                 Err(Errno::EINTR | Errno::ECONNABORTED) => {}
                 Err(Errno::EAGAIN) => match sys::poll_until(self.fd.as_fd(), libc::POLLIN, deadline) {

@@ -89,6 +89,11 @@
 //! us descriptors. The uid check is the *first* gate; capabilities inside the protocol
 //! are the second.
 //!
+//! **Floods.** A listener keeps at most [`DEFAULT_MAX_CONNECTIONS`] accepted
+//! connections alive (configurable); permitted peers beyond that are closed on accept,
+//! counted and logged at most once a minute. The kernel's backlog (128) bounds pending
+//! connections; refused peers cost one `accept` and one `close`.
+//!
 //! **Tracing.** TRACE for every syscall with its arguments, DEBUG for every error
 //! returned, WARN for refused peers and for socket files that could not be removed.
 //! All `unsafe` (`recvmsg` with its zeroed `msghdr`, `poll`, and the two adoptions of
@@ -116,6 +121,11 @@ pub const MAX_FRAME_BYTES: usize = 64 * 1024;
 
 /// Most descriptors attached to one frame.
 pub const MAX_FRAME_FDS: usize = 16;
+
+/// Default limit of live connections accepted by one [`ControlListener`] (see
+/// [`ControlListener::with_max_connections`]). A publisher keeps one connection (and
+/// one thread) per subscriber process.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
 /// Default time [`ControlConn::send`] waits for socket space before
 /// [`SendError::Timeout`].

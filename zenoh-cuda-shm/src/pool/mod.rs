@@ -48,7 +48,7 @@
 pub mod backend;
 pub(crate) mod recycler;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -237,7 +237,21 @@ pub enum LeaseError {
         /// How many it holds.
         held: usize,
     },
+    /// The holder departed ([`Pool::release_holder`]): a lease charged now would never
+    /// be released. Its id stays refused for the next [`DEPARTED_MEMORY`] departures.
+    #[error("holder {holder} has departed")]
+    Departed {
+        /// The holder.
+        holder: u64,
+    },
 }
+
+/// How many departed holders a pool remembers, to refuse leases for them (see
+/// [`LeaseError::Departed`]). A caller that picks the holders of a put from a list and
+/// then charges them cannot make that atomic with a holder's departure; a lease that
+/// arrives after the departure must be refused. For one to slip through, this many
+/// other holders would have to depart between the list and the charge of one put.
+pub const DEPARTED_MEMORY: usize = 4096;
 
 /// A release or FD handout named a block that is not in the state it claims.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -330,6 +344,10 @@ struct State<M> {
     blocks_in_use: usize,
     /// Holds per holder across all blocks.
     holder_counts: BTreeMap<HolderId, usize>,
+    /// The last [`DEPARTED_MEMORY`] holders released with `release_holder`, refused
+    /// by `lease` (a set for lookup, a queue for the order of eviction).
+    departed: BTreeSet<HolderId>,
+    departed_order: VecDeque<HolderId>,
     /// Last generation handed out (pool-wide, only grows).
     generation: u64,
     /// Last allocation serial handed out.
@@ -566,6 +584,8 @@ impl<B: Backend> Pool<B> {
                 bytes_in_use: 0,
                 blocks_in_use: 0,
                 holder_counts: BTreeMap::new(),
+                departed: BTreeSet::new(),
+                departed_order: VecDeque::new(),
                 generation: 0,
                 allocs: 0,
             }),
@@ -797,6 +817,14 @@ impl<B: Backend> Pool<B> {
             }
         }
         st.holder_counts.remove(&holder);
+        if st.departed.insert(holder) {
+            st.departed_order.push_back(holder);
+            if st.departed_order.len() > DEPARTED_MEMORY
+                && let Some(oldest) = st.departed_order.pop_front()
+            {
+                st.departed.remove(&oldest);
+            }
+        }
         drop(st);
         if freed {
             sh.returned.notify_all();
@@ -1006,10 +1034,14 @@ impl<B: Backend> Published<B> {
         self.0.fences.lock().unwrap_or_else(|p| p.into_inner()).push(Box::new(fence));
     }
     /// Adds a hold for `holder` (charged before the descriptor is sent). Refused when
-    /// the holder is at its limit; the caller then serves that holder another way.
+    /// the holder is at its limit (the caller then serves that holder another way) or
+    /// has departed (released with [`Pool::release_holder`]: nobody would release it).
     pub fn lease(&self, holder: HolderId) -> Result<(), LeaseError> {
         let sh = &self.0.shared;
         let mut st = sh.lock();
+        if st.departed.contains(&holder) {
+            return Err(LeaseError::Departed { holder: holder.0 });
+        }
         let held = st.holder_counts.get(&holder).copied().unwrap_or(0);
         let slot = st.slots[self.0.key.id as usize].as_mut().expect("published slot exists");
         let existing = slot.holds.iter().position(|(h, _)| *h == holder);

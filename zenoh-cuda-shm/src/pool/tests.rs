@@ -137,6 +137,38 @@ fn departed_holder_releases_everything_at_once() {
     assert_eq!(p.release_holder(dead), 0);
 }
 
+/// A put picks its holders, then charges each; a holder whose connection ended in
+/// between is refused, so no lease is charged that nobody would release.
+#[test]
+fn a_departed_holder_cannot_be_charged_a_lease() {
+    let p = pool(PoolConfig::default());
+    let (gone, other) = (HolderId::new(21), HolderId::new(22));
+    let first = p.loan(MIB).unwrap().publish();
+    first.lease(gone).unwrap();
+    assert_eq!(p.release_holder(gone), 1);
+    // The put that listed `gone` before it departed charges it now: refused.
+    let next = p.loan(MIB).unwrap().publish();
+    assert_eq!(next.lease(gone).unwrap_err(), LeaseError::Departed { holder: 21 });
+    next.lease(other).unwrap();
+    let key = next.key();
+    drop((first, next));
+    assert_eq!(p.stats().blocks_in_use, 1, "only `other` holds a block");
+    p.release(key, other).unwrap();
+    assert_eq!(p.stats().blocks_in_use, 0, "the pool is whole: nothing charged to the departed holder");
+    // The memory is bounded: the oldest departures are forgotten first.
+    for h in 1000..1000 + DEPARTED_MEMORY as u64 {
+        p.release_holder(HolderId::new(h));
+    }
+    let late = p.loan(MIB).unwrap().publish();
+    late.lease(gone).unwrap();
+    assert_eq!(
+        late.lease(HolderId::new(1000 + DEPARTED_MEMORY as u64 - 1)).unwrap_err().to_string(),
+        format!("holder {} has departed", 1000 + DEPARTED_MEMORY as u64 - 1)
+    );
+    drop(late);
+    assert_eq!(p.release_holder(gone), 1);
+}
+
 #[test]
 fn per_holder_limit_refuses_further_leases() {
     let p = pool(PoolConfig { max_holds_per_holder: 2, ..PoolConfig::default() });

@@ -439,6 +439,8 @@ impl PublisherCore {
                         }
                     }
                 }
+                // Its connection ended after the snapshot: nobody to serve or charge.
+                Err(LeaseError::Departed { .. }) => {}
             }
             (seq, zero_copy, aware_need_bytes)
         };

@@ -1,0 +1,33 @@
+//! Crash matrix on the GPU path (CUDA VMM blocks): the same cells as
+//! `crash_matrix.rs`, described in `support/crash.rs`, plus device memory
+//! (`cuMemGetInfo`) back to the baseline after every kill. Without a usable GPU each
+//! test prints `SKIPPED <name>: <reason>` (a failure under `ZCS_REQUIRE_GPU=1`).
+//! `ZCS_CRASH_ITERS` sets the kills per cell (default 200).
+
+#[path = "support/crash.rs"]
+mod crash;
+
+use crash::Mode;
+
+#[test]
+fn gpu_crash_matrix_subscriber_killed() {
+    const TEST: &str = "gpu_crash_matrix_subscriber_killed";
+    if zcs_tests::gpu_or_skip(TEST).is_some() {
+        crash::subscriber_killed(Mode::Cuda, TEST);
+    }
+}
+
+#[test]
+fn gpu_crash_matrix_publisher_killed() {
+    const TEST: &str = "gpu_crash_matrix_publisher_killed";
+    if zcs_tests::gpu_or_skip(TEST).is_some() {
+        crash::publisher_killed(Mode::Cuda, TEST);
+    }
+}
+
+/// Entry point of the re-executed test binary (the victims); a no-op in a normal run.
+#[test]
+#[ignore = "child-process entry, run by the gpu_crash_matrix_* tests"]
+fn child_entry() {
+    crash::child_entry();
+}
