@@ -1,8 +1,7 @@
 //! Hostile peers on a real publisher's control socket (host backend, no GPU needed).
 //!
 //! The publisher runs in this process with a real Zenoh session on loopback TCP; the
-//! attackers are raw [`ControlConn`]s that speak the control protocol by hand (and, to
-//! finish a handshake, a raw Zenoh session that echoes the publisher's probe). Each
+//! attackers are raw [`ControlConn`]s that speak the control protocol by hand. Each
 //! test checks what the issue asks of hostile input: a clear, bounded outcome (the
 //! connection is refused or closed within the handshake timeout), nothing handed out,
 //! the publisher's pool whole again, descriptors and threads back to their baseline,
@@ -30,7 +29,7 @@ use zenoh_cuda_shm::ipc::{
     AccessPolicy, ControlConn, DEFAULT_MAX_CONNECTIONS, MAX_FRAME_BYTES, MAX_FRAME_FDS, RecvError, SocketName,
 };
 use zenoh_cuda_shm::pool::{BlockKey, CapabilityKey};
-use zenoh_cuda_shm::protocol::{self, Announce, Descriptor, Group, Reply, Request, Role, Token};
+use zenoh_cuda_shm::protocol::{self, Descriptor, Group, Reply, Request, Role, Token};
 use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, GpuSubscriber, Path, ZcsConfig};
 
 const MIB: usize = 1 << 20;
@@ -101,7 +100,7 @@ fn back_to(base: Usage, pool_blocks_at_base: usize, publisher: &GpuPublisher, wh
 struct Rig {
     port: u16,
     key: String,
-    raw: zenoh::Session,
+    _raw: zenoh::Session,
     publisher: GpuPublisher,
     session: GpuSession,
     socket: SocketName,
@@ -140,7 +139,7 @@ fn rig(test: &str) -> Rig {
     let SocketName::Abstract(name) = &socket else { panic!("expected an abstract socket, got {socket}") };
     let name = std::str::from_utf8(name).expect("ascii name");
     assert!(name.len() == 36 && name.starts_with("zcs-") && name[4..].bytes().all(|b| b.is_ascii_hexdigit()));
-    Rig { port, key, raw, publisher, session, socket }
+    Rig { port, key, _raw: raw, publisher, session, socket }
 }
 
 impl Rig {
@@ -237,37 +236,21 @@ fn hello(group: Group) -> Vec<u8> {
 }
 
 /// A subscriber played by hand: it finishes the real handshake (Hello, probe import,
-/// Ack, probe echo) and then sends whatever a test wants.
+/// Ack, Ready) and then sends whatever a test wants. Descriptors arrive on its
+/// connection.
 struct RawClient {
     conn: ControlConn,
-    holder: u64,
     cap_key: CapabilityKey,
-    descriptors: flume::Receiver<Descriptor>,
-    _sub: zenoh::pubsub::Subscriber<()>,
+    /// Descriptors that arrived while waiting for an FD answer.
+    pending: Mutex<std::collections::VecDeque<Descriptor>>,
 }
 
 impl RawClient {
     fn handshake(rig: &Rig) -> Self {
-        let (probes_tx, probes) = flume::unbounded::<(u64, u64)>();
-        let (desc_tx, descriptors) = flume::unbounded::<Descriptor>();
-        let sub = rig
-            .raw
-            .declare_subscriber(protocol::descriptor_key(&rig.key, &host_group()))
-            .callback(move |s| match protocol::decode::<Announce>("announce", &s.payload().to_bytes()) {
-                Ok(Announce::Probe { holder, nonce, .. }) => {
-                    let _ = probes_tx.send((holder, nonce));
-                }
-                Ok(Announce::Block(d)) => {
-                    let _ = desc_tx.send(d);
-                }
-                Err(e) => panic!("the publisher put an undecodable announce: {e}"),
-            })
-            .wait()
-            .expect("descriptor subscriber");
         let conn = rig.connect();
         conn.send(&hello(host_group()), &[]).expect("send Hello");
         let mut frame = conn.recv(IO).expect("Welcome");
-        let Ok(Reply::Welcome { holder, capability_key, probe_size, probe_token, .. }) =
+        let Ok(Reply::Welcome { capability_key, probe_size, probe_token, .. }) =
             protocol::decode::<Reply>("reply", &frame.bytes)
         else {
             panic!("expected Welcome, got {:?}", protocol::decode::<Reply>("reply", &frame.bytes));
@@ -278,27 +261,19 @@ impl RawClient {
         let token = unsafe { (probe.as_ptr() as *const u64).read_unaligned() };
         assert_eq!(token, probe_token);
         conn.send(&protocol::encode(&Request::Ack { token: Some(token), error: None }), &[]).expect("Ack");
-        let deadline = Instant::now() + IO;
-        loop {
-            assert!(Instant::now() < deadline, "no Ready");
-            if let Ok((h, nonce)) = probes.recv_timeout(Duration::from_millis(5))
-                && h == holder
-            {
-                let _ = conn.send(&protocol::encode(&Request::ProbeSeen { nonce }), &[]);
-            }
-            if let Some(f) = conn.try_recv().expect("handshake reply") {
-                assert_eq!(protocol::decode::<Reply>("reply", &f.bytes), Ok(Reply::Ready));
-                break;
-            }
-        }
-        Self { conn, holder, cap_key: CapabilityKey::from_bytes(capability_key), descriptors, _sub: sub }
+        let f = conn.recv(IO).expect("Ready");
+        assert!(matches!(protocol::decode::<Reply>("reply", &f.bytes), Ok(Reply::Ready { .. })), "expected Ready");
+        Self { conn, cap_key: CapabilityKey::from_bytes(capability_key), pending: Mutex::default() }
     }
 
-    /// The next descriptor that charges us a lease.
+    /// The next descriptor routed to us (charged a lease).
     fn next_descriptor(&self) -> Descriptor {
+        if let Some(d) = self.pending.lock().unwrap_or_else(PoisonError::into_inner).pop_front() {
+            return d;
+        }
         loop {
-            let d = self.descriptors.recv_timeout(IO).expect("descriptor");
-            if d.leased.contains(&self.holder) {
+            let f = self.conn.recv(IO).expect("descriptor");
+            if let Ok(Reply::Block(d)) = protocol::decode::<Reply>("reply", &f.bytes) {
                 assert_eq!(self.cap_key.capability(d.block), d.capability, "capability verifies");
                 return d;
             }
@@ -307,17 +282,21 @@ impl RawClient {
 
     fn request_fd(&self, block: BlockKey, capability: u64) -> Result<(OwnedFd, u64), String> {
         self.conn.send(&protocol::encode(&Request::Fd { block, capability }), &[]).expect("send Fd");
-        let mut f = self.conn.recv(IO).expect("Fd reply");
-        match protocol::decode::<Reply>("reply", &f.bytes).expect("decodable reply") {
-            Reply::Fd { block: b, size } => {
-                assert_eq!((b, f.fds.len()), (block, 1));
-                Ok((f.fds.pop().expect("fd"), size))
+        loop {
+            let mut f = self.conn.recv(IO).expect("Fd reply");
+            match protocol::decode::<Reply>("reply", &f.bytes).expect("decodable reply") {
+                Reply::Fd { block: b, size } => {
+                    assert_eq!((b, f.fds.len()), (block, 1));
+                    return Ok((f.fds.pop().expect("fd"), size));
+                }
+                Reply::FdDenied { block: b, reason } => {
+                    assert_eq!((b, f.fds.len()), (block, 0));
+                    return Err(reason);
+                }
+                Reply::Block(d) => self.pending.lock().unwrap_or_else(PoisonError::into_inner).push_back(d),
+                Reply::Inline { .. } | Reply::ViaBytes { .. } => {}
+                other => panic!("unexpected {other:?}"),
             }
-            Reply::FdDenied { block: b, reason } => {
-                assert_eq!((b, f.fds.len()), (block, 0));
-                Err(reason)
-            }
-            other => panic!("unexpected {other:?}"),
         }
     }
 

@@ -1,12 +1,12 @@
-//! Fuzzes what a subscriber decodes from Zenoh: the `Announce` on a descriptor key
-//! (block descriptors and handshake probes) and the attachment of bytes samples
-//! (`ZCS\x01` + `BytesHeader`). The first input byte picks the decoder. Whatever decodes
+//! Fuzzes the descriptor and bytes-header decoders: a `Descriptor` alone, the routed
+//! frames that carry descriptors and small messages (`Reply`), and the attachment of
+//! bytes samples (`ZCS\x01` + `BytesHeader`). The first input byte picks the decoder. Whatever decodes
 //! must re-encode to the same bytes and decode to the same value (the decoder accepts
 //! exactly one encoding per value: no trailing bytes, canonical varints).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zenoh_cuda_shm::protocol::{self, Announce, BytesHeader, Descriptor};
+use zenoh_cuda_shm::protocol::{self, BytesHeader, Descriptor, Reply};
 
 fn roundtrip<T>(what: &'static str, bytes: &[u8])
 where
@@ -28,7 +28,7 @@ where
 fuzz_target!(|input: &[u8]| {
     let Some((&pick, bytes)) = input.split_first() else { return };
     match pick % 4 {
-        0 => roundtrip::<Announce>("announce", bytes),
+        0 => roundtrip::<Reply>("routed frame", bytes),
         1 => roundtrip::<Descriptor>("descriptor", bytes),
         2 => roundtrip::<BytesHeader>("bytes header", bytes),
         _ => match protocol::decode_attachment(bytes) {

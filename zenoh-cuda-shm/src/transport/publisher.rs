@@ -437,10 +437,10 @@ impl PublisherCore {
                             aware_need_bytes = true;
                             st.push(h, &via_bytes, c);
                         }
+                        // Its connection is ending: nobody to serve or charge.
+                        Err(LeaseError::Departed { .. }) => {}
                     }
                 }
-                // Its connection ended after the snapshot: nobody to serve or charge.
-                Err(LeaseError::Departed { .. }) => {}
             }
             (seq, zero_copy, aware_need_bytes)
         };
