@@ -189,6 +189,12 @@ impl<M: RosDataMessage> RosPublisher<M> {
         }
     }
 
+    /// The sequence number the next publish will carry (exact while one thread
+    /// publishes: e.g. to write data that depends on it before publishing).
+    pub fn next_seq(&self) -> i64 {
+        self.seq.load(Ordering::Relaxed)
+    }
+
     /// Loans a block for the data of one message (write it on the loan's stream).
     pub fn loan(&self, len: usize) -> Result<GpuLoan, LoanError> {
         self.gpu.loan(len)
