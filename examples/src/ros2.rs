@@ -84,9 +84,16 @@ pub struct RosPubArgs {
     /// (ordinary ROS ones and ours) are in the graph.
     #[arg(long, default_value_t = 0)]
     pub wait_subscriptions: usize,
+    /// Before publishing, wait (up to 60 s) until this many of our subscribers are on
+    /// the zero-copy path.
+    #[arg(long, default_value_t = 0)]
+    pub wait_zero_copy: usize,
     /// Publish from host memory (`publish_host`) instead of a loaned block.
     #[arg(long)]
     pub host_data: bool,
+    /// Seconds to stay alive after the last message (TRANSIENT_LOCAL late joiners).
+    #[arg(long, default_value_t = 0.5)]
+    pub linger: f64,
 }
 
 /// Flags of the subscribers.
@@ -196,6 +203,10 @@ fn pub_loop<M: RosDataMessage>(
         None => None,
     };
     wait_subscriptions(node, p.key(), args.wait_subscriptions);
+    let t = Instant::now();
+    while p.channel().zero_copy_subscribers() < args.wait_zero_copy && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let period = if args.rate > 0.0 { Duration::from_secs_f64(1.0 / args.rate) } else { Duration::ZERO };
     let mut host = vec![0u8; if args.host_data { len } else { 0 }];
     let start = Instant::now();
@@ -238,7 +249,7 @@ fn pub_loop<M: RosDataMessage>(
         c.copies_out
     );
     // Give subscribers a moment to finish reading before the publisher goes away.
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_secs_f64(args.linger.max(0.0)));
     Ok(())
 }
 
