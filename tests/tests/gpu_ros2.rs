@@ -14,7 +14,7 @@
 //! Without a GPU: `SKIPPED gpu_ros2_...`, or with `ZCS_TEST_HOST_FALLBACK=1` the same
 //! flow on host-memory blocks at 1/8 of the resolution, checked on the CPU. With `ZCS_REQUIRE_GPU=1`, a missing GPU *or*
 //! a Python without `zenoh`, `rosbags` and `numpy` fails (set `ZCS_ROS2_PYTHON` to the
-//! interpreter to use; scripts/gpu-run.sh installs the carried wheels into a venv).
+//! interpreter to use; scripts/gpu-run.sh puts the carried wheels on PYTHONPATH).
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
