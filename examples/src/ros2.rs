@@ -221,9 +221,11 @@ fn pub_loop<M: RosDataMessage>(
         } else {
             let mut loan = p.loan(len)?;
             match (&kernels, loan.device_ptr()) {
-                // SAFETY: the loan owns ≥ len mapped bytes until `publish`, which orders
-                // the ready signal after this launch on the loan's stream.
-                (Some(k), Some(ptr)) => unsafe { k.fill(loan.stream().expect("CUDA loan"), ptr, len as u64, seq as u64) }?,
+                (Some(k), Some(ptr)) => {
+                    // SAFETY: the loan owns ≥ len mapped bytes until `publish`, which orders the
+                    // ready signal after this launch on the loan's stream.
+                    unsafe { k.fill(loan.stream().expect("CUDA loan"), ptr, len as u64, seq as u64) }?
+                }
                 _ => fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seq as u64),
             }
             p.publish(&msg, loan)?;

@@ -124,10 +124,11 @@ fn run_pub(p: Params) {
         let seq = publisher.next_seq();
         let mut loan = publisher.loan(len).expect("loan");
         match (&kernels, loan.device_ptr()) {
-            // SAFETY: the loan owns ≥ len mapped bytes until `publish`, which orders the
-            // ready signal after this launch on the loan's stream.
-            (Some(k), Some(ptr)) => unsafe { k.fill(loan.stream().expect("stream"), ptr, len as u64, seq as u64) }
-                .expect("fill"),
+            (Some(k), Some(ptr)) => {
+                // SAFETY: the loan owns ≥ len mapped bytes until `publish`, which orders the
+                // ready signal after this launch on the loan's stream.
+                unsafe { k.fill(loan.stream().expect("stream"), ptr, len as u64, seq as u64) }.expect("fill")
+            }
             _ => fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seq as u64),
         }
         let r = publisher.publish(&image(&p), loan).expect("publish");

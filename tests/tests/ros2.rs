@@ -139,7 +139,10 @@ fn our_subscriptions_declare_a_marker_and_are_not_ordinary() {
     }
     for i in 0..5u8 {
         let s = sub.recv_timeout(IO).unwrap();
-        assert_eq!((s.attachment().seq, s.msg(), s.host_data().unwrap().as_ref()), (i64::from(i) + 1, &fields(), &[i; 16][..]));
+        assert_eq!(
+            (s.attachment().seq, s.msg(), s.host_data().unwrap().as_ref()),
+            (i64::from(i) + 1, &fields(), &[i; 16][..])
+        );
         assert_eq!(s.path(), Path::Inline);
     }
     assert_eq!(publisher.stats().base_puts, 0);

@@ -12,8 +12,7 @@ use zenoh_cuda_shm::tensor_codec;
 
 const ZID: &str = "aac3178e146ba6f1fc6e6a4085e77f21";
 const IMAGE_HASH: &str = "RIHS01_d31d41a9a4c4bc8eae9be757b0beed306564f7526c88ea6a4588fb9582527d47";
-const DATA_KEY: &str =
-    "0/camera/image/sensor_msgs::msg::dds_::Image_/RIHS01_d31d41a9a4c4bc8eae9be757b0beed306564f7526c88ea6a4588fb9582527d47";
+const DATA_KEY: &str = "0/camera/image/sensor_msgs::msg::dds_::Image_/RIHS01_d31d41a9a4c4bc8eae9be757b0beed306564f7526c88ea6a4588fb9582527d47";
 const NODE_TOKEN: &str = "@ros2_lv/0/aac3178e146ba6f1fc6e6a4085e77f21/0/0/NN/%/%/camera_driver";
 const PUB_TOKEN: &str = "@ros2_lv/0/aac3178e146ba6f1fc6e6a4085e77f21/0/5/MP/%/%/camera_driver/%camera%image/sensor_msgs::msg::dds_::Image_/RIHS01_d31d41a9a4c4bc8eae9be757b0beed306564f7526c88ea6a4588fb9582527d47/::,10:,:,:,,";
 
@@ -65,12 +64,11 @@ fn namespaces_and_domains_are_mangled() {
     let hash = <ExperimentalTensor<()> as RosDataMessage>::type_hash();
     let dds = <ExperimentalTensor<()> as RosDataMessage>::DDS_TYPE_NAME;
     assert_eq!(dds, "tensor_msgs::msg::dds_::ExperimentalTensor_");
-    assert_eq!(
-        topic_key(42, "/robot1/front/tensor", dds, &hash),
-        format!("42/robot1/front/tensor/{dds}/{hash}")
-    );
+    assert_eq!(topic_key(42, "/robot1/front/tensor", dds, &hash), format!("42/robot1/front/tensor/{dds}/{hash}"));
     let tok = n.endpoint_token(3, EntityKind::Subscription, "/robot1/front/tensor", dds, &hash, "1:1:1,1:,:,:1,,");
-    assert!(tok.ends_with(&format!("/MS/%/%robot1%front/camera_driver/%robot1%front%tensor/{dds}/{hash}/1:1:1,1:,:,:1,,")));
+    assert!(
+        tok.ends_with(&format!("/MS/%/%robot1%front/camera_driver/%robot1%front%tensor/{dds}/{hash}/1:1:1,1:,:,:1,,"))
+    );
 }
 
 #[test]

@@ -408,7 +408,12 @@ impl GpuLoan {
                 // SAFETY: the range is inside the loaned block (checked above), which this
                 // loan owns; `dst` has len bytes and lives until the synchronize below.
                 unsafe {
-                    sys::memcpy_dtoh_async(dst.as_mut_ptr(), g.device_ptr() + offset as u64, dst.len(), g.stream().cu_stream())
+                    sys::memcpy_dtoh_async(
+                        dst.as_mut_ptr(),
+                        g.device_ptr() + offset as u64,
+                        dst.len(),
+                        g.stream().cu_stream(),
+                    )
                 }?;
                 // SAFETY: the loan's stream belongs to the context bound above.
                 unsafe { sys::stream_synchronize(g.stream().cu_stream()) }?;

@@ -226,9 +226,8 @@ impl Qos {
         if parts.len() < 6 {
             return None;
         }
-        let field = |v: &str| -> Option<Option<u64>> {
-            if v.is_empty() { Some(None) } else { v.parse().ok().map(Some) }
-        };
+        let field =
+            |v: &str| -> Option<Option<u64>> { if v.is_empty() { Some(None) } else { v.parse().ok().map(Some) } };
         let pair = |v: &str, n: usize| -> Option<Vec<Option<u64>>> {
             let f: Vec<&str> = v.split(',').collect();
             if f.len() < n {

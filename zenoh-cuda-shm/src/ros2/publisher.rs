@@ -14,10 +14,10 @@ use zenoh::Wait;
 use zenoh::qos::{CongestionControl, Reliability as ZReliability};
 
 use super::attachment::{Attachment, now_ns};
+use super::channel_key;
 use super::message::{RosDataMessage, encode_envelope};
 use super::names::{Durability, EntityKind, History, Qos, Reliability, check_name, gid_of, topic_key};
 use super::node::{RosDeclareError, RosNode, next_id};
-use super::channel_key;
 use crate::api::{GpuLoan, GpuPublisher, PublishError};
 use crate::pool::LoanError;
 use crate::transport::publisher::{PutError, PutReport};
@@ -120,9 +120,8 @@ impl<M: RosDataMessage> RosPublisher<M> {
             Durability::Volatile => Base::Plain(builder.wait()?),
             Durability::TransientLocal => {
                 use zenoh_ext::{AdvancedPublisherBuilderExt, CacheConfig, MissDetectionConfig};
-                let mut b = builder
-                    .cache(CacheConfig::default().max_samples(qos.depth() as usize))
-                    .publisher_detection();
+                let mut b =
+                    builder.cache(CacheConfig::default().max_samples(qos.depth() as usize)).publisher_detection();
                 if qos.reliability == Reliability::Reliable {
                     b = b.sample_miss_detection(
                         MissDetectionConfig::default().sporadic_heartbeat(std::time::Duration::from_millis(500)),

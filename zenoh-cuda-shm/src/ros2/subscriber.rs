@@ -318,18 +318,7 @@ impl<M: RosDataMessage> RosSubscriber<M> {
         // this subscription takes our channel.
         let marker = z.liveliness().declare_token(marker_token(n.domain, &gid)).wait()?;
         let tok = z.liveliness().declare_token(token.clone()).wait()?;
-        Ok(Self {
-            _token: tok,
-            _marker: marker,
-            _base: base,
-            channel,
-            rx,
-            shared,
-            key,
-            token,
-            gid,
-            _node: node,
-        })
+        Ok(Self { _token: tok, _marker: marker, _base: base, channel, rx, shared, key, token, gid, _node: node })
     }
 
     /// The data key.
