@@ -40,4 +40,10 @@ du -sh "$out"
 # quarter of their size); scripts/gpu-run.sh unpacks it. Carry `.gpu-pack`.
 mkdir -p .gpu-pack
 tar -C "$out" -cf - . | xz -T2 -6 > .gpu-pack/bins.tar.xz
+# The ROS 2 GPU test's Python peer needs eclipse-zenoh and rosbags; the GPU machine has
+# no network. Both wheels run on any CPython >= 3.9 (abi3 / pure); numpy, the only
+# dependency the peer imports, comes with the machine's PyTorch.
+rm -rf .gpu-pack/wheels
+python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+  -d .gpu-pack/wheels eclipse-zenoh==1.10.2 rosbags==0.11.9
 du -sh .gpu-pack

@@ -11,6 +11,17 @@ if [ -f .gpu-pack/bins.tar.xz ]; then
   mkdir -p .gpu-bin && xz -dc .gpu-pack/bins.tar.xz | tar -C .gpu-bin -xf -
 fi
 { nvidia-smi --query-gpu=name,memory.total,driver_version,uuid --format=csv; nvidia-smi | head -5; uname -r; } > "$out/machine.txt" 2>&1
+# The ROS 2 test's Python peer: the carried wheels (abi3 / pure Python) unpacked onto
+# PYTHONPATH; no pip, venv or network needed. numpy comes with the machine's PyTorch.
+if [ -d .gpu-pack/wheels ]; then
+  rm -rf .gpu-pylib
+  if python3 -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(".gpu-pylib") for w in sys.argv[1:]]' .gpu-pack/wheels/*.whl \
+    && PYTHONPATH=$PWD/.gpu-pylib python3 -c 'import zenoh, rosbags, numpy' >"$out/python-peer.log" 2>&1; then
+    export PYTHONPATH=$PWD/.gpu-pylib${PYTHONPATH:+:$PYTHONPATH}
+  else
+    echo "ROS 2 peer: the carried wheels do not import (see python-peer.log)" | tee -a "$out/python-peer.log"
+  fi
+fi
 fail=0
 for t in .gpu-bin/test-*; do
   echo "== $t" | tee -a "$out/gpu-tests.log"
@@ -38,6 +49,7 @@ fi
 echo "== summary"
 head -2 "$out/machine.txt"
 grep -E "^test result|^FAILED|SKIPPED|panicked" "$out/gpu-tests.log" | sort | uniq -c
+grep -E "^ROS2 " "$out/gpu-tests.log"
 grep -E "^\[(demo|sub|zcs)\]" "$out/demo.log" 2>/dev/null | tail -4
 cat "$out"/*.jsonl 2>/dev/null
 exit $fail

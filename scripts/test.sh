@@ -2,7 +2,8 @@
 # The project's test command (README), also run by CI:
 #   1. every Rust test in the workspace (GPU tests print "SKIPPED <name>: <reason>"
 #      without a usable GPU; ZCS_REQUIRE_GPU=1 turns that into a failure);
-#   2. the CDR cross-check against an independent implementation (rosbags, PyPI);
+#   2. the CDR cross-check against an independent implementation (rosbags, PyPI), and
+#      the ROS 2 examples against an independent rmw_zenoh peer (tests/python);
 #   3. the one-command demo and one tiny run of each benchmark on the host backend,
 #      so neither can rot.
 set -euo pipefail
@@ -16,6 +17,10 @@ cargo test --workspace --locked 2>&1 | tee "$log"
 echo "== CDR cross-check against rosbags"
 python3 -m pip install -q --disable-pip-version-check -r tensor-codec/python/requirements.txt
 python3 -m pytest -q tensor-codec/python 2>&1 | tee -a "$log"
+
+echo "== ROS 2 over rmw_zenoh against an independent peer (eclipse-zenoh + rosbags)"
+python3 -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
+python3 -m pytest -q tests/python 2>&1 | tee -a "$log"
 
 echo "== demo (two processes)"
 cargo run -q --locked -p zcs-examples --example zcs_demo -- -n 10 -s 3000000

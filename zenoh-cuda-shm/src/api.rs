@@ -167,6 +167,21 @@ impl GpuSession {
     pub fn declare_subscriber(&self, key: impl Into<String>) -> SubscriberBuilder<Fifo> {
         SubscriberBuilder { session: self.clone(), key: key.into(), handler: Fifo(256) }
     }
+
+    /// A handle on the same Zenoh session and GPU whose subscribers use `plain_listen`
+    /// instead of the configured value (e.g. `Never` for keys no plain publisher uses,
+    /// so that our publishers there never pay a copy for a listener that drops it).
+    pub fn with_plain_listen(&self, plain_listen: crate::config::PlainListen) -> GpuSession {
+        let s = &self.0;
+        let cfg = ZcsConfig { plain_listen, ..s.cfg.clone() };
+        GpuSession(Arc::new(SessionInner {
+            zenoh: s.zenoh.clone(),
+            cfg,
+            gpu: s.gpu.clone(),
+            group: s.group.clone(),
+            why_host: s.why_host.clone(),
+        }))
+    }
 }
 
 /// Builder returned by [`GpuSession::declare_publisher`].
@@ -377,6 +392,40 @@ impl GpuLoan {
     /// Attaches typed metadata (e.g. an encoded tensor description).
     pub fn set_meta(&mut self, meta: Vec<u8>) {
         self.meta = Some(meta);
+    }
+
+    /// Copies `dst.len()` bytes of the loan at `offset` to host memory: for CUDA
+    /// sessions a device→host copy on the loan's stream (after the writes enqueued
+    /// there so far), waited for before returning.
+    pub fn read_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<(), WriteError> {
+        let loaned = self.len();
+        if offset.checked_add(dst.len()).is_none_or(|end| end > loaned) {
+            return Err(WriteError::OutOfBounds { offset, len: dst.len(), loaned });
+        }
+        match &self.inner {
+            LoanInner::Cuda(g) => {
+                g.inner().memory().mapping().gpu().bind()?;
+                // SAFETY: the range is inside the loaned block (checked above), which this
+                // loan owns; `dst` has len bytes and lives until the synchronize below.
+                unsafe {
+                    sys::memcpy_dtoh_async(
+                        dst.as_mut_ptr(),
+                        g.device_ptr() + offset as u64,
+                        dst.len(),
+                        g.stream().cu_stream(),
+                    )
+                }?;
+                // SAFETY: the loan's stream belongs to the context bound above.
+                unsafe { sys::stream_synchronize(g.stream().cu_stream()) }?;
+            }
+            LoanInner::Host(l) => {
+                // SAFETY: the block is mapped with ≥ len bytes and owned by this loan; the
+                // shared borrow of `self` excludes writes through `as_mut_slice` meanwhile.
+                let src = unsafe { std::slice::from_raw_parts(l.addr() as *const u8, l.len()) };
+                dst.copy_from_slice(&src[offset..offset + dst.len()]);
+            }
+        }
+        Ok(())
     }
 }
 

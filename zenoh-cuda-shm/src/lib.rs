@@ -14,6 +14,7 @@
 //! | [`api`] | [`GpuSession`], [`GpuPublisher`], [`GpuSubscriber`], [`GpuSample`] |
 //! | [`tensor`] | tensors: publish with a DLPack description, receive views and copies |
 //! | [`dlpack`] | the DLPack C ABI: export received tensors, publish frameworks' tensors |
+//! | `ros2` | (feature `ros2`) ROS 2 over rmw_zenoh: graph tokens, CDR on the base key, GPU channel beside it |
 //!
 //! See `docs/architecture.md` for the design and `docs/safety.md` for every invariant
 //! the `unsafe` code relies on.
@@ -26,6 +27,8 @@ pub mod host;
 pub mod ipc;
 pub mod pool;
 pub mod protocol;
+#[cfg(feature = "ros2")]
+pub mod ros2;
 pub mod sample;
 pub mod signal;
 pub mod tensor;

@@ -238,7 +238,9 @@ impl PublisherCore {
     ) -> Result<Self, DeclareError> {
         let ke = KeyExpr::try_from(key.to_owned())
             .map_err(|e| DeclareError::Key { key: key.into(), detail: e.to_string() })?;
-        if key.contains('*') || key.contains('@') || key.contains('$') {
+        // Verbatim chunks are concrete (e.g. the ROS channel `<base>/@zcs_ros2`); only our
+        // own `@zcs` space is reserved.
+        if key.contains('*') || key.contains('$') || key.split('/').any(|c| c == "@zcs") {
             return Err(DeclareError::Key { key: key.into(), detail: "a publisher key must be concrete".into() });
         }
         let instance = rand::random::<u64>() | 1;

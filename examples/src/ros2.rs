@@ -1,0 +1,389 @@
+//! The ROS 2 examples' shared code: `ros2_image_pub`/`ros2_image_sub` and
+//! `ros2_tensor_pub`/`ros2_tensor_sub` are thin `main`s over [`run_pub`] and [`run_sub`].
+//!
+//! Every message's data is the pattern of [`zenoh_cuda_shm::cuda::kernels::pattern_byte`]
+//! seeded with the message's ROS sequence number (the attachment's), written by a kernel
+//! on the GPU (or on the CPU with host blocks); subscribers check every byte, the
+//! sequence numbers (contiguous per publisher) and timestamps (non-decreasing), and
+//! print one JSON summary line at the end.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
+use zenoh_cuda_shm::cuda::{DeviceBlock, Kernels, sys};
+use zenoh_cuda_shm::ros2::names::gid_hex;
+use zenoh_cuda_shm::ros2::{EntityKind, NodeOptions, Qos, RosDataMessage, RosNode, RosSample};
+use zenoh_cuda_shm::tensor_codec::cdr::{ExperimentalTensor, Header, Image, Time};
+use zenoh_cuda_shm::{GpuSample, GpuSession};
+
+use crate::{CommonArgs, open};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Flags naming the node and topic.
+#[derive(Args, Debug, Clone)]
+pub struct RosArgs {
+    /// Topic name.
+    #[arg(short, long)]
+    pub topic: Option<String>,
+    /// ROS domain id (default: ROS_DOMAIN_ID, else 0).
+    #[arg(long)]
+    pub domain: Option<u32>,
+    /// Node namespace.
+    #[arg(long, default_value = "/")]
+    pub namespace: String,
+    /// Node name.
+    #[arg(long)]
+    pub node: Option<String>,
+    /// QoS: reliable, keep-all (reliable, keep all: publishers block instead of
+    /// dropping), sensor (best effort, depth 5) or transient (reliable, transient local).
+    #[arg(long, default_value = "keep-all")]
+    pub qos: String,
+    /// History depth (reliable and transient).
+    #[arg(long, default_value_t = 10)]
+    pub depth: u32,
+}
+
+impl RosArgs {
+    fn qos(&self) -> Result<Qos, BoxError> {
+        Ok(match self.qos.as_str() {
+            "reliable" => Qos::reliable(self.depth),
+            "keep-all" => Qos::reliable(self.depth).keep_all(),
+            "sensor" => Qos::sensor_data(),
+            "transient" => Qos::transient_local(self.depth),
+            q => return Err(format!("unknown --qos {q}").into()),
+        })
+    }
+
+    fn node(&self, session: &GpuSession, default_name: &str) -> Result<RosNode, BoxError> {
+        let mut o = NodeOptions::new(self.node.clone().unwrap_or_else(|| default_name.to_owned()))
+            .namespace(self.namespace.clone());
+        o.domain = self.domain;
+        Ok(RosNode::new(session, o)?)
+    }
+}
+
+/// Flags of the publishers.
+#[derive(Args, Debug, Clone)]
+pub struct RosPubArgs {
+    /// Image width (pixels) or tensor columns.
+    #[arg(long, default_value_t = 1920)]
+    pub width: u32,
+    /// Image height (rows) or tensor rows.
+    #[arg(long, default_value_t = 1080)]
+    pub height: u32,
+    /// Messages per second (0: as fast as possible).
+    #[arg(short, long, default_value_t = 30.0)]
+    pub rate: f64,
+    /// Messages to publish (0: forever).
+    #[arg(short = 'n', long, default_value_t = 0)]
+    pub count: u64,
+    /// Before publishing, wait (up to 60 s) until this many subscriptions of the topic
+    /// (ordinary ROS ones and ours) are in the graph.
+    #[arg(long, default_value_t = 0)]
+    pub wait_subscriptions: usize,
+    /// Before publishing, wait (up to 60 s) until this many of our subscribers are on
+    /// the zero-copy path.
+    #[arg(long, default_value_t = 0)]
+    pub wait_zero_copy: usize,
+    /// Publish from host memory (`publish_host`) instead of a loaned block.
+    #[arg(long)]
+    pub host_data: bool,
+    /// Seconds to stay alive after the last message (TRANSIENT_LOCAL late joiners).
+    #[arg(long, default_value_t = 0.5)]
+    pub linger: f64,
+}
+
+/// Flags of the subscribers.
+#[derive(Args, Debug, Clone)]
+pub struct RosSubArgs {
+    /// Messages to receive before exiting (0: forever).
+    #[arg(short = 'n', long, default_value_t = 0)]
+    pub count: u64,
+    /// Give up after this many seconds without a message (0: never).
+    #[arg(long, default_value_t = 60)]
+    pub idle_timeout: u64,
+    /// Do not check the data.
+    #[arg(long)]
+    pub no_check: bool,
+}
+
+/// The message kinds of the examples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `sensor_msgs/msg/Image`, `rgba8`.
+    Image,
+    /// `tensor_msgs/msg/ExperimentalTensor`, float32 `[height, width]`.
+    Tensor,
+}
+
+/// The message fields for `seq` (the data is the pattern seeded with `seq`).
+pub fn image_fields(width: u32, height: u32, stamp_ns: i64) -> Image<()> {
+    Image {
+        header: Header {
+            stamp: Time { sec: (stamp_ns / 1_000_000_000) as i32, nanosec: (stamp_ns % 1_000_000_000) as u32 },
+            frame_id: "camera".into(),
+        },
+        height,
+        width,
+        encoding: "rgba8".into(),
+        is_bigendian: 0,
+        step: width * 4,
+        data: (),
+    }
+}
+
+/// The tensor fields: float32 (DLPack code 2, 32 bits, 1 lane), contiguous `[height, width]`.
+pub fn tensor_fields(width: u32, height: u32) -> ExperimentalTensor<()> {
+    ExperimentalTensor {
+        dtype_code: 2,
+        dtype_bits: 32,
+        dtype_lanes: 1,
+        shape: vec![i64::from(height), i64::from(width)],
+        strides: vec![],
+        byte_offset: 0,
+        data: (),
+    }
+}
+
+fn now_ns() -> i64 {
+    zenoh_cuda_shm::ros2::attachment::now_ns()
+}
+
+fn wait_subscriptions(node: &RosNode, key: &str, n: usize) {
+    let t = Instant::now();
+    while n > 0 && t.elapsed() < Duration::from_secs(60) {
+        let subs = node
+            .graph()
+            .0
+            .iter()
+            .filter(|e| e.kind == EntityKind::Subscription && e.topic.as_ref().is_some_and(|t| t.key == key))
+            .count();
+        if subs >= n {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Publishes `args.count` messages of `kind`.
+pub fn run_pub(kind: Kind, common: &CommonArgs, ros: &RosArgs, args: &RosPubArgs) -> Result<(), BoxError> {
+    let session = open(common)?;
+    match kind {
+        Kind::Image => {
+            let node = ros.node(&session, "zcs_image_pub")?;
+            let topic = ros.topic.clone().unwrap_or_else(|| "/camera/image".into());
+            let p = node.publisher::<Image<()>>(&topic, ros.qos()?)?;
+            let (w, h) = (args.width, args.height);
+            pub_loop(&session, &node, &p, args, (w as usize) * (h as usize) * 4, |_| image_fields(w, h, now_ns()))
+        }
+        Kind::Tensor => {
+            let node = ros.node(&session, "zcs_tensor_pub")?;
+            let topic = ros.topic.clone().unwrap_or_else(|| "/tensor".into());
+            let p = node.publisher::<ExperimentalTensor<()>>(&topic, ros.qos()?)?;
+            let (w, h) = (args.width, args.height);
+            pub_loop(&session, &node, &p, args, (w as usize) * (h as usize) * 4, |_| tensor_fields(w, h))
+        }
+    }
+}
+
+fn pub_loop<M: RosDataMessage>(
+    session: &GpuSession,
+    node: &RosNode,
+    p: &zenoh_cuda_shm::ros2::RosPublisher<M>,
+    args: &RosPubArgs,
+    len: usize,
+    fields: impl Fn(i64) -> M,
+) -> Result<(), BoxError> {
+    println!("[ros2] publishing on '{}' token {} gid {}", p.key(), p.token(), gid_hex(&p.gid()));
+    let kernels = match session.gpu() {
+        Some(g) => Some(Kernels::load(g)?),
+        None => None,
+    };
+    wait_subscriptions(node, p.key(), args.wait_subscriptions);
+    let t = Instant::now();
+    while p.channel().zero_copy_subscribers() < args.wait_zero_copy && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let period = if args.rate > 0.0 { Duration::from_secs_f64(1.0 / args.rate) } else { Duration::ZERO };
+    let mut host = vec![0u8; if args.host_data { len } else { 0 }];
+    let start = Instant::now();
+    let mut next = start;
+    let mut n = 0u64;
+    while args.count == 0 || n < args.count {
+        let seq = p.next_seq();
+        let msg = fields(seq);
+        if args.host_data {
+            fill_pattern(&mut host, 0, seq as u64);
+            p.publish_host(&msg, &host)?;
+        } else {
+            let mut loan = p.loan(len)?;
+            match (&kernels, loan.device_ptr()) {
+                (Some(k), Some(ptr)) => {
+                    // SAFETY: the loan owns ≥ len mapped bytes until `publish`, which orders the
+                    // ready signal after this launch on the loan's stream.
+                    unsafe { k.fill(loan.stream().expect("CUDA loan"), ptr, len as u64, seq as u64) }?
+                }
+                _ => fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seq as u64),
+            }
+            p.publish(&msg, loan)?;
+        }
+        n += 1;
+        if !period.is_zero() {
+            next += period;
+            if let Some(d) = next.checked_duration_since(Instant::now()) {
+                std::thread::sleep(d);
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let s = p.stats();
+    let c = p.channel().stats();
+    println!(
+        "{{\"role\":\"ros2_pub\",\"frames\":{n},\"bytes\":{len},\"fps\":{:.2},\"base_puts\":{},\"device_to_host\":{},\"zero_copy_subscribers\":{},\"ordinary_subscriptions\":{},\"channel_copies_out\":{}}}",
+        n as f64 / secs,
+        s.base_puts,
+        s.device_to_host,
+        p.channel().zero_copy_subscribers(),
+        p.ordinary_subscriptions(),
+        c.copies_out
+    );
+    // Give subscribers a moment to finish reading before the publisher goes away.
+    std::thread::sleep(Duration::from_secs_f64(args.linger.max(0.0)));
+    Ok(())
+}
+
+/// Checks a device sample's data against the pattern on the GPU; returns the number of
+/// differing bytes.
+pub fn device_mismatches(session: &GpuSession, sample: &GpuSample, seed: u64) -> Result<u32, BoxError> {
+    let g = session.gpu().ok_or("no GPU")?;
+    let st = g.new_stream()?;
+    let k = Kernels::load(g)?;
+    let counter = DeviceBlock::allocate(g, 4)?;
+    let read = sample.read(&st)?;
+    g.bind()?;
+    // SAFETY: the counter block is mapped (≥ 4 bytes) and outlives the synchronize.
+    unsafe { sys::memset_d8_async(counter.device_ptr(), 0, 4, st.cu_stream()) }?;
+    // SAFETY: the read range is mapped and held by `sample` until the fence `end` records.
+    unsafe { k.check(&st, read.device_ptr(), read.len() as u64, seed, counter.device_ptr()) }?;
+    read.end()?;
+    let mut errs = [0u8; 4];
+    // SAFETY: `errs` has 4 bytes and lives until the synchronize.
+    unsafe { sys::memcpy_dtoh_async(errs.as_mut_ptr(), counter.device_ptr(), 4, st.cu_stream()) }?;
+    // SAFETY: a stream of the current context.
+    unsafe { sys::stream_synchronize(st.cu_stream()) }?;
+    Ok(u32::from_le_bytes(errs))
+}
+
+/// Per-publisher sequence and timestamp checks.
+#[derive(Debug, Default)]
+pub struct SeqCheck {
+    last: HashMap<[u8; 16], (i64, i64)>,
+    /// Missing sequence numbers (gaps) seen.
+    pub gaps: u64,
+    /// Repeated or decreasing sequence numbers, or decreasing timestamps.
+    pub disorder: u64,
+}
+
+impl SeqCheck {
+    /// Records one message.
+    pub fn see(&mut self, gid: [u8; 16], seq: i64, ts: i64) {
+        if let Some(&(s, t)) = self.last.get(&gid) {
+            if seq <= s || ts < t {
+                self.disorder += 1;
+            } else if seq > s + 1 {
+                self.gaps += (seq - s - 1) as u64;
+            }
+        }
+        self.last.insert(gid, (seq, ts));
+    }
+}
+
+/// Receives `args.count` messages of `kind` and checks each.
+pub fn run_sub(kind: Kind, common: &CommonArgs, ros: &RosArgs, args: &RosSubArgs) -> Result<(), BoxError> {
+    let session = open(common)?;
+    match kind {
+        Kind::Image => {
+            let node = ros.node(&session, "zcs_image_sub")?;
+            let topic = ros.topic.clone().unwrap_or_else(|| "/camera/image".into());
+            let s = node.subscriber::<Image<()>>(&topic, ros.qos()?)?;
+            sub_loop(&session, &s, args, |m: &Image<()>, len| {
+                m.step == m.width * 4 && len == (m.step as usize) * (m.height as usize) && m.encoding == "rgba8"
+            })
+        }
+        Kind::Tensor => {
+            let node = ros.node(&session, "zcs_tensor_sub")?;
+            let topic = ros.topic.clone().unwrap_or_else(|| "/tensor".into());
+            let s = node.subscriber::<ExperimentalTensor<()>>(&topic, ros.qos()?)?;
+            sub_loop(&session, &s, args, |m: &ExperimentalTensor<()>, len| {
+                m.dtype().is_ok() && m.shape.len() == 2 && (m.shape[0] * m.shape[1] * 4) as usize == len
+            })
+        }
+    }
+}
+
+fn sub_loop<M: RosDataMessage>(
+    session: &GpuSession,
+    s: &zenoh_cuda_shm::ros2::RosSubscriber<M>,
+    args: &RosSubArgs,
+    fields_ok: impl Fn(&M, usize) -> bool,
+) -> Result<(), BoxError> {
+    println!("[ros2] subscribed to '{}' token {}", s.key(), s.token());
+    let mut checks = SeqCheck::default();
+    let mut paths: BTreeMap<String, u64> = BTreeMap::new();
+    let (mut n, mut bad) = (0u64, 0u64);
+    let mut first: Option<Instant> = None;
+    while args.count == 0 || n < args.count {
+        let sample: RosSample<M> = match s.recv_timeout(Duration::from_secs(args.idle_timeout.max(1))) {
+            Ok(v) => v,
+            Err(e) => return Err(format!("after {n} messages: {e}; stats {:?}", s.stats()).into()),
+        };
+        first.get_or_insert_with(Instant::now);
+        let a = *sample.attachment();
+        checks.see(a.gid, a.seq, a.timestamp_ns);
+        *paths.entry(sample.path().to_string()).or_default() += 1;
+        let mut ok = fields_ok(sample.msg(), sample.data_len());
+        if ok && !args.no_check {
+            ok = match sample.host_data() {
+                Some(h) => check_pattern(&h, 0, a.seq as u64).is_none(),
+                None => {
+                    let g = sample.gpu_sample().ok_or("device data without a GPU sample")?;
+                    device_mismatches(session, g, a.seq as u64)? == 0
+                }
+            };
+        }
+        if !ok {
+            bad += 1;
+            eprintln!("[ros2] message {} from {}: MISMATCH", a.seq, gid_hex(&a.gid));
+        }
+        n += 1;
+    }
+    let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
+    // Anything more (a duplicate) within a grace period is a failure too.
+    std::thread::sleep(Duration::from_millis(300));
+    let extra = std::iter::from_fn(|| s.try_recv()).count();
+    let st = s.stats();
+    let fps = if n > 1 && secs > 0.0 { (n - 1) as f64 / secs } else { 0.0 };
+    println!(
+        "{{\"role\":\"ros2_sub\",\"frames\":{n},\"bad\":{bad},\"gaps\":{},\"disorder\":{},\"extra\":{extra},\"fps\":{fps:.2},\"paths\":{:?},\"channel\":{},\"base\":{},\"duplicates\":{},\"bad_attachment\":{},\"bad_cdr\":{},\"bad_envelope\":{}}}",
+        checks.gaps,
+        checks.disorder,
+        paths,
+        st.channel,
+        st.base,
+        st.duplicates,
+        st.bad_attachment,
+        st.bad_cdr,
+        st.bad_envelope
+    );
+    if bad > 0 || checks.gaps > 0 || checks.disorder > 0 || extra > 0 {
+        return Err(format!(
+            "{bad} bad, {} gaps, {} out of order, {extra} extra of {n} messages",
+            checks.gaps, checks.disorder
+        )
+        .into());
+    }
+    Ok(())
+}

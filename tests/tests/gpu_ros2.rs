@@ -1,0 +1,376 @@
+//! ROS 2 over rmw_zenoh on the GPU: 1080p and 4K `sensor_msgs/msg/Image` streams from
+//! one process of ours to another on the zero-copy path, first alone, then while the
+//! independent Python ROS peer (`tests/python/ros2_peer.py`: eclipse-zenoh + rosbags)
+//! receives the same topic as CDR on the base key.
+//!
+//! Publisher and subscriber are this test binary re-run as children (each with its own
+//! CUDA context and Zenoh session); the Python peer is a third process. The publisher
+//! fills every frame with a kernel (pattern seeded by the ROS sequence number); our
+//! subscriber checks every byte of every frame on the GPU with the check kernel, and
+//! that every frame came zero-copy, once, in order; the peer checks every byte, the
+//! attachment and the CDR (byte-exact against rosbags) of every frame. Frame rates of
+//! both paths are printed (`ROS2 <w>x<h> ...` lines) for docs/gpu-verification.md.
+//!
+//! Without a GPU: `SKIPPED gpu_ros2_...`, or with `ZCS_TEST_HOST_FALLBACK=1` the same
+//! flow on host-memory blocks at 1/8 of the resolution, checked on the CPU. With `ZCS_REQUIRE_GPU=1`, a missing GPU *or*
+//! a Python without `zenoh`, `rosbags` and `numpy` fails (set `ZCS_ROS2_PYTHON` to the
+//! interpreter to use; scripts/gpu-run.sh puts the carried wheels on PYTHONPATH).
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tensor_codec::cdr::{Header, Image, Time};
+use zcs_tests::{CHILD_ROLE_ENV, child_role, free_tcp_port, gpu_or_skip, gpu_required, watchdog_guard};
+use zenoh_cuda_shm::config::DeviceChoice;
+use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
+use zenoh_cuda_shm::cuda::{DeviceBlock, Kernels, sys};
+use zenoh_cuda_shm::ros2::attachment::now_ns;
+use zenoh_cuda_shm::ros2::names::gid_hex;
+use zenoh_cuda_shm::ros2::{NodeOptions, Qos, RosNode};
+use zenoh_cuda_shm::{GpuSession, Path, ZcsConfig, tensor_codec};
+
+const PARAMS_ENV: &str = "ZCS_ROS2_PARAMS";
+const ENTRY: &str = "ros2_child";
+const TOPIC: &str = "/camera/image";
+const SETUP: Duration = Duration::from_secs(60);
+
+/// `port width height frames with_peer`, space-separated.
+#[derive(Debug, Clone, Copy)]
+struct Params {
+    port: u16,
+    width: u32,
+    height: u32,
+    frames: u64,
+    with_peer: bool,
+    /// Host-memory sessions and CPU checks (`ZCS_TEST_HOST_FALLBACK=1` without a GPU).
+    host: bool,
+}
+
+impl Params {
+    fn encode(&self) -> String {
+        let (peer, host) = (u8::from(self.with_peer), u8::from(self.host));
+        format!("{} {} {} {} {peer} {host}", self.port, self.width, self.height, self.frames)
+    }
+
+    fn decode(s: &str) -> Self {
+        let v: Vec<u64> = s.split(' ').map(|x| x.parse().expect("param")).collect();
+        let (port, width, height) = (v[0] as u16, v[1] as u32, v[2] as u32);
+        Params { port, width, height, frames: v[3], with_peer: v[4] == 1, host: v[5] == 1 }
+    }
+
+    fn len(&self) -> usize {
+        self.width as usize * self.height as usize * 4
+    }
+}
+
+fn session(p: &Params, listen: bool) -> GpuSession {
+    let mut c = zenoh::Config::default();
+    let mut set = |k: &str, v: String| c.insert_json5(k, &v).unwrap_or_else(|e| panic!("{k}: {e}"));
+    set("mode", "\"peer\"".into());
+    set("scouting/multicast/enabled", "false".into());
+    if listen {
+        set("listen/endpoints", format!("[\"tcp/127.0.0.1:{}\"]", p.port));
+    } else {
+        set("listen/endpoints", "[\"tcp/127.0.0.1:0\"]".into());
+        set("connect/endpoints", format!("[\"tcp/127.0.0.1:{}\"]", p.port));
+    }
+    let device = if p.host { DeviceChoice::Host } else { DeviceChoice::Cuda };
+    GpuSession::open(c, ZcsConfig { device, ..ZcsConfig::default() }).wait().expect("open")
+}
+
+fn qos() -> Qos {
+    // Keep-all: the publisher blocks instead of dropping, so every frame is checked.
+    Qos::reliable(8).keep_all()
+}
+
+fn image(p: &Params) -> Image<()> {
+    let now = now_ns();
+    Image {
+        header: Header {
+            stamp: Time { sec: (now / 1_000_000_000) as i32, nanosec: (now % 1_000_000_000) as u32 },
+            frame_id: "camera".into(),
+        },
+        height: p.height,
+        width: p.width,
+        encoding: "rgba8".into(),
+        is_bigendian: 0,
+        step: p.width * 4,
+        data: (),
+    }
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < SETUP, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn run_pub(p: Params) {
+    let s = session(&p, false);
+    let kernels = s.gpu().map(|g| Kernels::load(g).expect("kernels"));
+    let node = RosNode::new(&s, NodeOptions::new("gpu_camera").domain(0)).expect("node");
+    let publisher = node.publisher::<Image<()>>(TOPIC, qos()).expect("publisher");
+    wait_until("our subscriber on the zero-copy path", || publisher.channel().zero_copy_subscribers() >= 1);
+    if p.with_peer {
+        wait_until("the peer's subscription", || publisher.ordinary_subscriptions() >= 1);
+    }
+    let len = p.len();
+    let t = Instant::now();
+    for _ in 0..p.frames {
+        let seq = publisher.next_seq();
+        let mut loan = publisher.loan(len).expect("loan");
+        match (&kernels, loan.device_ptr()) {
+            (Some(k), Some(ptr)) => {
+                // SAFETY: the loan owns ≥ len mapped bytes until `publish`, which orders the
+                // ready signal after this launch on the loan's stream.
+                unsafe { k.fill(loan.stream().expect("stream"), ptr, len as u64, seq as u64) }.expect("fill")
+            }
+            _ => fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seq as u64),
+        }
+        let r = publisher.publish(&image(&p), loan).expect("publish");
+        assert_eq!(r.seq, seq);
+        assert_eq!(r.base, p.with_peer, "base-key copy only while the peer subscribes");
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let st = publisher.stats();
+    let expected = if p.with_peer { p.frames } else { 0 };
+    let d2h = if p.host { 0 } else { expected };
+    assert_eq!((st.base_puts, st.device_to_host), (expected, d2h));
+    println!(
+        "{{\"role\":\"pub\",\"frames\":{},\"fps\":{:.1},\"gid\":\"{}\"}}",
+        p.frames,
+        p.frames as f64 / secs,
+        gid_hex(&publisher.gid())
+    );
+    std::thread::sleep(Duration::from_secs(1));
+}
+
+fn run_sub(p: Params) {
+    // Without the peer, our subscriber is the one that listens.
+    let s = session(&p, !p.with_peer);
+    let node = RosNode::new(&s, NodeOptions::new("gpu_consumer").domain(0)).expect("node");
+    let sub = node.subscriber::<Image<()>>(TOPIC, qos()).expect("subscriber");
+    println!("{{\"role\":\"sub_ready\"}}");
+    let mut first = None;
+    let mut last_seq = 0i64;
+    let mut dev = None;
+    for _ in 0..p.frames {
+        let sample = sub.recv_timeout(SETUP).expect("frame");
+        first.get_or_insert_with(Instant::now);
+        let a = *sample.attachment();
+        assert_eq!(a.seq, last_seq + 1, "frames in order, each once");
+        last_seq = a.seq;
+        assert_eq!(sample.path(), Path::ZeroCopy, "frame {}", a.seq);
+        assert_eq!(sample.msg(), &Image { header: sample.msg().header.clone(), ..image(&p) });
+        assert_eq!(sample.data_len(), p.len());
+        let g = sample.gpu_sample().expect("channel sample");
+        if p.host {
+            assert_eq!(check_pattern(&sample.host_data().expect("host block"), 0, a.seq as u64), None);
+            continue;
+        }
+        let gpu = s.gpu().expect("CUDA session");
+        let (kernels, stream, counter) = dev.get_or_insert_with(|| {
+            let k = Kernels::load(gpu).expect("kernels");
+            (k, gpu.new_stream().expect("stream"), DeviceBlock::allocate(gpu, 4).expect("counter"))
+        });
+        let read = g.read(stream).expect("read");
+        gpu.bind().expect("bind");
+        // SAFETY: the counter block is mapped (≥ 4 bytes) and outlives the synchronize.
+        unsafe { sys::memset_d8_async(counter.device_ptr(), 0, 4, stream.cu_stream()) }.expect("memset");
+        // SAFETY: the read range is mapped and held by the sample until `end`'s fence.
+        unsafe { kernels.check(stream, read.device_ptr(), read.len() as u64, a.seq as u64, counter.device_ptr()) }
+            .expect("check");
+        read.end().expect("end");
+        let mut errs = [0u8; 4];
+        // SAFETY: `errs` has 4 bytes and lives until the synchronize.
+        unsafe { sys::memcpy_dtoh_async(errs.as_mut_ptr(), counter.device_ptr(), 4, stream.cu_stream()) }
+            .expect("copy");
+        // SAFETY: a stream of the current context.
+        unsafe { sys::stream_synchronize(stream.cu_stream()) }.expect("sync");
+        assert_eq!(u32::from_le_bytes(errs), 0, "frame {}: bytes differ", a.seq);
+    }
+    let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(sub.try_recv().is_none(), "a frame beyond the last");
+    let st = sub.stats();
+    assert_eq!((st.channel, st.base), (p.frames, 0));
+    let expected_dups = if p.with_peer { p.frames } else { 0 };
+    assert_eq!(st.duplicates, expected_dups, "every base-key copy dropped as a duplicate");
+    assert_eq!((st.bad_attachment, st.bad_cdr, st.bad_envelope), (0, 0, 0));
+    println!("{{\"role\":\"sub\",\"frames\":{},\"fps\":{:.1}}}", p.frames, (p.frames - 1) as f64 / secs);
+}
+
+/// Entry point of the child processes.
+#[test]
+#[ignore = "child process entry"]
+fn ros2_child() {
+    let p = Params::decode(&std::env::var(PARAMS_ENV).expect("params"));
+    match child_role().as_deref() {
+        Some("pub") => run_pub(p),
+        Some("sub") => run_sub(p),
+        r => panic!("unknown role {r:?}"),
+    }
+}
+
+/// A child process and its buffered stdout.
+struct Proc {
+    child: Child,
+    out: BufReader<ChildStdout>,
+}
+
+fn spawn(cmd: &mut Command) -> Proc {
+    let mut child = cmd.stdout(Stdio::piped()).stdin(Stdio::null()).spawn().expect("spawn");
+    let out = BufReader::new(child.stdout.take().expect("piped"));
+    Proc { child, out }
+}
+
+fn child(role: &str, p: &Params) -> Proc {
+    let exe = std::env::current_exe().expect("current_exe");
+    spawn(
+        Command::new(exe)
+            .args(["--exact", ENTRY, "--include-ignored", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ROLE_ENV, role)
+            .env(PARAMS_ENV, p.encode()),
+    )
+}
+
+/// Reads lines until one holds a JSON object with `"role":"<role>"` (the test harness
+/// may print its `test … ` prefix on the same line).
+fn json_line(c: &mut Proc, role: &str) -> String {
+    let needles = [format!("\"role\":\"{role}\""), format!("\"role\": \"{role}\"")];
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = c.out.read_line(&mut line).expect("read child output");
+        assert!(n > 0, "{role}: output ended without its result line");
+        if let Some(at) = line.find('{')
+            && needles.iter().any(|n| line[at..].contains(n.as_str()))
+        {
+            return line[at..].trim().to_owned();
+        }
+        eprint!("{line}");
+    }
+}
+
+fn finish(c: Proc, what: &str, limit: Duration) {
+    let Proc { mut child, out } = c;
+    // Drain the rest of its output so it cannot block on a full pipe.
+    std::thread::spawn(move || for _ in out.lines() {});
+    let t = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            assert!(s.success(), "{what} exited with {s}");
+            return;
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{what} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn field(json: &str, name: &str) -> f64 {
+    let at = json.find(&format!("\"{name}\"")).unwrap_or_else(|| panic!("{name} in {json}"));
+    let rest = json[at + name.len() + 2..].trim_start_matches([':', ' ']);
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    rest[..end].trim().parse().unwrap_or_else(|_| panic!("{name} in {json}"))
+}
+
+/// The Python interpreter and peer script, or why they cannot run.
+fn python_peer() -> Result<(String, PathBuf), String> {
+    let py = std::env::var("ZCS_ROS2_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = ["tests/python/ros2_peer.py", concat!(env!("CARGO_MANIFEST_DIR"), "/python/ros2_peer.py")]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .ok_or("tests/python/ros2_peer.py not found (run from the repository root)")?;
+    let ok = Command::new(&py)
+        .args(["-c", "import zenoh, rosbags, numpy"])
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| format!("{py}: {e}"))?;
+    if !ok.success() {
+        return Err(format!("{py} lacks zenoh, rosbags or numpy (set ZCS_ROS2_PYTHON)"));
+    }
+    Ok((py, script))
+}
+
+fn stream(test: &str, width: u32, height: u32, alone: u64, with_peer: u64) {
+    let _w = watchdog_guard("gpu_ros2 stream", Duration::from_secs(540));
+    let host = std::env::var_os("ZCS_TEST_HOST_FALLBACK").is_some_and(|v| v == "1") && !gpu_required();
+    let (width, height, alone, with_peer) =
+        if host { (width / 8, height / 8, alone / 10, with_peer / 4) } else { (width, height, alone, with_peer) };
+    if !host && gpu_or_skip(test).is_none() {
+        return;
+    }
+    let (py, script) = match python_peer() {
+        Ok(v) => v,
+        Err(why) if gpu_required() => panic!("{test}: ZCS_REQUIRE_GPU is set but the ROS peer cannot run: {why}"),
+        Err(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            return;
+        }
+    };
+    // 1. Two processes of ours, zero-copy only (no ordinary subscriber: no copies).
+    // The subscriber listens, the publisher connects.
+    let port = free_tcp_port();
+    let p = Params { port, width, height, frames: alone, with_peer: false, host };
+    let mut sub = child("sub", &p);
+    json_line(&mut sub, "sub_ready");
+    let mut publ = child("pub", &p);
+    let pub_alone = json_line(&mut publ, "pub");
+    let sub_alone = json_line(&mut sub, "sub");
+    finish(publ, "publisher", SETUP);
+    finish(sub, "subscriber", SETUP);
+
+    // 2. The same with the Python ROS peer subscribed: it gets CDR on the base key. The
+    // peer listens; both of ours connect to it (and, by gossip, to each other).
+    let port = free_tcp_port();
+    let p = Params { port, width, height, frames: with_peer, with_peer: true, host };
+    let mut peer = spawn(
+        Command::new(&py)
+            .arg(&script)
+            .args(["receive", "-l", &format!("tcp/127.0.0.1:{port}"), "-n", &with_peer.to_string()])
+            .args(["--width", &width.to_string(), "--height", &height.to_string(), "--timeout", "300"]),
+    );
+    let mut sub = child("sub", &p);
+    json_line(&mut sub, "sub_ready");
+    let mut publ = child("pub", &p);
+    let pub_mixed = json_line(&mut publ, "pub");
+    let sub_mixed = json_line(&mut sub, "sub");
+    let peer_mixed = json_line(&mut peer, "peer_receive");
+    finish(publ, "publisher", SETUP);
+    finish(sub, "subscriber", SETUP);
+    finish(peer, "ROS peer", SETUP);
+    assert!(peer_mixed.contains("\"errors\": []"), "ROS peer: {peer_mixed}");
+    assert_eq!(field(&peer_mixed, "frames") as u64, with_peer, "{peer_mixed}");
+    assert_eq!(field(&peer_mixed, "cdr_exact") as u64, with_peer, "{peer_mixed}");
+    let gid = pub_mixed.split("\"gid\":\"").nth(1).and_then(|s| s.get(..32)).expect("gid");
+    assert!(peer_mixed.contains(&format!("\"gids\": [\"{gid}\"]")), "{peer_mixed} vs {pub_mixed}");
+    eprintln!(
+        "ROS2 {width}x{height}: zero-copy alone {alone} frames: publisher {:.1} fps, subscriber {:.1} fps",
+        field(&pub_alone, "fps"),
+        field(&sub_alone, "fps")
+    );
+    eprintln!(
+        "ROS2 {width}x{height}: with the ROS peer {with_peer} frames: publisher {:.1} fps, zero-copy subscriber {:.1} fps, ROS peer (CDR) {:.1} fps",
+        field(&pub_mixed, "fps"),
+        field(&sub_mixed, "fps"),
+        field(&peer_mixed, "fps")
+    );
+}
+
+#[test]
+fn gpu_ros2_image_1080p_zero_copy_and_ros_peer() {
+    stream("gpu_ros2_image_1080p_zero_copy_and_ros_peer", 1920, 1080, 600, 120);
+}
+
+#[test]
+fn gpu_ros2_image_4k_zero_copy_and_ros_peer() {
+    stream("gpu_ros2_image_4k_zero_copy_and_ros_peer", 3840, 2160, 300, 40);
+}

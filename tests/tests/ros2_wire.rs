@@ -1,0 +1,130 @@
+//! Byte-exact checks of what the `ros2` module puts on the wire, against the worked
+//! example of rmw_zenoh's protocol (`/camera/image`, `sensor_msgs/msg/Image`, domain 0;
+//! written down in docs/ros2.md): data key, node and endpoint tokens, QoS component,
+//! GID (XXH3-128 of the token) and the 33-byte attachment. The CDR bodies are checked
+//! against `rosbags` by `tests/python/test_ros2_peer.py`.
+
+use tensor_codec::cdr::{ExperimentalTensor, Header, Image, Time};
+use zenoh_cuda_shm::ros2::message::{RosDataMessage, decode_envelope, encode_envelope};
+use zenoh_cuda_shm::ros2::names::{NodeName, gid_hex, gid_of, topic_key};
+use zenoh_cuda_shm::ros2::{Attachment, AttachmentError, Entity, EntityKind, Qos, channel_key};
+use zenoh_cuda_shm::tensor_codec;
+
+const ZID: &str = "aac3178e146ba6f1fc6e6a4085e77f21";
+const IMAGE_HASH: &str = "RIHS01_d31d41a9a4c4bc8eae9be757b0beed306564f7526c88ea6a4588fb9582527d47";
+const DATA_KEY: &str = "0/camera/image/sensor_msgs::msg::dds_::Image_/RIHS01_d31d41a9a4c4bc8eae9be757b0beed306564f7526c88ea6a4588fb9582527d47";
+const NODE_TOKEN: &str = "@ros2_lv/0/aac3178e146ba6f1fc6e6a4085e77f21/0/0/NN/%/%/camera_driver";
+const PUB_TOKEN: &str = "@ros2_lv/0/aac3178e146ba6f1fc6e6a4085e77f21/0/5/MP/%/%/camera_driver/%camera%image/sensor_msgs::msg::dds_::Image_/RIHS01_d31d41a9a4c4bc8eae9be757b0beed306564f7526c88ea6a4588fb9582527d47/::,10:,:,:,,";
+
+fn node() -> NodeName {
+    NodeName {
+        domain: 0,
+        zid: ZID.into(),
+        nid: 0,
+        enclave: "/".into(),
+        namespace: "/".into(),
+        name: "camera_driver".into(),
+    }
+}
+
+#[test]
+fn worked_example_key_and_tokens() {
+    let hash = <Image<()> as RosDataMessage>::type_hash();
+    assert_eq!(hash.to_string(), IMAGE_HASH);
+    assert_eq!(<Image<()> as RosDataMessage>::DDS_TYPE_NAME, "sensor_msgs::msg::dds_::Image_");
+    assert_eq!(topic_key(0, "/camera/image", <Image<()> as RosDataMessage>::DDS_TYPE_NAME, &hash), DATA_KEY);
+    // One leading and one trailing slash are stripped, inner ones kept.
+    assert_eq!(topic_key(0, "camera/image/", "sensor_msgs::msg::dds_::Image_", &hash), DATA_KEY);
+    assert_eq!(node().node_token(), NODE_TOKEN);
+    let dds = <Image<()> as RosDataMessage>::DDS_TYPE_NAME;
+    let qos = Qos::reliable(10).to_keyexpr_compact();
+    assert_eq!(node().endpoint_token(5, EntityKind::Publisher, "/camera/image", dds, &hash, &qos), PUB_TOKEN);
+    let sensor = Qos::sensor_data().to_keyexpr_compact();
+    let sub = node().endpoint_token(5, EntityKind::Subscription, "/camera/image", dds, &hash, &sensor);
+    assert_eq!(sub, PUB_TOKEN.replace("/MP/", "/MS/").replace("::,10:,:,:,,", "2::,5:,:,:,,"));
+    // What this crate declares: explicit reliability, durability, history and liveliness.
+    assert_eq!(Qos::reliable(10).to_keyexpr(), "1:2:1,10:,:,:1,,");
+
+    // And the parser reads the tokens back, to the same data key.
+    let e = Entity::parse(PUB_TOKEN).unwrap();
+    assert_eq!((e.kind, e.domain, e.zid.as_str(), e.nid, e.eid), (EntityKind::Publisher, 0, ZID, 0, 5));
+    assert_eq!((e.namespace.as_str(), e.node.as_str()), ("/", "camera_driver"));
+    let t = e.topic.unwrap();
+    assert_eq!((t.name.as_str(), t.key.as_str(), t.qos), ("/camera/image", DATA_KEY, Some(Qos::reliable(10))));
+    assert_eq!(Entity::parse(NODE_TOKEN).unwrap().kind, EntityKind::Node);
+
+    // Our channel sits beside the base key under a verbatim chunk.
+    assert_eq!(channel_key(DATA_KEY), format!("{DATA_KEY}/@zcs_ros2"));
+}
+
+#[test]
+fn namespaces_and_domains_are_mangled() {
+    let n = NodeName { domain: 42, namespace: "/robot1/front".into(), ..node() };
+    assert_eq!(n.node_token(), format!("@ros2_lv/42/{ZID}/0/0/NN/%/%robot1%front/camera_driver"));
+    let hash = <ExperimentalTensor<()> as RosDataMessage>::type_hash();
+    let dds = <ExperimentalTensor<()> as RosDataMessage>::DDS_TYPE_NAME;
+    assert_eq!(dds, "tensor_msgs::msg::dds_::ExperimentalTensor_");
+    assert_eq!(topic_key(42, "/robot1/front/tensor", dds, &hash), format!("42/robot1/front/tensor/{dds}/{hash}"));
+    let tok = n.endpoint_token(3, EntityKind::Subscription, "/robot1/front/tensor", dds, &hash, "1:1:1,1:,:,:1,,");
+    assert!(
+        tok.ends_with(&format!("/MS/%/%robot1%front/camera_driver/%robot1%front%tensor/{dds}/{hash}/1:1:1,1:,:,:1,,"))
+    );
+}
+
+#[test]
+fn worked_example_gid_and_attachment() {
+    let gid = gid_of(PUB_TOKEN);
+    assert_eq!(gid_hex(&gid), "e9975392dbe9f91f7b4d3e837baae760");
+    let att = Attachment { seq: 1, timestamp_ns: 1_700_000_000_000_000_123, gid };
+    let expected: [u8; 33] = [
+        0x01, 0, 0, 0, 0, 0, 0, 0, // seq
+        0x7b, 0x00, 0x2a, 0x36, 0xfe, 0x9c, 0x97, 0x17, // timestamp
+        0x10, // GID length
+        0xe9, 0x97, 0x53, 0x92, 0xdb, 0xe9, 0xf9, 0x1f, 0x7b, 0x4d, 0x3e, 0x83, 0x7b, 0xaa, 0xe7, 0x60,
+    ];
+    assert_eq!(att.encode(), expected);
+    assert_eq!(Attachment::decode(&expected), Ok(att));
+    // Malformed attachments are typed errors.
+    assert_eq!(Attachment::decode(&expected[..32]), Err(AttachmentError::Length(32)));
+    let mut wrong = expected;
+    wrong[16] = 0x08;
+    assert_eq!(Attachment::decode(&wrong), Err(AttachmentError::GidLength(8)));
+    // A different token is a different GID.
+    assert_ne!(gid_of(NODE_TOKEN), gid);
+}
+
+#[test]
+fn image_cdr_is_prefix_then_data_and_envelope_round_trips() {
+    let fields = Image {
+        header: Header { stamp: Time { sec: 0x6553_f100, nanosec: 123 }, frame_id: "camera".into() },
+        height: 2,
+        width: 2,
+        encoding: "rgb8".into(),
+        is_bigendian: 0,
+        step: 6,
+        data: (),
+    };
+    let data: Vec<u8> = (1..=12).collect();
+    // The 64-byte layout of the worked example.
+    let mut expected = vec![0x00, 0x01, 0x00, 0x00, 0x00, 0xf1, 0x53, 0x65, 0x7b, 0, 0, 0, 7, 0, 0, 0];
+    expected.extend(b"camera\0\0");
+    expected.extend([2, 0, 0, 0, 2, 0, 0, 0, 5, 0, 0, 0]);
+    expected.extend(b"rgb8\0");
+    expected.extend([0, 0, 0, 6, 0, 0, 0, 12, 0, 0, 0]);
+    expected.extend(&data);
+    let mut cdr = fields.encode_cdr_prefix(data.len()).unwrap();
+    cdr.extend(&data);
+    assert_eq!(cdr, expected);
+    let (back, range) = <Image<()> as RosDataMessage>::decode_cdr(&cdr).unwrap();
+    assert_eq!((back, &cdr[range]), (fields.clone(), &data[..]));
+    // Truncated CDR is a typed error, never a panic, at every length.
+    for n in 0..cdr.len() - 1 {
+        assert!(<Image<()> as RosDataMessage>::decode_cdr(&cdr[..n]).is_err(), "{n} bytes");
+    }
+
+    let att = Attachment { seq: 3, timestamp_ns: 4, gid: [9; 16] };
+    let env = encode_envelope(&att, &fields).unwrap();
+    assert_eq!(env[0], 1);
+    assert_eq!(&env[1..34], &att.encode());
+    assert_eq!(decode_envelope::<Image<()>>(&env).unwrap(), (att, fields));
+}

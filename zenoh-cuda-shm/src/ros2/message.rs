@@ -1,0 +1,184 @@
+//! ROS messages whose last field is a `uint8[] data` buffer, split into the small
+//! fields (the message with no data) and the data bytes: the split that lets the data
+//! travel in a GPU block while everything else travels as CDR beside it.
+//!
+//! The **envelope** is the typed metadata of every sample on our channel:
+//!
+//! | bytes | content |
+//! |---|---|
+//! | 1 | version ([`ENVELOPE_VERSION`]) |
+//! | 33 | the rmw_zenoh [`Attachment`] of the message (same sequence number, timestamp, GID as on the base key) |
+//! | rest | the message in CDR with an empty `data` field (`00 01 00 00` header included) |
+
+use std::ops::Range;
+
+use tensor_codec::cdr::{CdrDecodeError, CdrEncodeError, ExperimentalTensor, Image};
+use tensor_codec::type_hash::{RosMessage, TypeHash};
+
+use super::attachment::{ATTACHMENT_LEN, Attachment, AttachmentError};
+
+/// Version byte of the envelope.
+pub const ENVELOPE_VERSION: u8 = 1;
+
+/// A ROS message type ending in `uint8[] data`, represented without its data (`Self`
+/// is e.g. `Image<()>`).
+pub trait RosDataMessage: Clone + Send + Sync + 'static {
+    /// The message with owned data (e.g. `Image<Vec<u8>>`).
+    type Owned;
+    /// `pkg/msg/Name`.
+    const TYPE_NAME: &'static str;
+    /// `pkg::msg::dds_::Name_`, as in rmw_zenoh keys.
+    const DDS_TYPE_NAME: &'static str;
+    /// The RIHS01 type hash.
+    fn type_hash() -> TypeHash;
+    /// The CDR message up to and including the `data` length field (`data_len`).
+    fn encode_cdr_prefix(&self, data_len: usize) -> Result<Vec<u8>, CdrEncodeError>;
+    /// Decodes a whole CDR message: the fields, and where the data bytes lie in `bytes`.
+    fn decode_cdr(bytes: &[u8]) -> Result<(Self, Range<usize>), CdrDecodeError>;
+    /// The message with `data` filled in.
+    fn with_data(&self, data: Vec<u8>) -> Self::Owned;
+}
+
+fn range_in(outer: &[u8], inner: &[u8]) -> Range<usize> {
+    // Both slices come from the same allocation: `inner` was borrowed out of `outer`.
+    let start = inner.as_ptr() as usize - outer.as_ptr() as usize;
+    start..start + inner.len()
+}
+
+impl RosDataMessage for Image<()> {
+    type Owned = Image<Vec<u8>>;
+    const TYPE_NAME: &'static str = <Image<()> as RosMessage>::TYPE_NAME;
+    const DDS_TYPE_NAME: &'static str = <Image<()> as RosMessage>::DDS_TYPE_NAME;
+
+    fn type_hash() -> TypeHash {
+        <Image<()> as RosMessage>::type_hash()
+    }
+
+    fn encode_cdr_prefix(&self, data_len: usize) -> Result<Vec<u8>, CdrEncodeError> {
+        Image::encode_cdr_prefix(self, data_len)
+    }
+
+    fn decode_cdr(bytes: &[u8]) -> Result<(Self, Range<usize>), CdrDecodeError> {
+        let m = Image::decode_cdr_borrowed(bytes)?;
+        let range = range_in(bytes, m.data);
+        Ok((m.map_data(|_| ()), range))
+    }
+
+    fn with_data(&self, data: Vec<u8>) -> Image<Vec<u8>> {
+        self.clone().map_data(|()| data)
+    }
+}
+
+impl RosDataMessage for ExperimentalTensor<()> {
+    type Owned = ExperimentalTensor<Vec<u8>>;
+    const TYPE_NAME: &'static str = <ExperimentalTensor<()> as RosMessage>::TYPE_NAME;
+    const DDS_TYPE_NAME: &'static str = <ExperimentalTensor<()> as RosMessage>::DDS_TYPE_NAME;
+
+    fn type_hash() -> TypeHash {
+        <ExperimentalTensor<()> as RosMessage>::type_hash()
+    }
+
+    fn encode_cdr_prefix(&self, data_len: usize) -> Result<Vec<u8>, CdrEncodeError> {
+        ExperimentalTensor::encode_cdr_prefix(self, data_len)
+    }
+
+    fn decode_cdr(bytes: &[u8]) -> Result<(Self, Range<usize>), CdrDecodeError> {
+        let m = ExperimentalTensor::decode_cdr_borrowed(bytes)?;
+        let range = range_in(bytes, m.data);
+        Ok((m.map_data(|_| ()), range))
+    }
+
+    fn with_data(&self, data: Vec<u8>) -> ExperimentalTensor<Vec<u8>> {
+        self.clone().map_data(|()| data)
+    }
+}
+
+/// Why an envelope was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EnvelopeError {
+    /// The sample carries no metadata.
+    #[error("no envelope")]
+    Missing,
+    /// Unknown version byte.
+    #[error("envelope version {0}, expected {ENVELOPE_VERSION}")]
+    Version(u8),
+    /// Shorter than version + attachment.
+    #[error("envelope truncated ({0} bytes)")]
+    Truncated(usize),
+    /// The attachment inside is malformed.
+    #[error(transparent)]
+    Attachment(#[from] AttachmentError),
+    /// The message inside does not decode.
+    #[error(transparent)]
+    Cdr(#[from] CdrDecodeError),
+    /// The message inside carries data bytes (they belong in the payload).
+    #[error("envelope message carries {0} data bytes")]
+    DataInside(usize),
+}
+
+/// Encodes the envelope of one message.
+pub fn encode_envelope<M: RosDataMessage>(att: &Attachment, msg: &M) -> Result<Vec<u8>, CdrEncodeError> {
+    let cdr = msg.encode_cdr_prefix(0)?;
+    let mut out = Vec::with_capacity(1 + ATTACHMENT_LEN + cdr.len());
+    out.push(ENVELOPE_VERSION);
+    out.extend_from_slice(&att.encode());
+    out.extend_from_slice(&cdr);
+    Ok(out)
+}
+
+/// Decodes an envelope.
+pub fn decode_envelope<M: RosDataMessage>(bytes: &[u8]) -> Result<(Attachment, M), EnvelopeError> {
+    let (&version, rest) = bytes.split_first().ok_or(EnvelopeError::Truncated(0))?;
+    if version != ENVELOPE_VERSION {
+        return Err(EnvelopeError::Version(version));
+    }
+    if rest.len() < ATTACHMENT_LEN {
+        return Err(EnvelopeError::Truncated(bytes.len()));
+    }
+    let att = Attachment::decode(&rest[..ATTACHMENT_LEN])?;
+    let (msg, data) = M::decode_cdr(&rest[ATTACHMENT_LEN..])?;
+    if !data.is_empty() {
+        return Err(EnvelopeError::DataInside(data.len()));
+    }
+    Ok((att, msg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tensor_codec::cdr::{Header, Time};
+
+    fn image() -> Image<()> {
+        Image {
+            header: Header { stamp: Time { sec: 3, nanosec: 4 }, frame_id: "cam".into() },
+            height: 2,
+            width: 3,
+            encoding: "mono8".into(),
+            is_bigendian: 0,
+            step: 3,
+            data: (),
+        }
+    }
+
+    #[test]
+    fn data_range_and_envelope() {
+        let full = image().with_data((0..6).collect()).encode_cdr().unwrap();
+        let (m, r) = <Image<()> as RosDataMessage>::decode_cdr(&full).unwrap();
+        assert_eq!(m, image());
+        assert_eq!(&full[r], &[0, 1, 2, 3, 4, 5]);
+
+        let att = Attachment { seq: 9, timestamp_ns: 10, gid: [7; 16] };
+        let env = encode_envelope(&att, &image()).unwrap();
+        assert_eq!(decode_envelope::<Image<()>>(&env), Ok((att, image())));
+        assert_eq!(decode_envelope::<Image<()>>(&[]), Err(EnvelopeError::Truncated(0)));
+        assert_eq!(decode_envelope::<Image<()>>(&[2; 40]), Err(EnvelopeError::Version(2)));
+        assert_eq!(decode_envelope::<Image<()>>(&env[..20]), Err(EnvelopeError::Truncated(20)));
+        assert!(matches!(decode_envelope::<Image<()>>(&env[..env.len() - 5]), Err(EnvelopeError::Cdr(_))));
+        // A tensor envelope is not an image envelope.
+        assert!(decode_envelope::<ExperimentalTensor<()>>(&env).is_err());
+        let mut with_data = env[..1 + ATTACHMENT_LEN].to_vec();
+        with_data.extend(&full);
+        assert_eq!(decode_envelope::<Image<()>>(&with_data), Err(EnvelopeError::DataInside(6)));
+    }
+}

@@ -1,0 +1,536 @@
+//! Names on an rmw_zenoh graph: topic key expressions, liveliness tokens with their
+//! `%`-mangled parts and QoS component, endpoint GIDs, and the parser for tokens other
+//! participants declare.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use tensor_codec::type_hash::TypeHash;
+
+/// The admin space every rmw_zenoh graph token lives under.
+pub const ADMIN_SPACE: &str = "@ros2_lv";
+
+/// rmw_zenoh's default history depth (an empty depth in a QoS component means this).
+pub const DEFAULT_DEPTH: u32 = 42;
+
+/// Why a ROS name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NameError {
+    /// The name is empty (after stripping one leading and one trailing `/`).
+    #[error("{what} is empty")]
+    Empty {
+        /// Which name.
+        what: &'static str,
+    },
+    /// The name holds a character that cannot appear in a key expression chunk
+    /// (`*`, `$`, `?`, `#`, `@` at a chunk start, `%`, whitespace) or an empty segment.
+    #[error("{what} {name:?} is not a valid ROS name")]
+    Invalid {
+        /// Which name.
+        what: &'static str,
+        /// The name.
+        name: String,
+    },
+}
+
+/// Checks a topic, namespace or node name: ASCII letters, digits, `_`, `~`, and `/`
+/// between non-empty segments. ROS's own rules are stricter; these are the ones the key
+/// expressions need.
+pub(crate) fn check_name(what: &'static str, name: &str, slashes: bool) -> Result<(), NameError> {
+    let invalid = || NameError::Invalid { what, name: name.to_owned() };
+    let body = strip_slashes(name);
+    if body.is_empty() {
+        return Err(NameError::Empty { what });
+    }
+    for seg in body.split('/') {
+        if seg.is_empty() || (!slashes && body.contains('/')) {
+            return Err(invalid());
+        }
+        if !seg.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'~') {
+            return Err(invalid());
+        }
+    }
+    Ok(())
+}
+
+/// Removes one leading and one trailing `/`, as rmw_zenoh does for topic keys.
+pub fn strip_slashes(name: &str) -> &str {
+    let s = name.strip_prefix('/').unwrap_or(name);
+    s.strip_suffix('/').unwrap_or(s)
+}
+
+/// rmw_zenoh's token mangling: every `/` becomes `%` (no other escaping).
+pub fn mangle(name: &str) -> String {
+    name.replace('/', "%")
+}
+
+/// The inverse of [`mangle`].
+pub fn demangle(name: &str) -> String {
+    name.replace('%', "/")
+}
+
+/// A topic's data key: `<domain>/<topic without outer slashes>/<dds type>/<RIHS01 hash>`.
+pub fn topic_key(domain: u32, topic: &str, dds_type: &str, hash: &TypeHash) -> String {
+    format!("{domain}/{}/{dds_type}/{hash}", strip_slashes(topic))
+}
+
+/// QoS reliability (values of `rmw/types.h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reliability {
+    /// `1`: every sample is delivered (Zenoh reliable channel).
+    Reliable = 1,
+    /// `2`: samples may be dropped.
+    BestEffort = 2,
+}
+
+/// QoS durability (values of `rmw/types.h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Durability {
+    /// `1`: late joiners receive up to `depth` past samples (zenoh-ext Advanced pub/sub).
+    TransientLocal = 1,
+    /// `2`: only samples published after the subscriber joined.
+    Volatile = 2,
+}
+
+/// QoS history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum History {
+    /// `1`: keep the last `depth` samples.
+    KeepLast(u32),
+    /// `2`: keep everything (reliable publishers then block instead of dropping).
+    KeepAll,
+}
+
+/// QoS liveliness kind (values of `rmw/types.h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Liveliness {
+    /// `1`.
+    Automatic = 1,
+    /// `3`.
+    ManualByTopic = 3,
+}
+
+/// An endpoint's QoS, as carried in its liveliness token. `Default` is rmw_zenoh's
+/// default profile (reliable, volatile, keep last 42, everything infinite, automatic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Qos {
+    /// Reliability.
+    pub reliability: Reliability,
+    /// Durability.
+    pub durability: Durability,
+    /// History kind and depth.
+    pub history: History,
+    /// Deadline (`None`: infinite).
+    pub deadline: Option<Duration>,
+    /// Lifespan (`None`: infinite).
+    pub lifespan: Option<Duration>,
+    /// Liveliness kind.
+    pub liveliness: Liveliness,
+    /// Liveliness lease duration (`None`: infinite).
+    pub lease: Option<Duration>,
+}
+
+impl Default for Qos {
+    fn default() -> Self {
+        Self {
+            reliability: Reliability::Reliable,
+            durability: Durability::Volatile,
+            history: History::KeepLast(DEFAULT_DEPTH),
+            deadline: None,
+            lifespan: None,
+            liveliness: Liveliness::Automatic,
+            lease: None,
+        }
+    }
+}
+
+impl Qos {
+    /// Reliable, volatile, keep last `depth` (rclcpp's `QoS(depth)`).
+    pub fn reliable(depth: u32) -> Self {
+        Self { history: History::KeepLast(depth), ..Self::default() }
+    }
+
+    /// ROS's `SensorDataQoS`: best effort, volatile, keep last 5.
+    pub fn sensor_data() -> Self {
+        Self { reliability: Reliability::BestEffort, history: History::KeepLast(5), ..Self::default() }
+    }
+
+    /// Reliable, transient local, keep last `depth` (latched topics).
+    pub fn transient_local(depth: u32) -> Self {
+        Self { durability: Durability::TransientLocal, history: History::KeepLast(depth), ..Self::default() }
+    }
+
+    /// Keep all samples.
+    pub fn keep_all(mut self) -> Self {
+        self.history = History::KeepAll;
+        self
+    }
+
+    /// The depth (`KEEP_ALL` reports rmw_zenoh's default depth, as rmw does).
+    pub fn depth(&self) -> u32 {
+        match self.history {
+            History::KeepLast(d) => d,
+            History::KeepAll => DEFAULT_DEPTH,
+        }
+    }
+
+    /// The QoS component as this crate declares it: reliability, durability, history
+    /// kind and depth, and liveliness kind always written out; deadline, lifespan and
+    /// lease empty when infinite. Explicit values cannot be misread by rmw_zenoh
+    /// releases whose defaults differ (Jazzy ≤ 0.2.2 read an empty durability as
+    /// transient local), e.g. `1:2:1,10:,:,:1,,`.
+    pub fn to_keyexpr(&self) -> String {
+        self.encode(false)
+    }
+
+    /// The QoS component exactly as rmw_zenoh writes it: every field equal to its
+    /// default profile left empty, e.g. `::,10:,:,:,,` for reliable, volatile, keep last 10.
+    pub fn to_keyexpr_compact(&self) -> String {
+        self.encode(true)
+    }
+
+    fn encode(&self, compact: bool) -> String {
+        let d = Self::default();
+        let mut s = String::with_capacity(24);
+        let num = |s: &mut String, v: u64, default: bool| {
+            if !(compact && default) {
+                let _ = write!(s, "{v}");
+            }
+        };
+        num(&mut s, self.reliability as u64, self.reliability == d.reliability);
+        s.push(':');
+        num(&mut s, self.durability as u64, self.durability == d.durability);
+        s.push(':');
+        let (kind, depth) = match self.history {
+            History::KeepLast(n) => (1, n),
+            History::KeepAll => (2, DEFAULT_DEPTH),
+        };
+        num(&mut s, kind, kind == 1);
+        s.push(',');
+        num(&mut s, u64::from(depth), depth == DEFAULT_DEPTH);
+        for dur in [self.deadline, self.lifespan] {
+            s.push(':');
+            duration(&mut s, dur);
+        }
+        s.push(':');
+        num(&mut s, self.liveliness as u64, self.liveliness == d.liveliness);
+        s.push(',');
+        duration(&mut s, self.lease);
+        s
+    }
+
+    /// Parses a QoS component (empty fields take rmw_zenoh's defaults).
+    pub fn from_keyexpr(s: &str) -> Option<Self> {
+        let parts: Vec<&str> = s.split(':').collect();
+        if parts.len() < 6 {
+            return None;
+        }
+        let field =
+            |v: &str| -> Option<Option<u64>> { if v.is_empty() { Some(None) } else { v.parse().ok().map(Some) } };
+        let pair = |v: &str, n: usize| -> Option<Vec<Option<u64>>> {
+            let f: Vec<&str> = v.split(',').collect();
+            if f.len() < n {
+                return None;
+            }
+            f.into_iter().take(n).map(field).collect()
+        };
+        let reliability = match field(parts[0])? {
+            None | Some(1) => Reliability::Reliable,
+            Some(2) => Reliability::BestEffort,
+            _ => return None,
+        };
+        let durability = match field(parts[1])? {
+            None | Some(2) => Durability::Volatile,
+            Some(1) => Durability::TransientLocal,
+            _ => return None,
+        };
+        let h = pair(parts[2], 2)?;
+        let depth = u32::try_from(h[1].unwrap_or(u64::from(DEFAULT_DEPTH))).ok()?;
+        let history = match h[0] {
+            None | Some(0) | Some(1) => History::KeepLast(depth),
+            Some(2) => History::KeepAll,
+            _ => return None,
+        };
+        let dur = |v: &str| -> Option<Option<Duration>> {
+            let p = pair(v, 2)?;
+            Some(match (p[0], p[1]) {
+                (None, None) => None,
+                (s, n) => Some(Duration::new(s.unwrap_or(0), u32::try_from(n.unwrap_or(0)).ok()?)),
+            })
+        };
+        let deadline = dur(parts[3])?;
+        let lifespan = dur(parts[4])?;
+        let l = pair(parts[5], 3)?;
+        let liveliness = match l[0] {
+            None | Some(1) => Liveliness::Automatic,
+            Some(3) => Liveliness::ManualByTopic,
+            _ => return None,
+        };
+        let lease = match (l[1], l[2]) {
+            (None, None) => None,
+            (s, n) => Some(Duration::new(s.unwrap_or(0), u32::try_from(n.unwrap_or(0)).ok()?)),
+        };
+        Some(Self { reliability, durability, history, deadline, lifespan, liveliness, lease })
+    }
+}
+
+fn duration(s: &mut String, d: Option<Duration>) {
+    if let Some(d) = d {
+        let _ = write!(s, "{},{}", d.as_secs(), d.subsec_nanos());
+    } else {
+        s.push(',');
+    }
+}
+
+/// The kind of a graph entity (the token's fifth part).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EntityKind {
+    /// `NN`: a node.
+    Node,
+    /// `MP`: a message publisher.
+    Publisher,
+    /// `MS`: a message subscription.
+    Subscription,
+    /// `SS`: a service server.
+    Service,
+    /// `SC`: a service client.
+    Client,
+}
+
+impl EntityKind {
+    /// The token abbreviation.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Node => "NN",
+            Self::Publisher => "MP",
+            Self::Subscription => "MS",
+            Self::Service => "SS",
+            Self::Client => "SC",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "NN" => Self::Node,
+            "MP" => Self::Publisher,
+            "MS" => Self::Subscription,
+            "SS" => Self::Service,
+            "SC" => Self::Client,
+            _ => return None,
+        })
+    }
+}
+
+/// The node part of every token a node declares.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NodeName {
+    /// ROS domain id.
+    pub domain: u32,
+    /// The Zenoh session id (lower-case hex, as `ZenohId`'s `Display`).
+    pub zid: String,
+    /// The node id, unique within the session.
+    pub nid: u64,
+    /// Security enclave (`/` by default).
+    pub enclave: String,
+    /// Namespace (`/` for the root).
+    pub namespace: String,
+    /// Node name.
+    pub name: String,
+}
+
+impl NodeName {
+    /// The node's token: `@ros2_lv/<domain>/<zid>/<nid>/<nid>/NN/<enclave>/<ns>/<name>`.
+    pub fn node_token(&self) -> String {
+        format!(
+            "{ADMIN_SPACE}/{}/{}/{}/{}/NN/{}/{}/{}",
+            self.domain,
+            self.zid,
+            self.nid,
+            self.nid,
+            mangle(&self.enclave),
+            mangle(&self.namespace),
+            mangle(&self.name)
+        )
+    }
+
+    /// An endpoint's token:
+    /// `@ros2_lv/<domain>/<zid>/<nid>/<eid>/<MP|MS>/<enclave>/<ns>/<node>/<topic>/<type>/<hash>/<qos>`.
+    pub fn endpoint_token(
+        &self,
+        eid: u64,
+        kind: EntityKind,
+        topic: &str,
+        dds_type: &str,
+        hash: &TypeHash,
+        qos: &str,
+    ) -> String {
+        format!(
+            "{ADMIN_SPACE}/{}/{}/{}/{eid}/{}/{}/{}/{}/{}/{}/{}/{qos}",
+            self.domain,
+            self.zid,
+            self.nid,
+            kind.as_str(),
+            mangle(&self.enclave),
+            mangle(&self.namespace),
+            mangle(&self.name),
+            mangle(topic),
+            mangle(dds_type),
+            mangle(&hash.to_string()),
+        )
+    }
+}
+
+/// An endpoint's GID: XXH3-128 (seed 0) of its liveliness token, low 64 bits then high
+/// 64 bits, each little-endian.
+pub fn gid_of(token: &str) -> [u8; 16] {
+    xxhash_rust::xxh3::xxh3_128(token.as_bytes()).to_le_bytes()
+}
+
+/// Lower-case hex of a GID (32 characters).
+pub fn gid_hex(gid: &[u8; 16]) -> String {
+    let mut s = String::with_capacity(32);
+    for b in gid {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// A graph entity parsed from another participant's token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entity {
+    /// What it is.
+    pub kind: EntityKind,
+    /// Domain id.
+    pub domain: u32,
+    /// Zenoh session id.
+    pub zid: String,
+    /// Node id.
+    pub nid: u64,
+    /// Entity id (`nid` for nodes).
+    pub eid: u64,
+    /// Namespace, demangled.
+    pub namespace: String,
+    /// Node name, demangled.
+    pub node: String,
+    /// For endpoints: the topic, its DDS type name, type hash text and QoS.
+    pub topic: Option<TopicInfo>,
+    /// XXH3-128 of the token.
+    pub gid: [u8; 16],
+}
+
+/// The topic half of an endpoint token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicInfo {
+    /// Topic name, demangled (`/camera/image`).
+    pub name: String,
+    /// DDS type name (`sensor_msgs::msg::dds_::Image_`).
+    pub dds_type: String,
+    /// Type hash text (`RIHS01_…`, or `TypeHashNotSupported` from Humble).
+    pub hash: String,
+    /// QoS (`None` if the component does not parse).
+    pub qos: Option<Qos>,
+    /// The data key this endpoint publishes or subscribes on.
+    pub key: String,
+}
+
+impl Entity {
+    /// Parses a token as rmw_zenoh does: at least 9 non-empty parts for a node, 13 for
+    /// an endpoint; extra trailing parts are ignored. `None` for anything else.
+    pub fn parse(token: &str) -> Option<Self> {
+        let parts: Vec<&str> = token.split('/').collect();
+        if parts.len() < 9 || parts[0] != ADMIN_SPACE || parts[..9].iter().any(|p| p.is_empty()) {
+            return None;
+        }
+        let kind = EntityKind::parse(parts[5])?;
+        let domain: u32 = parts[1].parse().ok()?;
+        let topic = if kind == EntityKind::Node {
+            None
+        } else {
+            if parts.len() < 13 || parts[9..13].iter().any(|p| p.is_empty()) {
+                return None;
+            }
+            let name = demangle(parts[9]);
+            let dds_type = demangle(parts[10]);
+            let hash = demangle(parts[11]);
+            let key = format!("{domain}/{}/{dds_type}/{hash}", strip_slashes(&name));
+            Some(TopicInfo { name, dds_type, hash, qos: Qos::from_keyexpr(parts[12]), key })
+        };
+        Some(Self {
+            kind,
+            domain,
+            zid: parts[2].to_owned(),
+            nid: parts[3].parse().ok()?,
+            eid: parts[4].parse().ok()?,
+            namespace: demangle(parts[7]),
+            node: demangle(parts[8]),
+            topic,
+            gid: gid_of(token),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qos_compact_matches_rmw_zenoh_examples() {
+        assert_eq!(Qos::reliable(7).to_keyexpr_compact(), "::,7:,:,:,,");
+        assert_eq!(Qos::reliable(10).to_keyexpr_compact(), "::,10:,:,:,,");
+        assert_eq!(Qos::sensor_data().to_keyexpr_compact(), "2::,5:,:,:,,");
+        assert_eq!(Qos::default().to_keyexpr_compact(), "::,:,:,:,,");
+    }
+
+    #[test]
+    fn qos_explicit_and_round_trip() {
+        assert_eq!(Qos::reliable(10).to_keyexpr(), "1:2:1,10:,:,:1,,");
+        assert_eq!(Qos::transient_local(1).to_keyexpr(), "1:1:1,1:,:,:1,,");
+        let odd = Qos {
+            reliability: Reliability::BestEffort,
+            durability: Durability::TransientLocal,
+            history: History::KeepAll,
+            deadline: Some(Duration::new(5, 0)),
+            lifespan: Some(Duration::new(60, 3000)),
+            liveliness: Liveliness::ManualByTopic,
+            lease: Some(Duration::new(1, 2)),
+        };
+        assert_eq!(odd.to_keyexpr(), "2:1:2,42:5,0:60,3000:3,1,2");
+        for q in [Qos::default(), Qos::reliable(3), Qos::sensor_data(), Qos::transient_local(9), odd] {
+            assert_eq!(Qos::from_keyexpr(&q.to_keyexpr()), Some(q), "{}", q.to_keyexpr());
+            assert_eq!(Qos::from_keyexpr(&q.to_keyexpr_compact()), Some(q), "{}", q.to_keyexpr_compact());
+        }
+        for bad in ["", "1:2", "x:2:1,10:,:,:,,", "1:7:1,10:,:,:,,", "1:2:1:,:,:,,", "1:2:1,10:,:,:9,,"] {
+            assert_eq!(Qos::from_keyexpr(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("topic", "/camera/image", true).is_ok());
+        assert!(check_name("topic", "camera/image/", true).is_ok());
+        assert_eq!(check_name("topic", "/", true), Err(NameError::Empty { what: "topic" }));
+        for bad in ["/a//b", "/a/*", "/a/@b", "/a b", "/a/%b", "/a/$x"] {
+            assert!(check_name("topic", bad, true).is_err(), "{bad}");
+        }
+        assert!(check_name("node", "a/b", false).is_err());
+    }
+
+    #[test]
+    fn entity_parse_refuses_short_or_empty_tokens() {
+        let ok = "@ros2_lv/0/aa/1/2/MS/%/%/n/%t/p::msg::dds_::T_/RIHS01_00/::,:,:,:,,";
+        let e = Entity::parse(ok).unwrap();
+        assert_eq!(e.topic.as_ref().unwrap().key, "0/t/p::msg::dds_::T_/RIHS01_00");
+        assert_eq!(Entity::parse(&format!("{ok}/extra/parts")).unwrap().topic, e.topic);
+        for bad in [
+            "@ros2_lv/0/aa/1/2/MS/%/%/n/%t/p::msg::dds_::T_/RIHS01_00",
+            "@ros2_lv/0/aa/1/2/XX/%/%/n/%t/T/H/Q",
+            "@ros2_lv/x/aa/1/2/NN/%/%/n",
+            "@ros2_lv/0/aa/1/2/NN/%//n",
+            "@other/0/aa/1/1/NN/%/%/n",
+            "@ros2_lv/0/aa/1/2/MS/%/%/n//T/H/Q",
+        ] {
+            assert_eq!(Entity::parse(bad), None, "{bad}");
+        }
+    }
+}

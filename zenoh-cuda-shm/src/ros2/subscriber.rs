@@ -1,0 +1,374 @@
+//! A ROS subscription that takes the zero-copy channel from our publishers and the
+//! base key from every other ROS publisher.
+//!
+//! Both paths carry the rmw_zenoh attachment of each message (inside the envelope on
+//! our channel), so a message is identified by `(GID, sequence number)` on either. A
+//! message is delivered once, by whichever path brings it first; the other copy is
+//! dropped and counted. Our publishers put the channel copy first, so while they also
+//! serve ordinary subscribers the zero-copy copy is the one kept. No switch-over can
+//! lose a message: nothing is dropped that was not delivered already.
+
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use zenoh::Wait;
+use zenoh::bytes::ZBytes;
+
+use super::attachment::{Attachment, AttachmentError};
+use super::channel_key;
+use super::graph::marker_token;
+use super::message::{EnvelopeError, RosDataMessage, decode_envelope};
+use super::names::{Durability, EntityKind, Qos, Reliability, check_name, gid_of, topic_key};
+use super::node::{RosDeclareError, RosNode, next_id};
+use crate::api::{GpuSubscriber, RecvError};
+use crate::config::PlainListen;
+use crate::sample::{GpuSample, Path, ReadError};
+
+/// Sequence numbers remembered per publisher GID for deduplication.
+const DEDUP_WINDOW: usize = 4096;
+/// Publisher GIDs remembered; beyond this the oldest-seen are forgotten.
+const MAX_PUBLISHERS: usize = 1024;
+
+/// Counters of a [`RosSubscriber`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RosSubscriberStats {
+    /// Messages delivered from our channel.
+    pub channel: u64,
+    /// Messages delivered from the base key.
+    pub base: u64,
+    /// Second copies (the same GID and sequence number by the other path) dropped.
+    pub duplicates: u64,
+    /// Base-key samples without a valid attachment, dropped.
+    pub bad_attachment: u64,
+    /// Base-key samples whose CDR does not decode, dropped.
+    pub bad_cdr: u64,
+    /// Channel samples without a valid envelope, dropped.
+    pub bad_envelope: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    channel: AtomicU64,
+    base: AtomicU64,
+    duplicates: AtomicU64,
+    bad_attachment: AtomicU64,
+    bad_cdr: AtomicU64,
+    bad_envelope: AtomicU64,
+}
+
+/// Sequence numbers seen from one publisher: the last [`DEDUP_WINDOW`] of them.
+#[derive(Default)]
+struct Seen {
+    seqs: BTreeSet<i64>,
+    order: u64,
+}
+
+#[derive(Default)]
+struct Dedup {
+    by_gid: HashMap<[u8; 16], Seen>,
+    clock: u64,
+}
+
+impl Dedup {
+    /// Whether `(gid, seq)` is new (and records it).
+    fn first(&mut self, gid: [u8; 16], seq: i64) -> bool {
+        self.clock += 1;
+        if !self.by_gid.contains_key(&gid) && self.by_gid.len() >= MAX_PUBLISHERS {
+            let oldest = self.by_gid.iter().min_by_key(|(_, s)| s.order).map(|(g, _)| *g);
+            if let Some(g) = oldest {
+                self.by_gid.remove(&g);
+            }
+        }
+        let seen = self.by_gid.entry(gid).or_default();
+        seen.order = self.clock;
+        if seen.seqs.len() >= DEDUP_WINDOW && seen.seqs.first().is_some_and(|&lo| seq < lo) {
+            return false; // older than the window: long since delivered or skipped
+        }
+        if !seen.seqs.insert(seq) {
+            return false;
+        }
+        if seen.seqs.len() > DEDUP_WINDOW {
+            seen.seqs.pop_first();
+        }
+        true
+    }
+}
+
+struct Shared<M> {
+    tx: flume::Sender<RosSample<M>>,
+    dedup: Mutex<Dedup>,
+    counters: Counters,
+}
+
+impl<M: RosDataMessage> Shared<M> {
+    fn first(&self, att: &Attachment) -> bool {
+        let new = self.dedup.lock().unwrap_or_else(|p| p.into_inner()).first(att.gid, att.seq);
+        if !new {
+            self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
+        }
+        new
+    }
+
+    fn on_channel(&self, sample: GpuSample) {
+        let env = sample.info().meta.as_deref().ok_or(EnvelopeError::Missing).and_then(decode_envelope::<M>);
+        let (attachment, msg) = match env {
+            Ok(v) => v,
+            Err(e) => {
+                self.counters.bad_envelope.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(error = %e, key = %sample.info().key, "dropping a channel sample");
+                return;
+            }
+        };
+        if self.first(&attachment) {
+            self.counters.channel.fetch_add(1, Ordering::Relaxed);
+            let _ = self.tx.send(RosSample { msg, attachment, body: Body::Channel(sample) });
+        }
+    }
+
+    fn on_base(&self, sample: zenoh::sample::Sample) {
+        let attachment = match sample.attachment().map(|a| a.to_bytes()) {
+            None => Err(AttachmentError::Missing),
+            Some(a) => Attachment::decode(&a),
+        };
+        let attachment = match attachment {
+            Ok(a) => a,
+            Err(e) => {
+                self.counters.bad_attachment.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(error = %e, key = %sample.key_expr(), "dropping a sample without a valid attachment");
+                return;
+            }
+        };
+        let payload = sample.payload().clone();
+        let decoded = M::decode_cdr(&payload.to_bytes());
+        let (msg, range) = match decoded {
+            Ok(v) => v,
+            Err(e) => {
+                self.counters.bad_cdr.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(error = %e, key = %sample.key_expr(), "dropping a sample whose CDR does not decode");
+                return;
+            }
+        };
+        if self.first(&attachment) {
+            self.counters.base.fetch_add(1, Ordering::Relaxed);
+            let _ = self.tx.send(RosSample { msg, attachment, body: Body::Base { payload, range } });
+        }
+    }
+}
+
+enum Body {
+    Channel(GpuSample),
+    Base { payload: ZBytes, range: Range<usize> },
+}
+
+/// A received ROS message: its fields, its attachment, and its data where it arrived
+/// (a GPU sample from our channel, or the CDR bytes of the base key).
+pub struct RosSample<M> {
+    msg: M,
+    attachment: Attachment,
+    body: Body,
+}
+
+impl<M: RosDataMessage + std::fmt::Debug> std::fmt::Debug for RosSample<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RosSample")
+            .field("msg", &self.msg)
+            .field("attachment", &self.attachment)
+            .field("path", &self.path())
+            .field("data_len", &self.data_len())
+            .finish()
+    }
+}
+
+impl<M: RosDataMessage> RosSample<M> {
+    /// The message fields (no data).
+    pub fn msg(&self) -> &M {
+        &self.msg
+    }
+
+    /// The rmw_zenoh attachment (sequence number, source timestamp, publisher GID).
+    pub fn attachment(&self) -> &Attachment {
+        &self.attachment
+    }
+
+    /// How the data arrived: our channel's paths, or [`Path::Plain`] for the CDR
+    /// message on the base key.
+    pub fn path(&self) -> Path {
+        match &self.body {
+            Body::Channel(s) => s.path(),
+            Body::Base { .. } => Path::Plain,
+        }
+    }
+
+    /// Length of the data field.
+    pub fn data_len(&self) -> usize {
+        match &self.body {
+            Body::Channel(s) => s.len(),
+            Body::Base { range, .. } => range.len(),
+        }
+    }
+
+    /// The sample from our channel (read it on a CUDA stream in place), if it came that way.
+    pub fn gpu_sample(&self) -> Option<&GpuSample> {
+        match &self.body {
+            Body::Channel(s) => Some(s),
+            Body::Base { .. } => None,
+        }
+    }
+
+    /// The data as host bytes without a copy where possible (`None` for device blocks:
+    /// use [`RosSample::gpu_sample`] or [`RosSample::data_to_vec`]).
+    pub fn host_data(&self) -> Option<Cow<'_, [u8]>> {
+        match &self.body {
+            Body::Channel(s) => s.host_bytes(),
+            Body::Base { payload, range } => Some(match payload.to_bytes() {
+                Cow::Borrowed(b) => Cow::Borrowed(&b[range.clone()]),
+                Cow::Owned(b) => Cow::Owned(b[range.clone()].to_vec()),
+            }),
+        }
+    }
+
+    /// An owned host copy of the data (device→host for device blocks).
+    pub fn data_to_vec(&self) -> Result<Vec<u8>, ReadError> {
+        match &self.body {
+            Body::Channel(s) => s.to_vec(),
+            Body::Base { .. } => Ok(self.host_data().map(Cow::into_owned).unwrap_or_default()),
+        }
+    }
+
+    /// The whole message with its data copied to host memory.
+    pub fn to_message(&self) -> Result<M::Owned, ReadError> {
+        Ok(self.msg.with_data(self.data_to_vec()?))
+    }
+}
+
+enum BaseSub {
+    Plain(#[allow(dead_code)] zenoh::pubsub::Subscriber<()>),
+    Advanced(#[allow(dead_code)] zenoh_ext::AdvancedSubscriber<()>),
+}
+
+/// A subscription to `M` on a ROS topic. Fields drop in order: the tokens go first
+/// (publishers stop counting it), then the base subscriber, then our channel.
+pub struct RosSubscriber<M: RosDataMessage> {
+    _token: zenoh::liveliness::LivelinessToken,
+    _marker: zenoh::liveliness::LivelinessToken,
+    _base: BaseSub,
+    channel: GpuSubscriber<()>,
+    rx: flume::Receiver<RosSample<M>>,
+    shared: Arc<Shared<M>>,
+    key: String,
+    token: String,
+    gid: [u8; 16],
+    _node: RosNode,
+}
+
+impl<M: RosDataMessage> std::fmt::Debug for RosSubscriber<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RosSubscriber").field("key", &self.key).field("token", &self.token).finish()
+    }
+}
+
+impl<M: RosDataMessage> RosSubscriber<M> {
+    pub(crate) fn new(node: RosNode, topic: &str, qos: Qos) -> Result<Self, RosDeclareError> {
+        check_name("topic", topic, true)?;
+        let n = &node.0.name;
+        let hash = M::type_hash();
+        let key = topic_key(n.domain, topic, M::DDS_TYPE_NAME, &hash);
+        let token =
+            n.endpoint_token(next_id(), EntityKind::Subscription, topic, M::DDS_TYPE_NAME, &hash, &qos.to_keyexpr());
+        let gid = gid_of(&token);
+        let (tx, rx) = flume::bounded(qos.depth().max(1) as usize);
+        let shared = Arc::new(Shared { tx, dedup: Mutex::new(Dedup::default()), counters: Counters::default() });
+
+        // Nobody publishes plain samples on our channel key: never listen there.
+        let sh = Arc::clone(&shared);
+        let channel = node
+            .0
+            .session
+            .with_plain_listen(PlainListen::Never)
+            .declare_subscriber(channel_key(&key))
+            .callback(move |s| sh.on_channel(s))
+            .wait()?;
+
+        let z = node.0.session.zenoh().clone();
+        let sh = Arc::clone(&shared);
+        let base = match qos.durability {
+            Durability::Volatile => {
+                BaseSub::Plain(z.declare_subscriber(key.clone()).callback(move |s| sh.on_base(s)).wait()?)
+            }
+            Durability::TransientLocal => {
+                use zenoh_ext::{AdvancedSubscriberBuilderExt, HistoryConfig, RecoveryConfig};
+                let mut b = z
+                    .declare_subscriber(key.clone())
+                    .history(HistoryConfig::default().detect_late_publishers().max_samples(qos.depth() as usize))
+                    .subscriber_detection()
+                    // rmw_zenoh waits without limit; a day is as good and stays far from
+                    // any deadline arithmetic overflow.
+                    .query_timeout(Duration::from_secs(24 * 3600));
+                if qos.reliability == Reliability::Reliable {
+                    b = b.recovery(RecoveryConfig::default().heartbeat());
+                }
+                BaseSub::Advanced(b.callback(move |s| sh.on_base(s)).wait()?)
+            }
+        };
+        // The marker before the MS token: a publisher that sees the token already knows
+        // this subscription takes our channel.
+        let marker = z.liveliness().declare_token(marker_token(n.domain, &gid)).wait()?;
+        let tok = z.liveliness().declare_token(token.clone()).wait()?;
+        Ok(Self { _token: tok, _marker: marker, _base: base, channel, rx, shared, key, token, gid, _node: node })
+    }
+
+    /// The data key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The liveliness token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The GID (XXH3-128 of the token).
+    pub fn gid(&self) -> [u8; 16] {
+        self.gid
+    }
+
+    /// Our channel's subscriber (its publishers and counters).
+    pub fn channel(&self) -> &GpuSubscriber<()> {
+        &self.channel
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> RosSubscriberStats {
+        let c = &self.shared.counters;
+        RosSubscriberStats {
+            channel: c.channel.load(Ordering::Relaxed),
+            base: c.base.load(Ordering::Relaxed),
+            duplicates: c.duplicates.load(Ordering::Relaxed),
+            bad_attachment: c.bad_attachment.load(Ordering::Relaxed),
+            bad_cdr: c.bad_cdr.load(Ordering::Relaxed),
+            bad_envelope: c.bad_envelope.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Waits for the next message.
+    pub fn recv(&self) -> Result<RosSample<M>, RecvError> {
+        self.rx.recv().map_err(|_| RecvError::Closed)
+    }
+
+    /// Waits up to `timeout` for the next message.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<RosSample<M>, RecvError> {
+        self.rx.recv_timeout(timeout).map_err(|e| match e {
+            flume::RecvTimeoutError::Timeout => RecvError::Timeout,
+            flume::RecvTimeoutError::Disconnected => RecvError::Closed,
+        })
+    }
+
+    /// The next message if one is queued.
+    pub fn try_recv(&self) -> Option<RosSample<M>> {
+        self.rx.try_recv().ok()
+    }
+}
