@@ -3,7 +3,10 @@
 #   1. every Rust test in the workspace (GPU tests print "SKIPPED <name>: <reason>"
 #      without a usable GPU; ZCS_REQUIRE_GPU=1 turns that into a failure);
 #   2. the CDR cross-check against an independent implementation (rosbags, PyPI);
-#   3. the one-command demo and one tiny run of each benchmark on the host backend,
+#   3. the Python package: built (dev profile, same target dir: nothing of the workspace
+#      is compiled twice), installed into target/py-venv, its pytest suites run (CPU path
+#      in two processes; the GPU suite prints SKIPPED without a GPU);
+#   4. the one-command demo and one tiny run of each benchmark on the host backend,
 #      so neither can rot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +19,9 @@ cargo test --workspace --locked 2>&1 | tee "$log"
 echo "== CDR cross-check against rosbags"
 python3 -m pip install -q --disable-pip-version-check -r tensor-codec/python/requirements.txt
 python3 -m pytest -q tensor-codec/python 2>&1 | tee -a "$log"
+
+echo "== Python package (build, install into target/py-venv, pytest)"
+./scripts/python-test.sh 2>&1 | tee -a "$log"
 
 echo "== demo (two processes)"
 cargo run -q --locked -p zcs-examples --example zcs_demo -- -n 10 -s 3000000

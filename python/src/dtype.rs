@@ -41,10 +41,7 @@ const NAMES: &[(&str, u8, u8, u16)] = &[
 /// The name of a supported element type.
 pub fn name(d: DType) -> &'static str {
     let dl = d.to_dl();
-    NAMES
-        .iter()
-        .find(|(_, c, b, l)| (*c, *b, *l) == (dl.code, dl.bits, dl.lanes))
-        .map_or("unknown", |(n, ..)| *n)
+    NAMES.iter().find(|(_, c, b, l)| (*c, *b, *l) == (dl.code, dl.bits, dl.lanes)).map_or("unknown", |(n, ..)| *n)
 }
 
 /// The element type a name stands for (`ValueError` for an unknown name).

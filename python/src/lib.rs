@@ -24,7 +24,12 @@ mod subscriber;
 
 create_exception!(_native, ZcsError, PyException, "Base class of the errors of zenoh_cuda_shm.");
 create_exception!(_native, ClosedError, ZcsError, "The session, publisher or subscriber is closed.");
-create_exception!(_native, LoanError, ZcsError, "No block could be loaned (pool exhausted, too large, allocation failed).");
+create_exception!(
+    _native,
+    LoanError,
+    ZcsError,
+    "No block could be loaned (pool exhausted, too large, allocation failed)."
+);
 
 /// An error's message followed by its causes.
 pub(crate) fn chain(e: &dyn std::error::Error) -> String {
@@ -62,6 +67,12 @@ fn dtype_names() -> Vec<&'static str> {
     dtype::names()
 }
 
+/// DLPack exports of received samples whose deleter has not run yet (for tests).
+#[pyfunction]
+fn _live_exports() -> usize {
+    zenoh_cuda_shm::dlpack::live_exports()
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -71,6 +82,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(session::open, m)?)?;
     m.add_function(wrap_pyfunction!(init_logging, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
+    m.add_function(wrap_pyfunction!(_live_exports, m)?)?;
     m.add_class::<session::Session>()?;
     m.add_class::<publisher::Publisher>()?;
     m.add_class::<loan::Loan>()?;

@@ -166,9 +166,9 @@ impl Loan {
                     && let Some(own) = loan.stream()
                 {
                     // Whatever the loan's stream still has queued on the block comes first.
-                    consumer_stream(gpu, v).join(own).map_err(|e| {
-                        zcs_err(&CudaError { call: "cuStreamWaitEvent", source: e })
-                    })?;
+                    consumer_stream(gpu, v)
+                        .join(own)
+                        .map_err(|e| zcs_err(&CudaError { call: "cuStreamWaitEvent", source: e }))?;
                 }
                 drop(guard);
                 let mut streams = cell.streams.lock().unwrap_or_else(|p| p.into_inner());
@@ -179,7 +179,8 @@ impl Loan {
         }
         let versioned = max_version.is_some_and(|(major, _)| major >= 1);
         let shape: Box<[i64]> = cell.meta.shape.clone().into();
-        let strides: Box<[i64]> = cell.meta.effective_strides().map_err(|e| PyValueError::new_err(e.to_string()))?.into();
+        let strides: Box<[i64]> =
+            cell.meta.effective_strides().map_err(|e| PyValueError::new_err(e.to_string()))?.into();
         let tensor = DLTensor {
             data: cell.addr as usize as *mut c_void,
             device,
@@ -205,7 +206,8 @@ impl Loan {
             let owned = unsafe { ManagedTensorVersioned::from_raw(ptr.as_ptr()) }.expect("non-null");
             capsule::versioned(py, owned)
         } else {
-            let managed = DLManagedTensor { dl_tensor: tensor, manager_ctx: std::ptr::null_mut(), deleter: Some(delete_legacy) };
+            let managed =
+                DLManagedTensor { dl_tensor: tensor, manager_ctx: std::ptr::null_mut(), deleter: Some(delete_legacy) };
             let ptr = into_export(managed, shape, strides, keep, |m| &mut m.dl_tensor, |m, c| m.manager_ctx = c);
             // SAFETY: as above.
             let owned = unsafe { ManagedTensorLegacy::from_raw(ptr.as_ptr()) }.expect("non-null");

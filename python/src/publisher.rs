@@ -147,9 +147,7 @@ impl Publisher {
         let meta = TensorMeta::contiguous(dtype::parse(dtype)?, shape, device);
         let extent = meta.validate(u64::MAX).map_err(|e| PyValueError::new_err(format!("invalid tensor: {e}")))?;
         if extent.bytes == 0 {
-            return Err(PyValueError::new_err(
-                "a loan needs at least one byte; publish empty tensors with put()",
-            ));
+            return Err(PyValueError::new_err("a loan needs at least one byte; publish empty tensors with put()"));
         }
         let nbytes = usize::try_from(extent.bytes).map_err(|_| PyValueError::new_err("the tensor is too large"))?;
         let loan = py.detach(|| p.loan(nbytes)).map_err(|e| LoanError::new_err(chain(&e)))?;

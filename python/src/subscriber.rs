@@ -75,7 +75,10 @@ impl Subscriber {
             drop(sub);
             py.check_signals()?;
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(PyTimeoutError::new_err(format!("no sample on {:?} within {:?} s", self.state.key, timeout)));
+                return Err(PyTimeoutError::new_err(format!(
+                    "no sample on {:?} within {:?} s",
+                    self.state.key, timeout
+                )));
             }
         }
     }

@@ -255,15 +255,13 @@ class Publisher:
 
 
 class Subscriber:
-    """Receives samples: :meth:`recv`, iteration, async iteration, or a callback."""
+    """Receives samples: :meth:`recv`, iteration, async iteration, or a callback (one
+    way per subscriber: samples go to whichever receive asks first)."""
 
     def __init__(self, native: _native.Subscriber) -> None:
         self._native = native
         self._thread: Optional[threading.Thread] = None
-        self._lock = threading.Lock()
-        # A sample an async receive got after its awaiting task was cancelled: the next
-        # receive returns it, so cancellation loses nothing.
-        self._stash: List[Sample] = []
+        self._pending: "Optional[asyncio.Future[Optional[Sample]]]" = None
 
     def recv(self, timeout: Optional[float] = None) -> Sample:
         """The next sample, waiting up to ``timeout`` seconds (``None``: forever).
@@ -271,16 +269,10 @@ class Subscriber:
         Raises ``TimeoutError`` when none came and ``ClosedError`` once closed. The GIL is
         released while waiting.
         """
-        with self._lock:
-            if self._stash:
-                return self._stash.pop(0)
         return self._native.recv(timeout)
 
     def try_recv(self) -> Optional[Sample]:
         """The next sample if one is queued, else ``None``."""
-        with self._lock:
-            if self._stash:
-                return self._stash.pop(0)
         return self._native.try_recv()
 
     def __iter__(self) -> Iterator[Sample]:
@@ -294,22 +286,27 @@ class Subscriber:
     async def recv_async(self, timeout: Optional[float] = None) -> Sample:
         """The next sample, awaited without blocking the event loop. Raises
         ``TimeoutError`` when none came within ``timeout`` seconds, ``ClosedError`` once
-        closed. Cancelling it loses no sample."""
+        closed. Cancelling it loses no sample and keeps the order."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
-            with self._lock:
-                if self._stash:
-                    return self._stash.pop(0)
-            wait = 0.1 if deadline is None else max(0.0, min(0.1, deadline - loop.time()))
-            fut = loop.run_in_executor(None, self._poll, wait)
-            try:
-                sample = await asyncio.shield(fut)
-            except asyncio.CancelledError:
-                fut.add_done_callback(self._keep_late)
-                raise
-            if sample is not None:
-                return sample
+            # One receive at a time runs in the executor. A receive whose awaiting task
+            # was cancelled keeps running; the next call awaits it instead of starting a
+            # second one that could overtake it.
+            fut = self._pending
+            if fut is None or fut.get_loop() is not loop:
+                wait = 0.1 if deadline is None else max(0.0, min(0.1, deadline - loop.time()))
+                fut = loop.run_in_executor(None, self._poll, wait)
+                self._pending = fut
+            done, _ = await asyncio.wait([fut], timeout=None if deadline is None else
+                                         max(0.0, deadline - loop.time()))
+            if fut in done and self._pending is fut:
+                # This task takes the result (another task awaiting the same receive
+                # finds `_pending` changed and goes round again).
+                self._pending = None
+                sample = fut.result()
+                if sample is not None:
+                    return sample
             if deadline is not None and loop.time() >= deadline:
                 raise TimeoutError(f"no sample on {self.key!r} within {timeout} s")
 
@@ -318,11 +315,6 @@ class Subscriber:
             return self._native.recv(wait)
         except TimeoutError:
             return None
-
-    def _keep_late(self, fut: "asyncio.Future[Optional[Sample]]") -> None:
-        if not fut.cancelled() and fut.exception() is None and fut.result() is not None:
-            with self._lock:
-                self._stash.append(fut.result())
 
     def __aiter__(self) -> AsyncIterator[Sample]:
         return self

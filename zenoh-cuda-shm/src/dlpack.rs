@@ -731,24 +731,35 @@ impl GpuSample {
             no_copy("the payload is in device memory")?;
             // The bytes the view touches, rebased to offset 0 (same explicit strides).
             let (_, data) = self.to_owned_tensor().map_err(ExportError::HostCopy)?.into_parts();
-            let data = data.into_boxed_slice();
-            let base = data.as_ptr() as u64;
-            let owner = Owner::Host { _sample: self.clone(), _copy: Some(data) };
+            let (copy, at) = aligned_copy(&data);
+            let base = copy.as_ptr() as u64 + at as u64;
+            let owner = Owner::Host { _sample: self.clone(), _copy: Some(copy) };
             let (device, flags) = (Device::CPU.into(), DLPACK_FLAG_BITMASK_IS_COPIED);
             return Ok(Parts { data: base, device, dtype, shape, strides, flags, owner });
         }
         let Some(gpu) = self.subscriber_gpu() else {
-            let (base, copy, flags) = match self.host_bytes().ok_or(ExportError::PayloadUnavailable)? {
-                Cow::Borrowed(b) if options.copy != Some(true) => {
+            let bytes = self.host_bytes().ok_or(ExportError::PayloadUnavailable)?;
+            // Bytes that arrived inline sit wherever Zenoh's buffer put them: a first element
+            // that is not aligned to its item size is served from an aligned copy.
+            let first = bytes.as_ptr() as u64 + meta.byte_offset;
+            let misaligned =
+                meta.numel().is_ok_and(|n| n > 0) && meta.dtype.itemsize().is_some_and(|i| !first.is_multiple_of(i));
+            let (base, copy, flags) = match bytes {
+                Cow::Borrowed(b) if options.copy != Some(true) && !misaligned => {
                     (b.as_ptr() as u64, None, DLPACK_FLAG_BITMASK_READ_ONLY)
                 }
-                // Asked for, or not contiguous in memory: a private copy, which the export owns.
+                // Asked for, not contiguous in memory, or misaligned: a private copy, which
+                // the export owns.
                 bytes => {
-                    if matches!(bytes, Cow::Owned(_)) {
-                        no_copy("the payload is not contiguous in memory")?;
+                    if options.copy != Some(true) {
+                        no_copy(if misaligned {
+                            "the payload is not aligned to its item size"
+                        } else {
+                            "the payload is not contiguous in memory"
+                        })?;
                     }
-                    let v = bytes.into_owned().into_boxed_slice();
-                    (v.as_ptr() as u64, Some(v), DLPACK_FLAG_BITMASK_IS_COPIED)
+                    let (v, at) = aligned_copy(&bytes);
+                    (v.as_ptr() as u64 + at as u64, Some(v), DLPACK_FLAG_BITMASK_IS_COPIED)
                 }
             };
             let owner = Owner::Host { _sample: self.clone(), _copy: copy };
@@ -819,6 +830,18 @@ impl GpuSample {
         let device = Device::cuda(gpu.ordinal() as i32).into();
         Ok(Parts { data: base + meta.byte_offset, device, dtype, shape, strides, flags, owner })
     }
+}
+
+/// Alignment of host copies: enough for every item size (complex128 is 16 bytes).
+const HOST_COPY_ALIGN: usize = 16;
+
+/// `bytes` copied into a new allocation, and the offset in it where they start: an
+/// address aligned to [`HOST_COPY_ALIGN`] (a `Box<[u8]>` itself promises alignment 1).
+fn aligned_copy(bytes: &[u8]) -> (Box<[u8]>, usize) {
+    let mut v = vec![0u8; bytes.len() + HOST_COPY_ALIGN - 1].into_boxed_slice();
+    let at = v.as_ptr().align_offset(HOST_COPY_ALIGN).min(HOST_COPY_ALIGN - 1);
+    v[at..at + bytes.len()].copy_from_slice(bytes);
+    (v, at)
 }
 
 fn tensor_of(p: &Parts) -> DLTensor {
