@@ -16,4 +16,4 @@ rm -rf target/wheels/py
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps target/wheels/py/*.whl
 # From the repository root with the pytest script (not `python -m pytest`), so that
 # `import zenoh_cuda_shm` finds the installed package, not python/zenoh_cuda_shm.
-"$venv/bin/pytest" -q -rs python/tests "$@"
+"$venv/bin/pytest" -q python/tests "$@"

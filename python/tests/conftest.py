@@ -27,3 +27,9 @@ def host_session(port, key):
     s = zcs.open({"device": "host"}, zenoh=zenoh_config(listen=port, block_prefix=key.split("/")[0]))
     yield s
     s.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    from zcs_testing import SKIPPED_LINES
+    for line in SKIPPED_LINES:
+        terminalreporter.write_line(line)

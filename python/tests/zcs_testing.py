@@ -105,3 +105,39 @@ class Peer:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate()
+
+
+# ---------------------------------------------------------------------------------
+# The GPU gate
+# ---------------------------------------------------------------------------------
+
+#: `SKIPPED <name>: <reason>` lines, printed at the end of the pytest run (conftest.py).
+SKIPPED_LINES: List[str] = []
+
+
+def gpu_or_skip(name: str) -> Optional[Any]:
+    """`torch` if it imports and sees a CUDA device, else `None` after recording
+    `SKIPPED <name>: <reason>` (the test then returns early, as the Rust GPU tests do);
+    with ZCS_REQUIRE_GPU=1 a missing GPU fails the test instead."""
+    try:
+        import torch
+        reason = None if torch.cuda.is_available() else "torch.cuda.is_available() is False"
+    except Exception as e:  # ImportError, or a broken install
+        torch, reason = None, f"torch not importable ({type(e).__name__}: {e})"
+    if reason is None:
+        return torch
+    if gpu_required():
+        raise AssertionError(f"{name}: {REQUIRE_GPU_ENV} is set but there is no usable GPU: {reason}")
+    SKIPPED_LINES.append(f"SKIPPED {name}: {reason}")
+    return None
+
+
+def module_or_skip(name: str, module: str) -> Optional[Any]:
+    """An optional framework (CuPy, JAX): its module, or `None` after recording a SKIPPED
+    line (a missing framework is not a missing GPU, so it never fails the run)."""
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except Exception as e:
+        SKIPPED_LINES.append(f"SKIPPED {name}: {module} not importable ({type(e).__name__}: {e})")
+        return None
