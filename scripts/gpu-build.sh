@@ -36,8 +36,16 @@ for line in sys.stdin:
         print(m["target"]["name"])
 ' "$out"
 du -sh "$out"
+# The Python package: one abi3 wheel (gpu profile, stripped), carried as it is (a wheel
+# is already compressed); scripts/gpu-run.sh installs it offline.
+venv=target/py-venv
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.9.4,<2"
+rm -rf .gpu-pack/wheels
+"$venv/bin/maturin" build --profile gpu --locked -m python/Cargo.toml -i "$venv/bin/python" -o .gpu-pack/wheels
 # The device tool carries at most 64 MiB: ship the binaries as one xz archive (about a
 # quarter of their size); scripts/gpu-run.sh unpacks it. Carry `.gpu-pack`.
 mkdir -p .gpu-pack
 tar -C "$out" -cf - . | xz -T2 -6 > .gpu-pack/bins.tar.xz
+ls -l .gpu-pack/wheels
 du -sh .gpu-pack

@@ -29,6 +29,22 @@ for b in .gpu-bin/zcs_*bench .gpu-bin/zcs_latency .gpu-bin/zcs_throughput; do
   echo "== $b" | tee -a "$out/bench.log"
   timeout 300 "$b" --backend cuda >"$out/$(basename "$b").jsonl" 2>>"$out/bench.log" || { echo "FAILED: $b" | tee -a "$out/bench.log"; fail=1; }
 done
+# The Python package: the wheel from scripts/gpu-build.sh, installed offline into .gpu-py
+# (no pip: unzipping a wheel installs it), then the GPU suite (pytest if the image has
+# it, else a plain runner of the same tests).
+if ls .gpu-pack/wheels/*.whl >/dev/null 2>&1; then
+  rm -rf .gpu-py
+  python3 -m pip install -q --no-index --no-deps --target .gpu-py .gpu-pack/wheels/*.whl 2>>"$out/python-tests.log" \
+    || python3 -m zipfile -e .gpu-pack/wheels/*.whl .gpu-py
+  export PYTHONPATH="$PWD/.gpu-py${PYTHONPATH:+:$PYTHONPATH}" XLA_PYTHON_CLIENT_PREALLOCATE=false
+  echo "== python GPU tests" | tee -a "$out/python-tests.log"
+  if python3 -c "import pytest" 2>/dev/null; then
+    pyt=(python3 -m pytest -q -p no:cacheprovider python/tests/gpu -s)
+  else
+    pyt=(python3 python/tests/gpu/run_without_pytest.py)
+  fi
+  timeout 600 "${pyt[@]}" >>"$out/python-tests.log" 2>&1 || { echo "FAILED: python GPU tests" | tee -a "$out/python-tests.log"; fail=1; }
+fi
 if [ -d bench/python ]; then
   for py in bench/python/*_latency.py bench/python/*_reference.py; do
     echo "== $py" | tee -a "$out/bench.log"
@@ -38,6 +54,7 @@ fi
 echo "== summary"
 head -2 "$out/machine.txt"
 grep -E "^test result|^FAILED|SKIPPED|panicked" "$out/gpu-tests.log" | sort | uniq -c
+grep -E "^(PASSED|FAILED|SKIPPED)|slow producer|[0-9]+ (passed|failed)" "$out/python-tests.log" 2>/dev/null
 grep -E "^\[(demo|sub|zcs)\]" "$out/demo.log" 2>/dev/null | tail -4
 cat "$out"/*.jsonl 2>/dev/null
 exit $fail
