@@ -8,7 +8,7 @@
 //! Blocking calls (open, declare, put, loan, recv, exports that copy) run with the GIL
 //! released. No Zenoh thread ever takes the GIL: callbacks are run by a Python thread
 //! that receives from the subscriber's queue. DLPack deleters are pure Rust and never
-//! unwind (see [`capsule`]).
+//! unwind (see the `capsule` module).
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
