@@ -36,6 +36,13 @@ for line in sys.stdin:
         print(m["target"]["name"])
 ' "$out"
 du -sh "$out"
+# The Python package: one abi3 wheel (gpu profile, stripped), carried as it is (a wheel
+# is already compressed); scripts/gpu-run.sh installs it offline.
+venv=target/py-venv
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.9.4,<2"
+rm -rf .gpu-pack/wheels
+"$venv/bin/maturin" build --profile gpu --locked -m python/Cargo.toml -i "$venv/bin/python" -o .gpu-pack/wheels
 # The device tool carries at most 64 MiB: ship the binaries as one xz archive (about a
 # quarter of their size); scripts/gpu-run.sh unpacks it. Carry `.gpu-pack`.
 mkdir -p .gpu-pack
@@ -43,7 +50,8 @@ tar -C "$out" -cf - . | xz -T2 -6 > .gpu-pack/bins.tar.xz
 # The ROS 2 GPU test's Python peer needs eclipse-zenoh and rosbags; the GPU machine has
 # no network. Both wheels run on any CPython >= 3.9 (abi3 / pure); numpy, the only
 # dependency the peer imports, comes with the machine's PyTorch.
-rm -rf .gpu-pack/wheels
+rm -rf .gpu-pack/ros-wheels
 python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-  -d .gpu-pack/wheels eclipse-zenoh==1.10.2 rosbags==0.11.9
+  -d .gpu-pack/ros-wheels eclipse-zenoh==1.10.2 rosbags==0.11.9
+ls -l .gpu-pack/wheels .gpu-pack/ros-wheels
 du -sh .gpu-pack

@@ -13,9 +13,9 @@ fi
 { nvidia-smi --query-gpu=name,memory.total,driver_version,uuid --format=csv; nvidia-smi | head -5; uname -r; } > "$out/machine.txt" 2>&1
 # The ROS 2 test's Python peer: the carried wheels (abi3 / pure Python) unpacked onto
 # PYTHONPATH; no pip, venv or network needed. numpy comes with the machine's PyTorch.
-if [ -d .gpu-pack/wheels ]; then
+if [ -d .gpu-pack/ros-wheels ]; then
   rm -rf .gpu-pylib
-  if python3 -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(".gpu-pylib") for w in sys.argv[1:]]' .gpu-pack/wheels/*.whl \
+  if python3 -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(".gpu-pylib") for w in sys.argv[1:]]' .gpu-pack/ros-wheels/*.whl \
     && PYTHONPATH=$PWD/.gpu-pylib python3 -c 'import zenoh, rosbags, numpy' >"$out/python-peer.log" 2>&1; then
     export PYTHONPATH=$PWD/.gpu-pylib${PYTHONPATH:+:$PYTHONPATH}
   else
@@ -40,6 +40,22 @@ for b in .gpu-bin/zcs_*bench .gpu-bin/zcs_latency .gpu-bin/zcs_throughput; do
   echo "== $b" | tee -a "$out/bench.log"
   timeout 300 "$b" --backend cuda >"$out/$(basename "$b").jsonl" 2>>"$out/bench.log" || { echo "FAILED: $b" | tee -a "$out/bench.log"; fail=1; }
 done
+# The Python package: the wheel from scripts/gpu-build.sh, installed offline into .gpu-py
+# (no pip: unzipping a wheel installs it), then the GPU suite (pytest if the image has
+# it, else a plain runner of the same tests).
+if ls .gpu-pack/wheels/*.whl >/dev/null 2>&1; then
+  rm -rf .gpu-py
+  python3 -m pip install -q --no-index --no-deps --target .gpu-py .gpu-pack/wheels/*.whl 2>>"$out/python-tests.log" \
+    || python3 -m zipfile -e .gpu-pack/wheels/*.whl .gpu-py
+  export PYTHONPATH="$PWD/.gpu-py${PYTHONPATH:+:$PYTHONPATH}" XLA_PYTHON_CLIENT_PREALLOCATE=false
+  echo "== python GPU tests" | tee -a "$out/python-tests.log"
+  if python3 -c "import pytest" 2>/dev/null; then
+    pyt=(python3 -m pytest -q -p no:cacheprovider python/tests/gpu -s)
+  else
+    pyt=(python3 python/tests/gpu/run_without_pytest.py)
+  fi
+  timeout 600 "${pyt[@]}" >>"$out/python-tests.log" 2>&1 || { echo "FAILED: python GPU tests" | tee -a "$out/python-tests.log"; fail=1; }
+fi
 if [ -d bench/python ]; then
   for py in bench/python/*_latency.py bench/python/*_reference.py; do
     echo "== $py" | tee -a "$out/bench.log"
@@ -50,6 +66,13 @@ echo "== summary"
 head -2 "$out/machine.txt"
 grep -E "^test result|^FAILED|SKIPPED|panicked" "$out/gpu-tests.log" | sort | uniq -c
 grep -E "^ROS2 " "$out/gpu-tests.log"
+grep -E "^(PASSED|FAILED|SKIPPED)|slow producer|[0-9]+ (passed|failed)" "$out/python-tests.log" 2>/dev/null
 grep -E "^\[(demo|sub|zcs)\]" "$out/demo.log" 2>/dev/null | tail -4
 cat "$out"/*.jsonl 2>/dev/null
+# The device tool brings back only a few files: with $OUT set, everything goes back as
+# one archive (unpack it and run scripts/bench-report.sh on the folder).
+if [ -n "${OUT:-}" ]; then
+  tmp=$(mktemp -d)
+  tar -C "$out" -czf "$tmp/gpu-run.tgz" . && find "$out" -mindepth 1 -delete && mv "$tmp/gpu-run.tgz" "$out/"
+fi
 exit $fail

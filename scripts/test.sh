@@ -4,7 +4,10 @@
 #      without a usable GPU; ZCS_REQUIRE_GPU=1 turns that into a failure);
 #   2. the CDR cross-check against an independent implementation (rosbags, PyPI), and
 #      the ROS 2 examples against an independent rmw_zenoh peer (tests/python);
-#   3. the one-command demo and one tiny run of each benchmark on the host backend,
+#   3. the Python package: built (dev profile, same target dir: nothing of the workspace
+#      is compiled twice), installed into target/py-venv, its pytest suites run (CPU path
+#      in two processes; the GPU suite prints SKIPPED without a GPU);
+#   4. the one-command demo and one tiny run of each benchmark on the host backend,
 #      so neither can rot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +24,9 @@ python3 -m pytest -q tensor-codec/python 2>&1 | tee -a "$log"
 echo "== ROS 2 over rmw_zenoh against an independent peer (eclipse-zenoh + rosbags)"
 python3 -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
 python3 -m pytest -q tests/python 2>&1 | tee -a "$log"
+
+echo "== Python package (build, install into target/py-venv, pytest)"
+./scripts/python-test.sh 2>&1 | tee -a "$log"
 
 echo "== demo (two processes)"
 cargo run -q --locked -p zcs-examples --example zcs_demo -- -n 10 -s 3000000

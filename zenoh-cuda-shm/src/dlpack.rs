@@ -23,6 +23,9 @@
 //! - Flags (versioned only): `READ_ONLY` for in-place exports — the block is the
 //!   publisher's and other subscribers read it too — and `IS_COPIED` (never with
 //!   `READ_ONLY`) only when the export owns a private copy.
+//! - DLPack's `copy` and `dl_device` requests ([`ExportOptions`], the `*_with` exports):
+//!   `copy: true` always exports a private copy, `copy: false` refuses where in-place
+//!   export is impossible, and a host export of a CUDA sample is a device→host copy.
 //!
 //! # Streams and the lease
 //! The consumer names its stream as DLPack does ([`ConsumerStream::from_dlpack`]: `1` the
@@ -444,6 +447,30 @@ pub enum ExportError {
     /// A CUDA call failed.
     #[error(transparent)]
     Cuda(#[from] CudaError),
+    /// The export asked for no copy ([`ExportOptions::copy`] `Some(false)`), but serving
+    /// it needs one.
+    #[error("a copy is needed ({why}) but the consumer asked for none")]
+    CopyRequired {
+        /// Why a copy is needed.
+        why: &'static str,
+    },
+    /// Copying the payload to host memory failed.
+    #[error("copying the tensor to host memory failed")]
+    HostCopy(#[source] crate::tensor::TensorReadError),
+}
+
+/// What a consumer asks of an export besides its stream: DLPack's `copy` and
+/// `dl_device` arguments.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExportOptions {
+    /// `Some(true)`: always export a private copy (`IS_COPIED`); `Some(false)`: never
+    /// copy ([`ExportError::CopyRequired`] where one is needed); `None` (default): in
+    /// place where possible.
+    pub copy: Option<bool>,
+    /// Export to host memory (`kDLCPU`). For CUDA sessions this is a device→host copy,
+    /// ordered after the publisher's ready signal and waited for before the export
+    /// returns; host-memory sessions export host memory anyway.
+    pub to_host: bool,
 }
 
 /// What an export keeps alive until its deleter runs.
@@ -637,7 +664,22 @@ impl GpuSample {
     /// [`ExportError::NoMeta`] / [`ExportError::Meta`] for a missing or invalid
     /// description; stream, read and CUDA failures.
     pub fn to_dlpack_versioned(&self, stream: &ConsumerStream) -> Result<ManagedTensorVersioned, ExportError> {
-        let p = self.export_parts(stream)?;
+        self.to_dlpack_versioned_with(stream, ExportOptions::default())
+    }
+
+    /// [`GpuSample::to_dlpack_versioned`] with DLPack's `copy` and `dl_device` requests
+    /// ([`ExportOptions`]).
+    ///
+    /// # Errors
+    /// As [`GpuSample::to_dlpack_versioned`]; [`ExportError::CopyRequired`] when
+    /// `copy: Some(false)` cannot be served in place; [`ExportError::HostCopy`] when a
+    /// host copy fails.
+    pub fn to_dlpack_versioned_with(
+        &self,
+        stream: &ConsumerStream,
+        options: ExportOptions,
+    ) -> Result<ManagedTensorVersioned, ExportError> {
+        let p = self.export_parts(stream, options)?;
         let managed = DLManagedTensorVersioned {
             version: DLPACK_VERSION,
             manager_ctx: std::ptr::null_mut(),
@@ -656,7 +698,20 @@ impl GpuSample {
     /// # Errors
     /// As [`GpuSample::to_dlpack_versioned`].
     pub fn to_dlpack_legacy(&self, stream: &ConsumerStream) -> Result<ManagedTensorLegacy, ExportError> {
-        let p = self.export_parts(stream)?;
+        self.to_dlpack_legacy_with(stream, ExportOptions::default())
+    }
+
+    /// [`GpuSample::to_dlpack_legacy`] with DLPack's `copy` and `dl_device` requests
+    /// ([`ExportOptions`]).
+    ///
+    /// # Errors
+    /// As [`GpuSample::to_dlpack_versioned_with`].
+    pub fn to_dlpack_legacy_with(
+        &self,
+        stream: &ConsumerStream,
+        options: ExportOptions,
+    ) -> Result<ManagedTensorLegacy, ExportError> {
+        let p = self.export_parts(stream, options)?;
         let managed = DLManagedTensor {
             dl_tensor: tensor_of(&p),
             manager_ctx: std::ptr::null_mut(),
@@ -666,18 +721,45 @@ impl GpuSample {
         Ok(ManagedTensorLegacy { ptr })
     }
 
-    fn export_parts(&self, stream: &ConsumerStream) -> Result<Parts, ExportError> {
+    fn export_parts(&self, stream: &ConsumerStream, options: ExportOptions) -> Result<Parts, ExportError> {
         let meta = self.tensor_meta()?.ok_or(ExportError::NoMeta)?;
         let strides = meta.effective_strides().map_err(DecodeError::from)?.into_boxed_slice();
         let shape = meta.shape.clone().into_boxed_slice();
         let dtype = meta.dtype.to_dl();
+        let no_copy = |why| if options.copy == Some(false) { Err(ExportError::CopyRequired { why }) } else { Ok(()) };
+        if options.to_host && self.subscriber_gpu().is_some() {
+            no_copy("the payload is in device memory")?;
+            // The bytes the view touches, rebased to offset 0 (same explicit strides).
+            let (_, data) = self.to_owned_tensor().map_err(ExportError::HostCopy)?.into_parts();
+            let (copy, at) = aligned_copy(&data);
+            let base = copy.as_ptr() as u64 + at as u64;
+            let owner = Owner::Host { _sample: self.clone(), _copy: Some(copy) };
+            let (device, flags) = (Device::CPU.into(), DLPACK_FLAG_BITMASK_IS_COPIED);
+            return Ok(Parts { data: base, device, dtype, shape, strides, flags, owner });
+        }
         let Some(gpu) = self.subscriber_gpu() else {
-            let (base, copy, flags) = match self.host_bytes().ok_or(ExportError::PayloadUnavailable)? {
-                Cow::Borrowed(b) => (b.as_ptr() as u64, None, DLPACK_FLAG_BITMASK_READ_ONLY),
-                // Not contiguous in memory: a private copy, which the export owns.
-                Cow::Owned(v) => {
-                    let v = v.into_boxed_slice();
-                    (v.as_ptr() as u64, Some(v), DLPACK_FLAG_BITMASK_IS_COPIED)
+            let bytes = self.host_bytes().ok_or(ExportError::PayloadUnavailable)?;
+            // Bytes that arrived inline sit wherever Zenoh's buffer put them: a first element
+            // that is not aligned to its item size is served from an aligned copy.
+            let first = bytes.as_ptr() as u64 + meta.byte_offset;
+            let misaligned =
+                meta.numel().is_ok_and(|n| n > 0) && meta.dtype.itemsize().is_some_and(|i| !first.is_multiple_of(i));
+            let (base, copy, flags) = match bytes {
+                Cow::Borrowed(b) if options.copy != Some(true) && !misaligned => {
+                    (b.as_ptr() as u64, None, DLPACK_FLAG_BITMASK_READ_ONLY)
+                }
+                // Asked for, not contiguous in memory, or misaligned: a private copy, which
+                // the export owns.
+                bytes => {
+                    if options.copy != Some(true) {
+                        no_copy(if misaligned {
+                            "the payload is not aligned to its item size"
+                        } else {
+                            "the payload is not contiguous in memory"
+                        })?;
+                    }
+                    let (v, at) = aligned_copy(&bytes);
+                    (v.as_ptr() as u64 + at as u64, Some(v), DLPACK_FLAG_BITMASK_IS_COPIED)
                 }
             };
             let owner = Owner::Host { _sample: self.clone(), _copy: copy };
@@ -710,8 +792,21 @@ impl GpuSample {
             StreamKind::NoSync => (gpu.new_stream()?, EndOn::Context),
         };
         let (base, staged, flags) = match self.begin_detached_read(&work)? {
+            Some(ptr) if options.copy == Some(true) => {
+                // A private device copy, enqueued on the consumer's stream after its wait.
+                let block = DeviceBlock::allocate(gpu, self.len().max(1))?;
+                if !self.is_empty() {
+                    gpu.bind()?;
+                    // SAFETY: `ptr` is the mapped payload of `self.len()` bytes, kept alive by
+                    // the clone of the sample the export owns and ordered on `work`; `block`
+                    // has ≥ that many bytes and is owned by the export until its reads are fenced.
+                    unsafe { sys::memcpy_dtod_async(block.device_ptr(), ptr, self.len(), work.cu_stream()) }?;
+                }
+                (block.device_ptr(), Some(block), DLPACK_FLAG_BITMASK_IS_COPIED)
+            }
             Some(ptr) => (ptr, None, DLPACK_FLAG_BITMASK_READ_ONLY),
             None => {
+                no_copy("the payload arrived as bytes, not in device memory")?;
                 // Bytes: a private device copy, enqueued on the consumer's stream.
                 let host = self.host_bytes().ok_or(ExportError::PayloadUnavailable)?;
                 let block = DeviceBlock::allocate(gpu, host.len().max(1))?;
@@ -735,6 +830,18 @@ impl GpuSample {
         let device = Device::cuda(gpu.ordinal() as i32).into();
         Ok(Parts { data: base + meta.byte_offset, device, dtype, shape, strides, flags, owner })
     }
+}
+
+/// Alignment of host copies: enough for every item size (complex128 is 16 bytes).
+const HOST_COPY_ALIGN: usize = 16;
+
+/// `bytes` copied into a new allocation, and the offset in it where they start: an
+/// address aligned to [`HOST_COPY_ALIGN`] (a `Box<[u8]>` itself promises alignment 1).
+fn aligned_copy(bytes: &[u8]) -> (Box<[u8]>, usize) {
+    let mut v = vec![0u8; bytes.len() + HOST_COPY_ALIGN - 1].into_boxed_slice();
+    let at = v.as_ptr().align_offset(HOST_COPY_ALIGN).min(HOST_COPY_ALIGN - 1);
+    v[at..at + bytes.len()].copy_from_slice(bytes);
+    (v, at)
 }
 
 fn tensor_of(p: &Parts) -> DLTensor {

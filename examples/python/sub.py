@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Receives the tensors of pub.py and checks them with a kernel on its own CUDA stream.
+
+`torch.from_dlpack(sample)` maps nothing and copies nothing on the zero-copy path: the
+current stream is made to wait for the publisher's ready signal, and the tensor reads
+the publisher's block in place. The block goes back to the publisher once the tensor is
+gone and the kernels queued on this stream before that have finished.
+
+    python3 examples/python/sub.py [--key demo/tensor] [-n 100]
+"""
+
+import argparse
+
+import torch
+
+import zenoh_cuda_shm as zcs
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--key", default="demo/tensor")
+    ap.add_argument("-n", type=int, default=100, help="messages to receive")
+    ap.add_argument("--device", choices=["auto", "cuda", "host"], default="auto")
+    ap.add_argument("-e", "--connect", action="append", default=[], help="Zenoh endpoint to connect to")
+    ap.add_argument("-l", "--listen", action="append", default=[], help="Zenoh endpoint to listen on")
+    args = ap.parse_args()
+
+    zenoh = {"mode": "peer"}
+    if args.connect:
+        zenoh["connect"] = {"endpoints": args.connect}
+    if args.listen:
+        zenoh["listen"] = {"endpoints": args.listen}
+    with zcs.open({"device": args.device}, zenoh=zenoh) as session:
+        cuda = session.backend == "cuda-vmm"
+        sub = session.declare_subscriber(args.key)
+        stream = torch.cuda.Stream() if cuda else None
+        print(f"waiting on {args.key!r} ({session.backend})")
+        for i, sample in enumerate(sub):
+            if cuda:
+                with torch.cuda.stream(stream):
+                    t = torch.from_dlpack(sample)  # `stream` waits for the publisher
+                    lo, hi = t.min(), t.max()      # a kernel on `stream`, reading in place
+                lo, hi = lo.item(), hi.item()      # synchronizes `stream`
+            else:
+                t = torch.from_dlpack(sample)
+                lo, hi = t.min().item(), t.max().item()
+            ok = "ok" if lo == hi else "MISMATCH"
+            print(f"#{sample.seq} {sample.path:9} {tuple(sample.shape)} {sample.dtype} on {t.device}: "
+                  f"value {lo:g} {ok}")
+            del t, sample
+            if i + 1 == args.n:
+                break
+
+
+if __name__ == "__main__":
+    main()
