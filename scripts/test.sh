@@ -32,9 +32,12 @@ echo "== demo (two processes)"
 cargo run -q --locked -p zcs-examples --example zcs_demo -- -n 10 -s 3000000
 
 echo "== benchmark smoke (host backend)"
-cargo run -q --locked -p zcs-bench --bin zcs_pool_bench -- --backend host --iters 200 --warmup 10
-cargo run -q --locked -p zcs-bench --bin zcs_latency -- --backend host --sizes 4KiB,1MiB --iters 20 --warmup 5
-cargo run -q --locked -p zcs-bench --bin zcs_throughput -- --backend host --sizes 64KiB --subscribers 1 --frames 20 --first-subs 2
+smoke=$(mktemp -d)
+trap 'rm -f "$log"; rm -rf "$smoke"' EXIT
+cargo run -q --locked -p zcs-bench --bin zcs_pool_bench -- --backend host --iters 200 --warmup 10 | tee "$smoke/zcs_pool_bench.jsonl"
+cargo run -q --locked -p zcs-bench --bin zcs_latency -- --backend host --sizes 4KiB,1MiB --iters 20 --warmup 5 | tee "$smoke/zcs_latency.jsonl"
+cargo run -q --locked -p zcs-bench --bin zcs_throughput -- --backend host --sizes 64KiB --subscribers 1 --frames 20 --first-subs 2 | tee "$smoke/zcs_throughput.jsonl"
+cargo run -q --locked -p zcs-bench --bin zcs_report -- "$smoke" "$smoke/report"
 # One closing line for the whole run: Rust test binaries, doc tests and pytest added up
 # (child processes that re-run a test binary for one entry test report "N filtered out"
 # and are not counted); "skipped" counts the GPU tests that printed SKIPPED (libtest
