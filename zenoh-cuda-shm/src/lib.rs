@@ -28,6 +28,7 @@ pub mod pool;
 pub mod protocol;
 pub mod sample;
 pub mod signal;
+mod sync;
 pub mod tensor;
 pub mod transport;
 
