@@ -31,6 +31,7 @@ pub mod protocol;
 pub mod ros2;
 pub mod sample;
 pub mod signal;
+mod sync;
 pub mod tensor;
 pub mod transport;
 

@@ -243,7 +243,7 @@ fn main() {
         while !stop3.load(Ordering::Relaxed) {
             k += 1;
             let life = 200 + (k * 7919) % 2800;
-            let role = if k % 3 == 0 { "pub" } else { "sub" };
+            let role = if k.is_multiple_of(3) { "pub" } else { "sub" };
             let env = [
                 (PORT_ENV, port.to_string()),
                 (KEY_ENV, key2.clone()),
@@ -251,7 +251,11 @@ fn main() {
                 (LEN_ENV, len.to_string()),
                 (LIFE_ENV, life.to_string()),
             ];
-            kids.push((spawn_child_bin(role, &env), Instant::now() + Duration::from_millis(life / 2), k % 2 == 0));
+            kids.push((
+                spawn_child_bin(role, &env),
+                Instant::now() + Duration::from_millis(life / 2),
+                k.is_multiple_of(2),
+            ));
             joined2.fetch_add(1, Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(churn_ms));
             kids.retain_mut(|(c, kill_at, kill)| {

@@ -246,7 +246,7 @@ fn check_dev_shm(base: &BTreeSet<String>, foreign: &mut BTreeSet<String>, what: 
         .collect();
     for name in dev_shm().difference(base) {
         let path = format!("/dev/shm/{name}");
-        let ours = name.contains("zcs") || maps.contains(&path) || open.iter().any(|l| *l == path);
+        let ours = name.contains("zcs") || maps.contains(&path) || open.contains(&path);
         assert!(!ours, "{what}: /dev/shm/{name} left behind");
         if foreign.insert(name.clone()) {
             println!("note: /dev/shm/{name} appeared, created by another program (not open or mapped here)");

@@ -63,7 +63,8 @@ fuzz_target!(|input: &[u8]| {
         let raw: Vec<RawFd> = vec![attachable().as_raw_fd(); nfds];
         let rights = [ControlMessage::ScmRights(&raw)];
         let cmsgs: &[ControlMessage<'_>] = if raw.is_empty() { &[] } else { &rights };
-        let sent = sendmsg::<()>(peer.as_fd().as_raw_fd(), &[IoSlice::new(&bytes)], cmsgs, MsgFlags::MSG_NOSIGNAL, None);
+        let sent =
+            sendmsg::<()>(peer.as_fd().as_raw_fd(), &[IoSlice::new(&bytes)], cmsgs, MsgFlags::MSG_NOSIGNAL, None);
         let Ok(sent) = sent else {
             // Only a frame larger than the socket's buffer can be refused here.
             assert!(bytes.len() > MAX_FRAME_BYTES, "sendmsg of {} bytes failed", bytes.len());

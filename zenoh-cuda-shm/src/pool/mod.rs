@@ -50,8 +50,10 @@ pub(crate) mod recycler;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use crate::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub use backend::{AllocError, Backend, BackendKind, BlockMemory, CudaBackend, HostBackend};
@@ -957,7 +959,7 @@ impl<B: Backend> Loan<B> {
             capability: self.capability,
             mem: Arc::clone(&self.mem),
             len: self.len,
-            fences: Mutex::new(std::mem::take(&mut self.fences)),
+            fences: std::sync::Mutex::new(std::mem::take(&mut self.fences)),
         }))
     }
 }
@@ -977,7 +979,7 @@ struct PublishedInner<B: Backend> {
     capability: u64,
     mem: Arc<B::Memory>,
     len: usize,
-    fences: Mutex<Vec<Box<dyn Fence>>>,
+    fences: std::sync::Mutex<Vec<Box<dyn Fence>>>,
 }
 
 impl<B: Backend> Drop for PublishedInner<B> {
@@ -1060,5 +1062,8 @@ impl<B: Backend> Published<B> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "loom-model")))]
 mod tests;
+
+#[cfg(all(test, feature = "loom-model"))]
+mod loom_tests;

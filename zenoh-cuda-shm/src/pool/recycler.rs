@@ -9,11 +9,11 @@
 //! still pending then run once their fences complete, on the dropping thread, so every
 //! CUDA free happens before the pool's context can go away.
 
-use std::sync::Mutex;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::Fence;
+use crate::sync::channel::{self, RecvTimeoutError};
+use crate::sync::{JoinHandle, Mutex};
 
 /// A release to run once all its fences are complete.
 pub(crate) struct Job {
@@ -28,7 +28,7 @@ enum Msg {
 
 type TrimFn = Box<dyn Fn() + Send>;
 
-type SharedTx = std::sync::Arc<Mutex<Option<flume::Sender<Msg>>>>;
+type SharedTx = std::sync::Arc<Mutex<Option<channel::Sender<Msg>>>>;
 
 /// Sends jobs to the recycler thread; used by the pool's shared state.
 pub(crate) struct RecyclerHandle {
@@ -42,7 +42,7 @@ impl RecyclerHandle {
             // The lock is held across the send, so once `Recycler::drop` has taken the
             // sender no job can slip into the channel after its final drain.
             Some(tx) => {
-                if let Err(flume::SendError(Msg::Job(job))) = tx.send(Msg::Job(job)) {
+                if let Err(Msg::Job(job)) = tx.send(Msg::Job(job)) {
                     finish_blocking(job);
                 }
             }
@@ -59,7 +59,7 @@ impl RecyclerHandle {
 fn finish_blocking(job: Job) {
     let mut backoff = Duration::from_micros(20);
     while !job.fences.iter().all(|f| f.is_complete()) {
-        std::thread::sleep(backoff);
+        crate::sync::pause(backoff);
         backoff = (backoff * 2).min(Duration::from_millis(1));
     }
     (job.done)();
@@ -69,16 +69,15 @@ fn finish_blocking(job: Job) {
 pub(crate) struct Recycler {
     tx: SharedTx,
     trim: std::sync::Arc<Mutex<Option<TrimFn>>>,
-    thread: Option<JoinHandle<(Vec<Job>, flume::Receiver<Msg>)>>,
+    thread: Option<JoinHandle<(Vec<Job>, channel::Receiver<Msg>)>>,
 }
 
 impl Recycler {
     pub(crate) fn start(trim_every: Duration) -> std::io::Result<(Self, RecyclerHandle)> {
-        let (tx, rx) = flume::unbounded::<Msg>();
-        let trim: std::sync::Arc<Mutex<Option<TrimFn>>> = Default::default();
+        let (tx, rx) = channel::unbounded::<Msg>();
+        let trim: std::sync::Arc<Mutex<Option<TrimFn>>> = std::sync::Arc::new(Mutex::new(None));
         let trim2 = std::sync::Arc::clone(&trim);
-        let thread =
-            std::thread::Builder::new().name("zcs-recycler".into()).spawn(move || run(rx, trim2, trim_every))?;
+        let thread = crate::sync::spawn("zcs-recycler", move || run(rx, trim2, trim_every))?;
         let tx: SharedTx = std::sync::Arc::new(Mutex::new(Some(tx)));
         Ok((Self { tx: std::sync::Arc::clone(&tx), trim, thread: Some(thread) }, RecyclerHandle { tx }))
     }
@@ -89,10 +88,10 @@ impl Recycler {
 }
 
 fn run(
-    rx: flume::Receiver<Msg>,
+    rx: channel::Receiver<Msg>,
     trim: std::sync::Arc<Mutex<Option<TrimFn>>>,
     trim_every: Duration,
-) -> (Vec<Job>, flume::Receiver<Msg>) {
+) -> (Vec<Job>, channel::Receiver<Msg>) {
     let mut pending: Vec<Job> = Vec::new();
     let mut backoff = Duration::from_micros(20);
     let mut next_trim = Instant::now() + trim_every;
@@ -100,11 +99,11 @@ fn run(
         let timeout = if pending.is_empty() { next_trim.saturating_duration_since(Instant::now()) } else { backoff };
         let first = match rx.recv_timeout(timeout) {
             Ok(m) => Some(m),
-            Err(flume::RecvTimeoutError::Timeout) => None,
-            Err(flume::RecvTimeoutError::Disconnected) => Some(Msg::Stop),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => Some(Msg::Stop),
         };
         let mut stop = false;
-        for msg in first.into_iter().chain(rx.try_iter()) {
+        for msg in first.into_iter().chain(rx.drain()) {
             match msg {
                 Msg::Job(j) => pending.push(j),
                 Msg::Stop => stop = true,
@@ -149,7 +148,7 @@ impl Drop for Recycler {
         if let Some(t) = self.thread.take() {
             match t.join() {
                 Ok((mut left, rx)) => {
-                    left.extend(rx.drain().filter_map(|m| match m {
+                    left.extend(rx.drain().into_iter().filter_map(|m| match m {
                         Msg::Job(j) => Some(j),
                         Msg::Stop => None,
                     }));
