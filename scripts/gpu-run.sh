@@ -23,7 +23,10 @@ if [ -d .gpu-pack/ros-wheels ]; then
   fi
 fi
 fail=0
-for t in .gpu-bin/test-*; do
+# ZCS_GPU_PART=tests or bench runs one half (each fits one device call); default: all.
+part=${ZCS_GPU_PART:-all}
+want() { [ "$part" = all ] || [ "$part" = "$1" ]; }
+want tests && for t in .gpu-bin/test-*; do
   echo "== $t" | tee -a "$out/gpu-tests.log"
   args="--test-threads=1"
   case "$t" in *gpu*) args="$args --nocapture";; esac
@@ -31,11 +34,11 @@ for t in .gpu-bin/test-*; do
     echo "FAILED: $t" | tee -a "$out/gpu-tests.log"; fail=1
   fi
 done
-if [ -x .gpu-bin/zcs_demo ]; then
+if want tests && [ -x .gpu-bin/zcs_demo ]; then
   echo "== demo" | tee -a "$out/demo.log"
   timeout 120 .gpu-bin/zcs_demo -n 200 -s 33554432 >>"$out/demo.log" 2>&1 || { echo "FAILED: demo" | tee -a "$out/demo.log"; fail=1; }
 fi
-for b in .gpu-bin/zcs_*bench .gpu-bin/zcs_latency .gpu-bin/zcs_throughput; do
+want bench && for b in .gpu-bin/zcs_*bench .gpu-bin/zcs_latency .gpu-bin/zcs_throughput; do
   [ -x "$b" ] || continue
   echo "== $b" | tee -a "$out/bench.log"
   timeout 300 "$b" --backend cuda >"$out/$(basename "$b").jsonl" 2>>"$out/bench.log" || { echo "FAILED: $b" | tee -a "$out/bench.log"; fail=1; }
@@ -48,15 +51,17 @@ if ls .gpu-pack/wheels/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --target .gpu-py .gpu-pack/wheels/*.whl 2>>"$out/python-tests.log" \
     || python3 -m zipfile -e .gpu-pack/wheels/*.whl .gpu-py
   export PYTHONPATH="$PWD/.gpu-py${PYTHONPATH:+:$PYTHONPATH}" XLA_PYTHON_CLIENT_PREALLOCATE=false
-  echo "== python GPU tests" | tee -a "$out/python-tests.log"
-  if python3 -c "import pytest" 2>/dev/null; then
-    pyt=(python3 -m pytest -q -p no:cacheprovider python/tests/gpu -s)
-  else
-    pyt=(python3 python/tests/gpu/run_without_pytest.py)
+  if want tests; then
+    echo "== python GPU tests" | tee -a "$out/python-tests.log"
+    if python3 -c "import pytest" 2>/dev/null; then
+      pyt=(python3 -m pytest -q -p no:cacheprovider python/tests/gpu -s)
+    else
+      pyt=(python3 python/tests/gpu/run_without_pytest.py)
+    fi
+    timeout 600 "${pyt[@]}" >>"$out/python-tests.log" 2>&1 || { echo "FAILED: python GPU tests" | tee -a "$out/python-tests.log"; fail=1; }
   fi
-  timeout 600 "${pyt[@]}" >>"$out/python-tests.log" 2>&1 || { echo "FAILED: python GPU tests" | tee -a "$out/python-tests.log"; fail=1; }
 fi
-if [ -d bench/python ]; then
+if want bench && [ -d bench/python ]; then
   for py in bench/python/*_latency.py bench/python/*_reference.py; do
     echo "== $py" | tee -a "$out/bench.log"
     timeout 150 python3 "$py" >"$out/$(basename "$py" .py).jsonl" 2>>"$out/bench.log" || { echo "FAILED: $py" | tee -a "$out/bench.log"; fail=1; }

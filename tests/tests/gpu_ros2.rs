@@ -77,7 +77,11 @@ fn session(p: &Params, listen: bool) -> GpuSession {
         set("connect/endpoints", format!("[\"tcp/127.0.0.1:{}\"]", p.port));
     }
     let device = if p.host { DeviceChoice::Host } else { DeviceChoice::Cuda };
-    GpuSession::open(c, ZcsConfig { device, ..ZcsConfig::default() }).wait().expect("open")
+    // Fewer blocks than a subscriber's lease limit (64): a subscriber that falls behind
+    // slows the publisher down instead of being sent bytes past its limit.
+    let mut cfg = ZcsConfig { device, ..ZcsConfig::default() };
+    cfg.pool.max_blocks = 32;
+    GpuSession::open(c, cfg).wait().expect("open")
 }
 
 fn qos() -> Qos {

@@ -89,6 +89,11 @@ def test_consumer_stream_waits_for_a_slow_producer_kernel(port, key):
     import sys
     sys.path.insert(0, HERE)
     sleep_ms = 400
+    # PyTorch loads the multiply kernel and sets up streams on first use (over 100 ms on
+    # an H200): do that before the timed part, which must measure only our waits.
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        (torch.arange(16, device="cuda", dtype=torch.int32) * 2).sum().item()
     with cuda_session(port, key) as s:
         sub = s.declare_subscriber(key)
         p = Peer("slow-pub", port, key, sleep_ms, 1, script=GPU_PEER)
@@ -96,7 +101,6 @@ def test_consumer_stream_waits_for_a_slow_producer_kernel(port, key):
             smp = sub.recv(timeout=IO_TIMEOUT)
             t_recv = time.perf_counter()
             assert smp.path == "zero-copy"
-            stream = torch.cuda.Stream()
             with torch.cuda.stream(stream):
                 x = torch.from_dlpack(smp)
                 y = x * 2  # our kernel, on our stream, behind the wait for the ready signal
