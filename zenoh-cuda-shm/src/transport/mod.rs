@@ -2,17 +2,18 @@
 //! can take, and the control connections behind the zero-copy path.
 //!
 //! For one `put` a publisher sends, at most:
-//! 1. one **descriptor** per locality group on `<key>/@zcs/d/<boot_id>/<device>`,
-//!    naming the subscribers it charged a lease to (only GPU-ready ones);
+//! 1. to every GPU-ready subscriber, over its control connection, one routed frame:
+//!    a **descriptor** (its lease charged first), the whole message if small
+//!    (`Inline`), or a `ViaBytes` notice (at its lease limit);
 //! 2. **bytes** on `<key>/@zcs/b` when a GPU-aware subscriber cannot take the
 //!    zero-copy path (another host or GPU, handshake not finished, at its lease limit);
 //! 3. **bytes** on the plain `<key>` when Zenoh reports a subscriber there (plain Zenoh
 //!    or ROS nodes).
 //!
 //! The device→host copy for 2 and 3 happens once, and only when 2 or 3 is needed.
-//! Descriptors go first, so a subscriber that receives both a descriptor and bytes for
-//! one sequence number (while a handshake completes) keeps the zero-copy one; each
-//! subscriber delivers every sequence number of a publisher at most once.
+//! Routed frames go out in sequence order with the routing decision; a subscriber's
+//! link thread merges them with bytes from Zenoh by sequence number and delivers every
+//! sequence number of a publisher at most once (`docs/protocol.md`).
 
 pub(crate) mod medium;
 pub mod publisher;
