@@ -42,7 +42,7 @@ use zenoh_cuda_shm::{BackendKind, GpuPublisher, GpuSample, GpuSession, Path, Put
 #[allow(dead_code, reason = "each test binary uses part of the shared helpers")]
 #[path = "support/tensor.rs"]
 mod tensor_support;
-use tensor_support::i64_values;
+use tensor_support::{gather, i64_values};
 
 #[allow(dead_code, reason = "each test binary uses part of the shared FFI")]
 #[path = "../c/dlpack_ffi.rs"]
@@ -254,21 +254,6 @@ fn import_source() -> (Vec<u8>, u64, Vec<u8>) {
     (ne(&buf, f32::to_ne_bytes), 256, expected)
 }
 
-/// Row-major gather through explicit strides (independent of the crate's).
-fn gather(shape: &[i64], strides: &[i64], itemsize: usize, data: &[u8]) -> Vec<u8> {
-    let numel: i64 = shape.iter().product();
-    let mut out = Vec::with_capacity(numel as usize * itemsize);
-    for flat in 0..numel {
-        let (mut rest, mut elem) = (flat, 0i64);
-        for d in (0..shape.len()).rev() {
-            elem += (rest % shape[d]) * strides[d];
-            rest /= shape[d];
-        }
-        let at = elem as usize * itemsize;
-        out.extend_from_slice(&data[at..at + itemsize]);
-    }
-    out
-}
 
 // ------------------------------------------------------------------------------------
 // The publisher (child process)

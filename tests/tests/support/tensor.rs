@@ -33,3 +33,19 @@ pub fn i64_values(n: usize) -> Vec<i64> {
         .map(|i| special.get(i).copied().unwrap_or((i as i64).wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as i64)))
         .collect()
 }
+
+/// Row-major gather through explicit strides (independent of the crate's).
+pub fn gather(shape: &[i64], strides: &[i64], itemsize: usize, data: &[u8]) -> Vec<u8> {
+    let numel: i64 = shape.iter().product();
+    let mut out = Vec::with_capacity(numel.max(0) as usize * itemsize);
+    for flat in 0..numel {
+        let (mut rest, mut elem) = (flat, 0i64);
+        for d in (0..shape.len()).rev() {
+            elem += (rest % shape[d]) * strides[d];
+            rest /= shape[d];
+        }
+        let at = elem as usize * itemsize;
+        out.extend_from_slice(&data[at..at + itemsize]);
+    }
+    out
+}
