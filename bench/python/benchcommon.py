@@ -1,9 +1,11 @@
 """Helpers shared by the benchmark scripts in this folder: JSON-line output, skipping,
-size parsing, percentiles and the latency row format of the Rust benchmarks."""
+size parsing, percentiles, the warm-up/timed round loop, and the latency row format of
+the Rust benchmarks."""
 
 import argparse
 import json
 import sys
+import time
 
 
 def emit(obj):
@@ -57,3 +59,23 @@ def latency_row(path, size, rtt_us, extra):
     }
     row.update(extra)
     emit(row)
+
+
+def run_rounds(one, warmup, iters, max_secs):
+    """Warm-up rounds (at most a quarter of the budget), then timed rounds (at least 5,
+    until `iters` or the budget); `one()` returns (µs, mismatches). Returns (rtt list,
+    mismatches in the timed rounds)."""
+    t = time.perf_counter()
+    for _ in range(warmup):
+        one()
+        if time.perf_counter() - t > max_secs / 4:
+            break
+    rtt, bad = [], 0
+    t = time.perf_counter()
+    for i in range(iters):
+        us, b = one()
+        rtt.append(us)
+        bad += b
+        if i + 1 >= 5 and time.perf_counter() - t > max_secs:
+            break
+    return rtt, bad

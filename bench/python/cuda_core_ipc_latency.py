@@ -37,7 +37,7 @@ import time
 
 NAME = "cuda_core_ipc_latency"
 
-from benchcommon import emit, parse_size, parse_sizes, percentile, latency_row
+from benchcommon import emit, latency_row, parse_size, parse_sizes, percentile, run_rounds
 import benchcommon
 
 
@@ -256,22 +256,6 @@ class Producer:
         self.tx.send((kind, self.seq))
         return self._wait(self.seq)
 
-
-def run_rounds(one, warmup, iters, max_secs):
-    t = time.perf_counter()
-    for _ in range(warmup):
-        one()
-        if time.perf_counter() - t > max_secs / 4:
-            break
-    rtt, bad = [], 0
-    t = time.perf_counter()
-    for i in range(iters):
-        us, b = one()
-        rtt.append(us)
-        bad += b
-        if i + 1 >= 5 and time.perf_counter() - t > max_secs:
-            break
-    return rtt, bad
 
 
 def main():

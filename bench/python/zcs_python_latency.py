@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 
-from benchcommon import emit, latency_row, parse_sizes
+from benchcommon import emit, latency_row, parse_sizes, run_rounds
 import benchcommon
 
 NAME = "zcs_python_latency"
@@ -128,22 +128,6 @@ class Producer:
         with torch.cuda.stream(self.stream):
             return self._roundtrip(lambda: self.send(t))
 
-
-def run_rounds(one, warmup, iters, max_secs):
-    t = time.perf_counter()
-    for _ in range(warmup):
-        one()
-        if time.perf_counter() - t > max_secs / 4:
-            break
-    rtt, bad = [], 0
-    t = time.perf_counter()
-    for i in range(iters):
-        us, b = one()
-        rtt.append(us)
-        bad += b
-        if i + 1 >= 5 and time.perf_counter() - t > max_secs:
-            break
-    return rtt, bad
 
 
 def main():
