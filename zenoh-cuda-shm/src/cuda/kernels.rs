@@ -9,7 +9,7 @@
 //! nvcc or NVRTC is needed anywhere. [`pattern_byte`] is the same function on the CPU,
 //! written independently, so a CPU check of bytes a kernel wrote checks the kernel too.
 
-use std::ffi::{CStr, c_void};
+use std::ffi::{CStr, CString, c_void};
 
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::{CUfunction, CUmodule};
@@ -45,7 +45,8 @@ pub fn check_pattern(buf: &[u8], start: u64, seed: u64) -> Option<(u64, u64)> {
     first.map(|f| (f, bad))
 }
 
-const PTX: &CStr = c"
+/// The byte-wise kernels: fill and check, one byte per thread and step.
+const PTX_BYTE_KERNELS: &str = "
 .version 7.0
 .target sm_70
 .address_size 64
@@ -147,257 +148,10 @@ CHECK_DONE:
 CHECK_RET:
     ret;
 }
+";
 
-// The same fill, 16 bytes per thread and step with one 16-byte store: dst is 16-byte
-// aligned and holds n16 * 16 bytes. Byte k of the vector is pattern(16 w + k), little
-// endian within each 32-bit word.
-.visible .entry zcs_fill16(.param .u64 p_dst, .param .u64 p_n16, .param .u64 p_seed)
-{
-    .reg .pred %p<3>;
-    .reg .b32 %r<24>;
-    .reg .b64 %rd<12>;
-    ld.param.u64 %rd1, [p_dst];
-    ld.param.u64 %rd2, [p_n16];
-    ld.param.u64 %rd3, [p_seed];
-    cvta.to.global.u64 %rd1, %rd1;
-    mov.u32 %r1, %ctaid.x;
-    mov.u32 %r2, %ntid.x;
-    mov.u32 %r3, %tid.x;
-    mov.u32 %r4, %nctaid.x;
-    mul.wide.u32 %rd4, %r1, %r2;
-    cvt.u64.u32 %rd5, %r3;
-    add.u64 %rd4, %rd4, %rd5;
-    mul.wide.u32 %rd6, %r4, %r2;
-    cvt.u32.u64 %r5, %rd3;
-    mul.lo.u32 %r5, %r5, 0x85ebca77;
-F16_LOOP:
-    setp.ge.u64 %p1, %rd4, %rd2;
-    @%p1 bra F16_DONE;
-    shl.b64 %rd7, %rd4, 4;
-    mov.u32 %r20, 0;
-    mov.u32 %r9, 0;
-    add.u64 %rd8, %rd7, 0;
-F16_W0:
-    cvt.u32.u64 %r6, %rd8;
-    shr.u64 %rd9, %rd8, 32;
-    cvt.u32.u64 %r7, %rd9;
-    mul.lo.u32 %r7, %r7, 0x27d4eb2f;
-    xor.b32 %r6, %r6, %r7;
-    mul.lo.u32 %r8, %r6, 0x9e3779b1;
-    add.u32 %r8, %r8, %r5;
-    shr.u32 %r8, %r8, 24;
-    xor.b32 %r8, %r8, %r6;
-    and.b32 %r8, %r8, 255;
-    shl.b32 %r10, %r9, 3;
-    shl.b32 %r8, %r8, %r10;
-    or.b32 %r20, %r20, %r8;
-    add.u64 %rd8, %rd8, 1;
-    add.u32 %r9, %r9, 1;
-    setp.lt.u32 %p2, %r9, 4;
-    @%p2 bra F16_W0;
-    mov.u32 %r21, 0;
-    mov.u32 %r9, 0;
-    add.u64 %rd8, %rd7, 4;
-F16_W1:
-    cvt.u32.u64 %r6, %rd8;
-    shr.u64 %rd9, %rd8, 32;
-    cvt.u32.u64 %r7, %rd9;
-    mul.lo.u32 %r7, %r7, 0x27d4eb2f;
-    xor.b32 %r6, %r6, %r7;
-    mul.lo.u32 %r8, %r6, 0x9e3779b1;
-    add.u32 %r8, %r8, %r5;
-    shr.u32 %r8, %r8, 24;
-    xor.b32 %r8, %r8, %r6;
-    and.b32 %r8, %r8, 255;
-    shl.b32 %r10, %r9, 3;
-    shl.b32 %r8, %r8, %r10;
-    or.b32 %r21, %r21, %r8;
-    add.u64 %rd8, %rd8, 1;
-    add.u32 %r9, %r9, 1;
-    setp.lt.u32 %p2, %r9, 4;
-    @%p2 bra F16_W1;
-    mov.u32 %r22, 0;
-    mov.u32 %r9, 0;
-    add.u64 %rd8, %rd7, 8;
-F16_W2:
-    cvt.u32.u64 %r6, %rd8;
-    shr.u64 %rd9, %rd8, 32;
-    cvt.u32.u64 %r7, %rd9;
-    mul.lo.u32 %r7, %r7, 0x27d4eb2f;
-    xor.b32 %r6, %r6, %r7;
-    mul.lo.u32 %r8, %r6, 0x9e3779b1;
-    add.u32 %r8, %r8, %r5;
-    shr.u32 %r8, %r8, 24;
-    xor.b32 %r8, %r8, %r6;
-    and.b32 %r8, %r8, 255;
-    shl.b32 %r10, %r9, 3;
-    shl.b32 %r8, %r8, %r10;
-    or.b32 %r22, %r22, %r8;
-    add.u64 %rd8, %rd8, 1;
-    add.u32 %r9, %r9, 1;
-    setp.lt.u32 %p2, %r9, 4;
-    @%p2 bra F16_W2;
-    mov.u32 %r23, 0;
-    mov.u32 %r9, 0;
-    add.u64 %rd8, %rd7, 12;
-F16_W3:
-    cvt.u32.u64 %r6, %rd8;
-    shr.u64 %rd9, %rd8, 32;
-    cvt.u32.u64 %r7, %rd9;
-    mul.lo.u32 %r7, %r7, 0x27d4eb2f;
-    xor.b32 %r6, %r6, %r7;
-    mul.lo.u32 %r8, %r6, 0x9e3779b1;
-    add.u32 %r8, %r8, %r5;
-    shr.u32 %r8, %r8, 24;
-    xor.b32 %r8, %r8, %r6;
-    and.b32 %r8, %r8, 255;
-    shl.b32 %r10, %r9, 3;
-    shl.b32 %r8, %r8, %r10;
-    or.b32 %r23, %r23, %r8;
-    add.u64 %rd8, %rd8, 1;
-    add.u32 %r9, %r9, 1;
-    setp.lt.u32 %p2, %r9, 4;
-    @%p2 bra F16_W3;
-    add.u64 %rd10, %rd1, %rd7;
-    st.global.v4.u32 [%rd10], {%r20, %r21, %r22, %r23};
-    add.u64 %rd4, %rd4, %rd6;
-    bra F16_LOOP;
-F16_DONE:
-    ret;
-}
-
-// The same check, 16 bytes per thread and step with one 16-byte load (src 16-byte
-// aligned, n16 * 16 bytes).
-.visible .entry zcs_check16(.param .u64 p_src, .param .u64 p_n16, .param .u64 p_seed, .param .u64 p_err)
-{
-    .reg .pred %p<4>;
-    .reg .b32 %r<24>;
-    .reg .b64 %rd<14>;
-    ld.param.u64 %rd11, [p_err];
-    cvta.to.global.u64 %rd11, %rd11;
-    ld.param.u64 %rd1, [p_src];
-    ld.param.u64 %rd2, [p_n16];
-    ld.param.u64 %rd3, [p_seed];
-    cvta.to.global.u64 %rd1, %rd1;
-    mov.u32 %r1, %ctaid.x;
-    mov.u32 %r2, %ntid.x;
-    mov.u32 %r3, %tid.x;
-    mov.u32 %r4, %nctaid.x;
-    mul.wide.u32 %rd4, %r1, %r2;
-    cvt.u64.u32 %rd5, %r3;
-    add.u64 %rd4, %rd4, %rd5;
-    mul.wide.u32 %rd6, %r4, %r2;
-    cvt.u32.u64 %r5, %rd3;
-    mul.lo.u32 %r5, %r5, 0x85ebca77;
-    mov.u32 %r12, 0;
-C16_LOOP:
-    setp.ge.u64 %p1, %rd4, %rd2;
-    @%p1 bra C16_DONE;
-    shl.b64 %rd7, %rd4, 4;
-    add.u64 %rd10, %rd1, %rd7;
-    ld.global.v4.u32 {%r20, %r21, %r22, %r23}, [%rd10];
-    mov.u32 %r9, 0;
-    add.u64 %rd8, %rd7, 0;
-C16_W0:
-    cvt.u32.u64 %r6, %rd8;
-    shr.u64 %rd9, %rd8, 32;
-    cvt.u32.u64 %r7, %rd9;
-    mul.lo.u32 %r7, %r7, 0x27d4eb2f;
-    xor.b32 %r6, %r6, %r7;
-    mul.lo.u32 %r8, %r6, 0x9e3779b1;
-    add.u32 %r8, %r8, %r5;
-    shr.u32 %r8, %r8, 24;
-    xor.b32 %r8, %r8, %r6;
-    and.b32 %r8, %r8, 255;
-    shl.b32 %r10, %r9, 3;
-    shr.u32 %r11, %r20, %r10;
-    and.b32 %r11, %r11, 255;
-    setp.ne.u32 %p3, %r11, %r8;
-    selp.u32 %r13, 1, 0, %p3;
-    add.u32 %r12, %r12, %r13;
-    add.u64 %rd8, %rd8, 1;
-    add.u32 %r9, %r9, 1;
-    setp.lt.u32 %p2, %r9, 4;
-    @%p2 bra C16_W0;
-    mov.u32 %r9, 0;
-    add.u64 %rd8, %rd7, 4;
-C16_W1:
-    cvt.u32.u64 %r6, %rd8;
-    shr.u64 %rd9, %rd8, 32;
-    cvt.u32.u64 %r7, %rd9;
-    mul.lo.u32 %r7, %r7, 0x27d4eb2f;
-    xor.b32 %r6, %r6, %r7;
-    mul.lo.u32 %r8, %r6, 0x9e3779b1;
-    add.u32 %r8, %r8, %r5;
-    shr.u32 %r8, %r8, 24;
-    xor.b32 %r8, %r8, %r6;
-    and.b32 %r8, %r8, 255;
-    shl.b32 %r10, %r9, 3;
-    shr.u32 %r11, %r21, %r10;
-    and.b32 %r11, %r11, 255;
-    setp.ne.u32 %p3, %r11, %r8;
-    selp.u32 %r13, 1, 0, %p3;
-    add.u32 %r12, %r12, %r13;
-    add.u64 %rd8, %rd8, 1;
-    add.u32 %r9, %r9, 1;
-    setp.lt.u32 %p2, %r9, 4;
-    @%p2 bra C16_W1;
-    mov.u32 %r9, 0;
-    add.u64 %rd8, %rd7, 8;
-C16_W2:
-    cvt.u32.u64 %r6, %rd8;
-    shr.u64 %rd9, %rd8, 32;
-    cvt.u32.u64 %r7, %rd9;
-    mul.lo.u32 %r7, %r7, 0x27d4eb2f;
-    xor.b32 %r6, %r6, %r7;
-    mul.lo.u32 %r8, %r6, 0x9e3779b1;
-    add.u32 %r8, %r8, %r5;
-    shr.u32 %r8, %r8, 24;
-    xor.b32 %r8, %r8, %r6;
-    and.b32 %r8, %r8, 255;
-    shl.b32 %r10, %r9, 3;
-    shr.u32 %r11, %r22, %r10;
-    and.b32 %r11, %r11, 255;
-    setp.ne.u32 %p3, %r11, %r8;
-    selp.u32 %r13, 1, 0, %p3;
-    add.u32 %r12, %r12, %r13;
-    add.u64 %rd8, %rd8, 1;
-    add.u32 %r9, %r9, 1;
-    setp.lt.u32 %p2, %r9, 4;
-    @%p2 bra C16_W2;
-    mov.u32 %r9, 0;
-    add.u64 %rd8, %rd7, 12;
-C16_W3:
-    cvt.u32.u64 %r6, %rd8;
-    shr.u64 %rd9, %rd8, 32;
-    cvt.u32.u64 %r7, %rd9;
-    mul.lo.u32 %r7, %r7, 0x27d4eb2f;
-    xor.b32 %r6, %r6, %r7;
-    mul.lo.u32 %r8, %r6, 0x9e3779b1;
-    add.u32 %r8, %r8, %r5;
-    shr.u32 %r8, %r8, 24;
-    xor.b32 %r8, %r8, %r6;
-    and.b32 %r8, %r8, 255;
-    shl.b32 %r10, %r9, 3;
-    shr.u32 %r11, %r23, %r10;
-    and.b32 %r11, %r11, 255;
-    setp.ne.u32 %p3, %r11, %r8;
-    selp.u32 %r13, 1, 0, %p3;
-    add.u32 %r12, %r12, %r13;
-    add.u64 %rd8, %rd8, 1;
-    add.u32 %r9, %r9, 1;
-    setp.lt.u32 %p2, %r9, 4;
-    @%p2 bra C16_W3;
-    add.u64 %rd4, %rd4, %rd6;
-    bra C16_LOOP;
-C16_DONE:
-    setp.eq.u32 %p1, %r12, 0;
-    @%p1 bra C16_RET;
-    atom.global.add.u32 %r14, [%rd11], %r12;
-C16_RET:
-    ret;
-}
-
+/// The spin kernel.
+const PTX_SPIN: &str = "
 // Busy-waits `ns` nanoseconds of GPU time (one thread suffices).
 .visible .entry zcs_spin(.param .u64 p_ns)
 {
@@ -413,6 +167,146 @@ SPIN_LOOP:
     ret;
 }
 ";
+
+/// Prologue shared by the 16-byte kernels: parameters (the buffer named `ptr`), the
+/// thread's first vector index (`%rd4`), the grid stride (`%rd6`) and the seed term
+/// (`%r5`).
+fn vector_prologue(ptr: &str) -> String {
+    format!(
+        "    ld.param.u64 %rd1, [{ptr}];
+    ld.param.u64 %rd2, [p_n16];
+    ld.param.u64 %rd3, [p_seed];
+    cvta.to.global.u64 %rd1, %rd1;
+    mov.u32 %r1, %ctaid.x;
+    mov.u32 %r2, %ntid.x;
+    mov.u32 %r3, %tid.x;
+    mov.u32 %r4, %nctaid.x;
+    mul.wide.u32 %rd4, %r1, %r2;
+    cvt.u64.u32 %rd5, %r3;
+    add.u64 %rd4, %rd4, %rd5;
+    mul.wide.u32 %rd6, %r4, %r2;
+    cvt.u32.u64 %r5, %rd3;
+    mul.lo.u32 %r5, %r5, 0x85ebca77;"
+    )
+}
+
+/// Word `k` (`%r20 + k`) of a 16-byte vector at pattern offset `%rd7`: built from the
+/// pattern (fill), or compared with it byte by byte, counting into `%r12` (check). PTX
+/// has no register arrays, so the four words are four copies of this block.
+fn vector_word(label: &str, k: usize, check: bool) -> String {
+    let w = format!("%r{}", 20 + k);
+    let mut out = String::new();
+    if !check {
+        out.push_str(&format!("    mov.u32 {w}, 0;\n"));
+    }
+    out.push_str(&format!(
+        "    mov.u32 %r9, 0;
+    add.u64 %rd8, %rd7, {off};
+{label}_W{k}:
+    cvt.u32.u64 %r6, %rd8;
+    shr.u64 %rd9, %rd8, 32;
+    cvt.u32.u64 %r7, %rd9;
+    mul.lo.u32 %r7, %r7, 0x27d4eb2f;
+    xor.b32 %r6, %r6, %r7;
+    mul.lo.u32 %r8, %r6, 0x9e3779b1;
+    add.u32 %r8, %r8, %r5;
+    shr.u32 %r8, %r8, 24;
+    xor.b32 %r8, %r8, %r6;
+    and.b32 %r8, %r8, 255;
+    shl.b32 %r10, %r9, 3;
+",
+        off = 4 * k
+    ));
+    if check {
+        out.push_str(&format!(
+            "    shr.u32 %r11, {w}, %r10;
+    and.b32 %r11, %r11, 255;
+    setp.ne.u32 %p3, %r11, %r8;
+    selp.u32 %r13, 1, 0, %p3;
+    add.u32 %r12, %r12, %r13;
+"
+        ));
+    } else {
+        out.push_str(&format!("    shl.b32 %r8, %r8, %r10;\n    or.b32 {w}, {w}, %r8;\n"));
+    }
+    out.push_str(&format!(
+        "    add.u64 %rd8, %rd8, 1;
+    add.u32 %r9, %r9, 1;
+    setp.lt.u32 %p2, %r9, 4;
+    @%p2 bra {label}_W{k};"
+    ));
+    out
+}
+
+/// The whole module: the byte kernels, the 16-byte fill and check (`zcs_fill16`,
+/// `zcs_check16`: 16 bytes per thread and step with one vector store or load; the
+/// buffer 16-byte aligned and `n16 * 16` bytes long; byte k of vector w is
+/// pattern(16 w + k), little endian within each 32-bit word), and the spin kernel.
+fn ptx() -> CString {
+    let words = |label: &str, check: bool| (0..4).map(|k| vector_word(label, k, check)).collect::<Vec<_>>().join("\n");
+    let fill16 = format!(
+        "
+// The same fill, 16 bytes per thread and step with one 16-byte store: dst is 16-byte
+// aligned and holds n16 * 16 bytes. Byte k of the vector is pattern(16 w + k), little
+// endian within each 32-bit word.
+.visible .entry zcs_fill16(.param .u64 p_dst, .param .u64 p_n16, .param .u64 p_seed)
+{{
+    .reg .pred %p<3>;
+    .reg .b32 %r<24>;
+    .reg .b64 %rd<12>;
+{prologue}
+F16_LOOP:
+    setp.ge.u64 %p1, %rd4, %rd2;
+    @%p1 bra F16_DONE;
+    shl.b64 %rd7, %rd4, 4;
+{words}
+    add.u64 %rd10, %rd1, %rd7;
+    st.global.v4.u32 [%rd10], {{%r20, %r21, %r22, %r23}};
+    add.u64 %rd4, %rd4, %rd6;
+    bra F16_LOOP;
+F16_DONE:
+    ret;
+}}
+",
+        prologue = vector_prologue("p_dst"),
+        words = words("F16", false)
+    );
+    let check16 = format!(
+        "
+// The same check, 16 bytes per thread and step with one 16-byte load (src 16-byte
+// aligned, n16 * 16 bytes).
+.visible .entry zcs_check16(.param .u64 p_src, .param .u64 p_n16, .param .u64 p_seed, .param .u64 p_err)
+{{
+    .reg .pred %p<4>;
+    .reg .b32 %r<24>;
+    .reg .b64 %rd<14>;
+    ld.param.u64 %rd11, [p_err];
+    cvta.to.global.u64 %rd11, %rd11;
+{prologue}
+    mov.u32 %r12, 0;
+C16_LOOP:
+    setp.ge.u64 %p1, %rd4, %rd2;
+    @%p1 bra C16_DONE;
+    shl.b64 %rd7, %rd4, 4;
+    add.u64 %rd10, %rd1, %rd7;
+    ld.global.v4.u32 {{%r20, %r21, %r22, %r23}}, [%rd10];
+{words}
+    add.u64 %rd4, %rd4, %rd6;
+    bra C16_LOOP;
+C16_DONE:
+    setp.eq.u32 %p1, %r12, 0;
+    @%p1 bra C16_RET;
+    atom.global.add.u32 %r14, [%rd11], %r12;
+C16_RET:
+    ret;
+}}
+",
+        prologue = vector_prologue("p_src"),
+        words = words("C16", true)
+    );
+    let text = [PTX_BYTE_KERNELS, &fill16, &check16, PTX_SPIN].concat();
+    CString::new(text).expect("the PTX text has no NUL byte")
+}
 
 /// The loaded kernels of this module (one `cuModuleLoadData` per instance).
 #[derive(Debug)]
@@ -453,7 +347,7 @@ impl Kernels {
     pub fn load(gpu: &Gpu) -> Result<Self, CudaError> {
         gpu.bind()?;
         // SAFETY: the context is current; the module is unloaded by `Drop`.
-        let module = unsafe { cu::module_load_ptx(PTX) }?;
+        let module = unsafe { cu::module_load_ptx(&ptx()) }?;
         // SAFETY: `module` is live (loaded above).
         let get = |name: &CStr| unsafe { cu::module_get_function(module, name) };
         let funcs = (|| {
@@ -588,6 +482,18 @@ impl Drop for Kernels {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn generated_ptx_has_each_kernel_once_and_unique_labels() {
+        let ptx = ptx().into_string().unwrap();
+        for name in ["zcs_fill", "zcs_check", "zcs_fill16", "zcs_check16", "zcs_spin"] {
+            assert_eq!(ptx.matches(&format!(".entry {name}(")).count(), 1, "{name}");
+        }
+        let labels: Vec<&str> = ptx.lines().filter_map(|l| l.strip_suffix(':')).collect();
+        let unique: std::collections::HashSet<_> = labels.iter().collect();
+        assert_eq!(unique.len(), labels.len(), "duplicate labels in {labels:?}");
+        assert_eq!(ptx.matches('{').count(), ptx.matches('}').count());
+    }
 
     #[test]
     fn pattern_depends_on_offset_and_seed() {
