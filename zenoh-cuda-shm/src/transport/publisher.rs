@@ -364,26 +364,28 @@ impl PublisherCore {
         let sh = &self.shared;
         let c = &sh.counters;
         let ts = now_ns();
-        let (seq, to_aware) = {
+        let (seq, to_aware, data, meta) = {
             let mut st = self.state();
             st.seq += 1;
             let seq = st.seq;
             let mut to_aware = st.aware_needs_bytes();
-            if !st.ready.is_empty() {
-                let inline =
-                    protocol::encode(&Reply::Inline { seq, timestamp_ns: ts, meta: meta.clone(), data: data.clone() });
-                let frame = if inline.len() <= crate::ipc::MAX_FRAME_BYTES {
-                    inline
-                } else {
+            if st.ready.is_empty() {
+                (seq, to_aware, data, meta)
+            } else {
+                // Encoded from the message itself, which is taken back for the bytes path.
+                let inline = Reply::Inline { seq, timestamp_ns: ts, meta, data };
+                let mut frame = protocol::encode(&inline);
+                let Reply::Inline { data, meta, .. } = inline else { unreachable!("built just above") };
+                if frame.len() > crate::ipc::MAX_FRAME_BYTES {
                     to_aware = true;
-                    protocol::encode(&Reply::ViaBytes { seq })
-                };
+                    frame = protocol::encode(&Reply::ViaBytes { seq });
+                }
                 let holders: Vec<u64> = st.ready.keys().copied().collect();
                 for h in holders {
                     st.push(h, &frame, c);
                 }
+                (seq, to_aware, data, meta)
             }
-            (seq, to_aware)
         };
         inc(&c.messages);
         inc(&c.inline);
@@ -422,7 +424,7 @@ impl PublisherCore {
                     meta: meta.clone(),
                 };
                 let descriptor = protocol::encode(&Reply::Block(d));
-                let via_bytes = protocol::encode(&Reply::ViaBytes { seq });
+                let via_bytes = || protocol::encode(&Reply::ViaBytes { seq });
                 let holders: Vec<u64> = st.ready.keys().copied().collect();
                 for h in holders {
                     match published.lease(HolderId::new(h)) {
@@ -437,7 +439,7 @@ impl PublisherCore {
                         Err(LeaseError::HolderLimit { .. }) => {
                             inc(&c.lease_limited);
                             aware_need_bytes = true;
-                            st.push(h, &via_bytes, c);
+                            st.push(h, &via_bytes(), c);
                         }
                         // Its connection is ending: nobody to serve or charge.
                         Err(LeaseError::Departed { .. }) => {}
