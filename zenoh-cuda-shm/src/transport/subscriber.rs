@@ -100,6 +100,8 @@ pub(crate) struct Link {
     publisher: u64,
     /// The first message routed over this link (`Reply::Ready`).
     first_seq: u64,
+    /// Its publisher's delivery order (shared with the publisher's entry).
+    order: Arc<Order>,
     cap_key: CapabilityKey,
     pub(crate) signals: Option<Arc<ReadySignals>>,
     /// Imported blocks by id, with the allocation serial they were imported for. A new
@@ -452,10 +454,15 @@ impl Drop for SubscriberCore {
                 tracing::debug!(error = %e, "leave not sent (publisher gone?)");
             }
         }
-        // Wake link threads waiting for bytes.
-        let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        for e in st.pubs.values() {
-            e.order.cv.notify_all();
+        // Wake link threads waiting for bytes, and drop bytes still waiting for their
+        // turn (each holds this subscriber's shared state).
+        let orders: Vec<Arc<Order>> = {
+            let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.pubs.values().map(|e| Arc::clone(&e.order)).collect()
+        };
+        for order in orders {
+            order.lock().inbox.clear();
+            order.cv.notify_all();
         }
     }
 }
@@ -573,23 +580,17 @@ fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str) {
         // handshake replaces it or the publisher's token vanishes, which evicts its
         // imports and, if the process died, releases streams waiting on its signals.
         link.alive.store(false, Ordering::Relaxed);
-        let order =
-            sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get(&link.publisher).map(|e| Arc::clone(&e.order));
-        let still_there = match order {
-            Some(order) => {
-                let mut o = order.lock();
-                let st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(e) = st.pubs.get(&link.publisher)
-                    && e.link.as_ref().is_some_and(|l| Arc::ptr_eq(l, &link))
-                {
-                    // From here on, bytes are delivered as they arrive.
-                    o.first_seq = None;
-                    o.switched = false;
-                    o.inbox.clear();
-                }
-                st.pubs.contains_key(&link.publisher)
+        let still_there = {
+            let mut o = link.order.lock();
+            let st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+            let entry = st.pubs.get(&link.publisher);
+            if entry.and_then(|e| e.link.as_ref()).is_some_and(|l| Arc::ptr_eq(l, &link)) {
+                // From here on, bytes are delivered as they arrive.
+                o.first_seq = None;
+                o.switched = false;
+                o.inbox.clear();
             }
-            None => false,
+            entry.is_some()
         };
         if sh.closed.load(Ordering::Relaxed) || !still_there || !matches!(end, LinkEnd::Dropped) {
             return;
@@ -612,11 +613,6 @@ enum LinkEnd {
 
 /// Receives and delivers what the publisher routes over the link, in order.
 fn run_link(sh: &Arc<Shared>, link: &Arc<Link>) -> LinkEnd {
-    let Some(order) =
-        sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get(&link.publisher).map(|e| Arc::clone(&e.order))
-    else {
-        return LinkEnd::Dropped;
-    };
     let mut backlog: VecDeque<Frame> = VecDeque::new();
     let mut leaving: Option<Instant> = None;
     loop {
@@ -648,7 +644,7 @@ fn run_link(sh: &Arc<Shared>, link: &Arc<Link>) -> LinkEnd {
         };
         match reply {
             Reply::Block(d) if leaving.is_some() => link.release(d.block),
-            Reply::Block(d) => on_block(sh, link, &order, &mut backlog, d),
+            Reply::Block(d) => on_block(sh, link, &mut backlog, d),
             Reply::Inline { .. } | Reply::ViaBytes { .. } if leaving.is_some() => {}
             Reply::Inline { seq, timestamp_ns, meta, data } => {
                 let info = SampleInfo {
@@ -660,9 +656,9 @@ fn run_link(sh: &Arc<Shared>, link: &Arc<Link>) -> LinkEnd {
                     meta,
                 };
                 let sample = GpuSample::new(info, Body::Bytes(data.into()), sh.medium.clone(), Arc::clone(sh));
-                deliver_routed(sh, link, &order, sample, Some(&sh.counters.inline));
+                deliver_routed(sh, link, sample, &sh.counters.inline);
             }
-            Reply::ViaBytes { seq } => on_via_bytes(sh, link, &order, seq),
+            Reply::ViaBytes { seq } => on_via_bytes(sh, link, seq),
             Reply::Left => return LinkEnd::Closed,
             other => {
                 inc(&sh.counters.bad_descriptors);
@@ -676,25 +672,24 @@ fn run_link(sh: &Arc<Shared>, link: &Arc<Link>) -> LinkEnd {
 
 /// Delivers a message routed over `link` (in its turn), unless it was delivered
 /// already; counts it in `counter`.
-fn deliver_routed(sh: &Shared, link: &Link, order: &Order, sample: GpuSample, counter: Option<&AtomicU64>) {
+fn deliver_routed(sh: &Shared, link: &Link, sample: GpuSample, counter: &AtomicU64) {
     let seq = sample.seq();
     {
-        let mut o = order.switch_over(order.lock(), link.first_seq);
+        let mut o = link.order.switch_over(link.order.lock(), link.first_seq);
         // The same message may also have come as bytes (for another subscriber).
         o.inbox.remove(&seq);
     }
     if sh.first_delivery(link.publisher, seq) {
-        if let Some(c) = counter {
-            inc(c);
-        }
+        inc(counter);
         sh.deliver(sample);
     }
 }
 
 /// Message `seq` comes as bytes through Zenoh: deliver it from the inbox, waiting up
 /// to `VIA_BYTES_WAIT` for it.
-fn on_via_bytes(sh: &Shared, link: &Link, order: &Order, seq: u64) {
+fn on_via_bytes(sh: &Shared, link: &Link, seq: u64) {
     let deadline = Instant::now() + VIA_BYTES_WAIT;
+    let order = &link.order;
     let mut o = order.switch_over(order.lock(), link.first_seq);
     let sample = loop {
         if let Some(s) = o.inbox.remove(&seq) {
@@ -818,10 +813,14 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<Arc<Link>, String> {
         Reply::Refused { reason } => return Err(format!("refused: {reason}")),
         other => return Err(format!("unexpected {other:?}")),
     };
+    // Lock order everywhere: an `Order` before the state, never the state first.
+    let order = sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get(&publisher).map(|e| Arc::clone(&e.order));
+    let order = order.ok_or("publisher vanished during the handshake")?;
     let link = Arc::new(Link {
         conn,
         publisher,
         first_seq,
+        order: Arc::clone(&order),
         cap_key: CapabilityKey::from_bytes(cap_key),
         signals: link_signals,
         cache: Mutex::new(HashMap::new()),
@@ -831,9 +830,6 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<Arc<Link>, String> {
         unready: Mutex::new(std::collections::HashSet::new()),
         release_stream,
     });
-    // Lock order everywhere: an `Order` before the state, never the state first.
-    let order = sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get(&publisher).map(|e| Arc::clone(&e.order));
-    let order = order.ok_or("publisher vanished during the handshake")?;
     let mut o = order.lock();
     o.first_seq = Some(first_seq);
     o.switched = false;
@@ -951,7 +947,7 @@ fn on_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
 }
 
 /// A block routed to us: verify, import on first sight, deliver in its turn.
-fn on_block(sh: &Arc<Shared>, link: &Arc<Link>, order: &Order, backlog: &mut VecDeque<Frame>, d: Descriptor) {
+fn on_block(sh: &Arc<Shared>, link: &Arc<Link>, backlog: &mut VecDeque<Frame>, d: Descriptor) {
     let bad = |what: &str, detail: &dyn std::fmt::Display| {
         inc(&sh.counters.bad_descriptors);
         sh.bad_input.warn(what, detail);
@@ -998,7 +994,7 @@ fn on_block(sh: &Arc<Shared>, link: &Arc<Link>, order: &Order, backlog: &mut Vec
     // A duplicate is dropped at once, which releases its lease.
     let zc = ZeroCopy::new(imported, d.block, d.offset as usize, d.len as usize, Arc::clone(link), Arc::clone(sh));
     let sample = GpuSample::new(info, Body::ZeroCopy(zc), sh.medium.clone(), Arc::clone(sh));
-    deliver_routed(sh, link, order, sample, Some(&sh.counters.zero_copy));
+    deliver_routed(sh, link, sample, &sh.counters.zero_copy);
 }
 
 fn import(sh: &Shared, link: &Link, backlog: &mut VecDeque<Frame>, d: &Descriptor) -> Result<Imported, String> {
