@@ -25,7 +25,7 @@ import json
 import os
 import threading
 import traceback
-from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _native
 from ._native import ClosedError, Loan, LoanError, Sample, ZcsError, dtype_names, init_logging
@@ -93,7 +93,28 @@ def _dtype_name(dtype: Any) -> str:
     raise TypeError(f"cannot read a dtype from {dtype!r}")
 
 
-class Session:
+_W = TypeVar("_W", bound="_Native")
+
+
+class _Native:
+    """What the wrappers share: a context manager that closes, and the native repr."""
+
+    _native: Any
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _W) -> _W:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return repr(self._native)
+
+
+class Session(_Native):
     """A Zenoh session with a GPU (or host-memory) block provider. Close it (or use it
     as a context manager) to undeclare everything it declared."""
 
@@ -154,17 +175,9 @@ class Session:
         """The Zenoh session id."""
         return self._native.zid
 
-    def __enter__(self) -> "Session":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return repr(self._native)
 
 
-class Publisher:
+class Publisher(_Native):
     """Publishes on one key: zero-copy to subscribers on the same host and GPU, bytes to
     everyone else."""
 
@@ -244,17 +257,9 @@ class Publisher:
         """Whether a subscriber needs bytes (each put then copies the payload once)."""
         return self._native.plain_subscribers
 
-    def __enter__(self) -> "Publisher":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return repr(self._native)
 
 
-class Subscriber:
+class Subscriber(_Native):
     """Receives samples: :meth:`recv`, iteration, async iteration, or a callback (one
     way per subscriber: samples go to whichever receive asks first)."""
 
@@ -362,11 +367,3 @@ class Subscriber:
         """The subscriber's counters (per path, imports, handshakes, …)."""
         return json.loads(self._native._stats_json())
 
-    def __enter__(self) -> "Subscriber":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return repr(self._native)
