@@ -19,7 +19,7 @@ use zenoh_cuda_shm::cuda::kernels::check_pattern;
 use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, ImportedBlock, Kernels, Stream, sys};
 use zenoh_cuda_shm::host::{open_fd_count, thread_count};
 use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
-use zenoh_cuda_shm::pool::{BlockKey, CudaBackend, HolderId, Pool, PoolConfig};
+use zenoh_cuda_shm::pool::{BlockKey, BlockMemory, CudaBackend, HolderId, Pool, PoolConfig};
 use zenoh_cuda_shm::signal::{ReadGuard, ReadySignals, WriteGuard};
 
 const MIB: usize = 1 << 20;

@@ -1168,8 +1168,14 @@ fn hostile_publisher(x: &Target) -> u64 {
     let probe = zenoh_cuda_shm::host::HostBlock::create(c"hostile-probe", 4096).expect("probe memfd");
     // SAFETY: 4096 bytes, mapped read-write, not yet shared.
     unsafe { (probe.as_ptr() as *mut u64).write(probe_token) };
-    let welcome =
-        Reply::Welcome { publisher: instance, holder: 1, capability_key: [7; 16], probe_size: 4096, probe_token };
+    let welcome = Reply::Welcome {
+        publisher: instance,
+        holder: 1,
+        capability_key: [7; 16],
+        probe_size: 4096,
+        probe_token,
+        provider: None,
+    };
     conn.send(&protocol::encode(&welcome), &[probe.fd()]).expect("send welcome");
     let ack = protocol::decode::<Request>("ack", &conn.recv(IO).expect("ack").bytes).expect("decode ack");
     assert_eq!(ack, Request::Ack { token: Some(probe_token), error: None });
@@ -1185,10 +1191,11 @@ fn hostile_publisher(x: &Target) -> u64 {
         len: MIB as u64,
         timestamp_ns: 1,
         meta: None,
+        lent: None,
     };
     let out_of_bounds = Descriptor { publisher: instance, offset: u64::MAX - 3, len: 16, ..forged.clone() };
     let mut future = protocol::encode(&Reply::Block(forged.clone()));
-    future[0] = 2;
+    future[0] = protocol::VERSION + 1;
     for frame in [protocol::encode(&Reply::Block(forged)), protocol::encode(&Reply::Block(out_of_bounds)), future] {
         conn.send(&frame, &[]).expect("send a hostile frame");
     }

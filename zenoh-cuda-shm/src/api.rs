@@ -24,11 +24,12 @@ use std::future::{IntoFuture, Ready, ready};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{DeviceChoice, ZcsConfig};
+use crate::config::{DeviceChoice, ProviderMode, ZcsConfig};
 use crate::cuda::{Gpu, ProbeError, Stream, sys};
 use crate::ipc::{AccessPolicy, SocketName};
 use crate::pool::{BackendKind, CudaBackend, HostBackend, Loan, LoanError, Pool, PoolStats};
 use crate::protocol::Group;
+use crate::provider::{DeviceLender, ProviderClient};
 use crate::sample::GpuSample;
 use crate::signal::{ReadySignals, SignalError, WriteGuard};
 use crate::transport::medium::{PubMedium, PublishedAny};
@@ -51,6 +52,9 @@ pub enum OpenError {
     /// The socket directory cannot be used.
     #[error("socket directory")]
     SocketDir(#[from] crate::ipc::RuntimeDirError),
+    /// `provider: required` was configured and no host provider could be used.
+    #[error("no host provider: {0}")]
+    NoProvider(String),
 }
 
 struct SessionInner {
@@ -59,6 +63,11 @@ struct SessionInner {
     gpu: Option<Gpu>,
     group: Group,
     why_host: Option<String>,
+    /// Providers reached by this session; `provider` is the one its publishers borrow
+    /// from (found at open), if any.
+    providers: Arc<crate::provider::Providers>,
+    provider: Option<Arc<ProviderClient>>,
+    why_no_provider: Option<String>,
 }
 
 /// A Zenoh session with a GPU (or host-memory) block provider. Cheap to clone.
@@ -109,7 +118,43 @@ impl OpenBuilder {
             (None, Some(why)) => tracing::info!(why = %why, "zenoh-cuda-shm: no GPU path, using host memory blocks"),
             (None, None) => {}
         }
-        Ok(GpuSession(Arc::new(SessionInner { zenoh, cfg, gpu, group: Group { boot_id, device }, why_host })))
+        let providers = Arc::new(crate::provider::Providers::new(rand::random::<u64>() | 1));
+        let (provider, why_no_provider) = match cfg.provider {
+            ProviderMode::Off => (None, Some("provider: off was configured".to_owned())),
+            ProviderMode::Auto | ProviderMode::Required => {
+                let timeout = Duration::from_millis(cfg.provider_discovery_ms);
+                let found = ProviderClient::discover(&zenoh, &boot_id, timeout)
+                    .ok_or_else(|| "no host provider announced on this host".to_owned())
+                    .and_then(|r| {
+                        providers.get(&r, Duration::from_millis(cfg.handshake_timeout_ms)).map_err(|e| e.to_string())
+                    })
+                    .and_then(|c| match c.devices().contains(&device) {
+                        true => Ok(c),
+                        false => Err(format!("the host provider does not lend {device} blocks")),
+                    });
+                match found {
+                    Ok(c) => {
+                        tracing::info!(provider = ?c.provider(), "zenoh-cuda-shm: blocks lent by the host provider");
+                        (Some(c), None)
+                    }
+                    Err(why) if cfg.provider == ProviderMode::Required => return Err(OpenError::NoProvider(why)),
+                    Err(why) => {
+                        tracing::debug!(why = %why, "zenoh-cuda-shm: no host provider, blocks allocated in this process");
+                        (None, Some(why))
+                    }
+                }
+            }
+        };
+        Ok(GpuSession(Arc::new(SessionInner {
+            zenoh,
+            cfg,
+            gpu,
+            group: Group { boot_id, device },
+            why_host,
+            providers,
+            provider,
+            why_no_provider,
+        })))
     }
 }
 
@@ -130,6 +175,16 @@ impl GpuSession {
     /// Wraps an open Zenoh session.
     pub fn from_zenoh(session: zenoh::Session, config: ZcsConfig) -> OpenBuilder {
         OpenBuilder { zenoh: Err(session), cfg: config }
+    }
+
+    /// The host provider this session's publishers borrow blocks from, if any.
+    pub fn provider(&self) -> Option<&crate::protocol::ProviderRef> {
+        self.0.provider.as_ref().map(|c| c.provider())
+    }
+
+    /// Why blocks are allocated in this process rather than lent by a provider.
+    pub fn no_provider_reason(&self) -> Option<&str> {
+        self.0.why_no_provider.as_deref()
     }
 
     /// The Zenoh session.
@@ -180,6 +235,9 @@ impl GpuSession {
             gpu: s.gpu.clone(),
             group: s.group.clone(),
             why_host: s.why_host.clone(),
+            providers: Arc::clone(&s.providers),
+            provider: s.provider.clone(),
+            why_no_provider: s.why_no_provider.clone(),
         }))
     }
 }
@@ -195,10 +253,20 @@ impl PublisherBuilder {
     /// Declares the publisher (blocking).
     pub fn wait(self) -> Result<GpuPublisher, DeclareError> {
         let s = &self.session.0;
+        let lender = s.provider.as_ref().map(|c| -> Arc<dyn crate::pool::Lender> {
+            let timeout = Duration::from_millis(s.cfg.pool.loan_timeout_ms);
+            Arc::new(DeviceLender::new(Arc::clone(c), s.group.device.clone(), timeout))
+        });
         let medium = match &s.gpu {
             Some(gpu) => PubMedium::Cuda {
                 gpu: gpu.clone(),
-                pool: Pool::new(CudaBackend::new(gpu.clone()), s.cfg.pool.clone())?,
+                pool: Pool::new(
+                    match &lender {
+                        Some(l) => CudaBackend::lent_by(gpu.clone(), Arc::clone(l)),
+                        None => CudaBackend::new(gpu.clone()),
+                    },
+                    s.cfg.pool.clone(),
+                )?,
                 signals: {
                     let signals = ReadySignals::create(gpu)?;
                     // One ready slot per block id: more blocks than slots cannot be signalled.
@@ -213,7 +281,15 @@ impl PublisherBuilder {
                 // Idle staging kept: enough for a few 4K RGBA frames.
                 staging: crate::cuda::pinned::PinnedPool::new(gpu, 256 << 20),
             },
-            None => PubMedium::Host { pool: Pool::new(HostBackend::default(), s.cfg.pool.clone())? },
+            None => PubMedium::Host {
+                pool: Pool::new(
+                    match &lender {
+                        Some(l) => HostBackend::default().lent_by(Arc::clone(l)),
+                        None => HostBackend::default(),
+                    },
+                    s.cfg.pool.clone(),
+                )?,
+            },
         };
         let stream = match &s.gpu {
             Some(gpu) => Some(gpu.new_stream().map_err(SignalError::from)?),
@@ -236,6 +312,7 @@ impl PublisherBuilder {
             policy,
             Duration::from_millis(s.cfg.handshake_timeout_ms),
             s.cfg.congestion,
+            s.provider.as_ref().map(|c| c.provider().clone()),
         )?;
         Ok(GpuPublisher { core, stream, inline_threshold: s.cfg.inline_threshold })
     }
@@ -595,6 +672,7 @@ impl<H> SubscriberBuilder<H> {
             s.cfg.plain_listen,
             Duration::from_millis(s.cfg.handshake_timeout_ms),
             deliver,
+            Arc::clone(&s.providers),
         )
     }
 }

@@ -58,6 +58,20 @@ pub enum Congestion {
     Drop,
 }
 
+/// Whether a session borrows blocks from the host provider (`crate::provider`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderMode {
+    /// Use the host's provider if one answers within `provider_discovery_ms`; otherwise
+    /// this process's own pools (default).
+    #[default]
+    Auto,
+    /// Always this process's own pools.
+    Off,
+    /// Fail to open without a provider.
+    Required,
+}
+
 /// Session configuration. Every field is optional in the file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -83,6 +97,11 @@ pub struct ZcsConfig {
     /// Congestion control of the bytes channels (default `block`). Descriptors always
     /// block: a dropped descriptor would keep its leases until the connection ends.
     pub congestion: Congestion,
+    /// Whether publishers borrow blocks from the host provider (default `auto`).
+    pub provider: ProviderMode,
+    /// How long opening a session looks for a provider (default 300 ms; only with
+    /// `provider` `auto` or `required`).
+    pub provider_discovery_ms: u64,
 }
 
 impl Default for ZcsConfig {
@@ -97,6 +116,8 @@ impl Default for ZcsConfig {
             allowed_uids: Vec::new(),
             plain_listen: PlainListen::Auto,
             congestion: Congestion::Block,
+            provider: ProviderMode::Auto,
+            provider_discovery_ms: 300,
         }
     }
 }
@@ -163,6 +184,20 @@ impl ZcsConfig {
                 why: "expected a byte count",
             })?;
         }
+        if let Ok(v) = std::env::var("ZCS_PROVIDER") {
+            self.provider = match v.as_str() {
+                "auto" => ProviderMode::Auto,
+                "off" => ProviderMode::Off,
+                "required" => ProviderMode::Required,
+                _ => {
+                    return Err(ConfigError::Env {
+                        var: "ZCS_PROVIDER",
+                        value: v,
+                        why: "expected auto, off or required",
+                    });
+                }
+            };
+        }
         if let Ok(v) = std::env::var("ZCS_SOCKET_DIR") {
             self.socket_dir = Some(v.into());
         }
@@ -184,9 +219,14 @@ mod tests {
 
     #[test]
     fn unknown_fields_and_bad_values_are_refused() {
-        for bad in
-            ["{ devise: 'host' }", "{ device: 'tpu' }", "{ pool: { max_bites: 1 } }", "{ inline_threshold: -1 }", "[1]"]
-        {
+        for bad in [
+            "{ devise: 'host' }",
+            "{ device: 'tpu' }",
+            "{ provider: 'maybe' }",
+            "{ pool: { max_bites: 1 } }",
+            "{ inline_threshold: -1 }",
+            "[1]",
+        ] {
             assert!(ZcsConfig::from_json5(bad).is_err(), "{bad}");
         }
     }

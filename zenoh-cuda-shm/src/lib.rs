@@ -27,6 +27,7 @@ pub mod host;
 pub mod ipc;
 pub mod pool;
 pub mod protocol;
+pub mod provider;
 #[cfg(feature = "ros2")]
 pub mod ros2;
 pub mod sample;

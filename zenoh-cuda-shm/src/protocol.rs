@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::pool::BlockKey;
 
 /// Protocol version carried first in every descriptor, header and control frame.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 
 /// Root of our liveliness tokens (verbatim chunk: `**` never matches it).
 pub const TOKEN_ROOT: &str = "@zcs/v1";
@@ -156,6 +156,9 @@ pub struct Descriptor {
     pub timestamp_ns: u64,
     /// Typed metadata.
     pub meta: Meta,
+    /// The provider's loan id when the block is lent by the host's provider: its FD is
+    /// then opened there ([`ProviderRequest::Open`]), not asked of the publisher.
+    pub lent: Option<u64>,
 }
 
 /// Header attached to bytes we publish (on the plain key and on `<key>/@zcs/b`).
@@ -229,6 +232,9 @@ pub enum Reply {
         probe_size: u64,
         /// Token written into the probe memfd (host backend).
         probe_token: u64,
+        /// The host provider this publisher borrows blocks from, if any: a subscriber
+        /// opens lent blocks there, so it must reach it to be GPU-ready.
+        provider: Option<ProviderRef>,
     },
     /// The handshake failed.
     Refused {
@@ -279,6 +285,124 @@ pub enum Reply {
         block: BlockKey,
         /// Why.
         reason: String,
+    },
+}
+
+/// Names a host provider: its random id and its socket (as
+/// [`crate::ipc::SocketName::to_key_chunk`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProviderRef {
+    /// The provider's random instance id.
+    pub id: u64,
+    /// Its socket.
+    pub socket: String,
+}
+
+/// A provider's liveliness token: `@zcs/v1/provider/<boot_id>/<id-hex>/<socket-chunk>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderToken {
+    /// The kernel it serves (`boot_id`).
+    pub boot_id: String,
+    /// Id and socket.
+    pub provider: ProviderRef,
+}
+
+impl ProviderToken {
+    /// Encodes the token's key expression.
+    pub fn to_key(&self) -> String {
+        format!("{TOKEN_ROOT}/provider/{}/{:016x}/{}", self.boot_id, self.provider.id, self.provider.socket)
+    }
+
+    /// Key expression matching every provider token of one kernel.
+    pub fn selector(boot_id: &str) -> String {
+        format!("{TOKEN_ROOT}/provider/{boot_id}/*/*")
+    }
+
+    /// Parses a provider token; `None` for anything malformed.
+    pub fn parse(ke: &str) -> Option<Self> {
+        let rest = ke.strip_prefix(TOKEN_ROOT)?.strip_prefix("/provider/")?;
+        let parts: Vec<&str> = rest.split('/').collect();
+        if parts.len() != 3 || !parts.iter().all(|p| valid_chunk(p)) || parts[1].len() > 16 {
+            return None;
+        }
+        let id = u64::from_str_radix(parts[1], 16).ok()?;
+        Some(Self { boot_id: parts[0].to_owned(), provider: ProviderRef { id, socket: parts[2].to_owned() } })
+    }
+}
+
+/// Requests to the host provider (client → provider). `Borrow` and `Open` are answered
+/// with the request's `tag`; `Return` and `Close` are not answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProviderRequest {
+    /// First message on a connection.
+    Hello {
+        /// The client's random id (its session).
+        client: u64,
+        /// The program name, for the registry.
+        program: String,
+    },
+    /// Lend me a block of `size` bytes on `device` (a [`Group`] device chunk).
+    Borrow {
+        /// Echoed in the answer.
+        tag: u64,
+        /// `cuda-<uuid>` or `host`.
+        device: String,
+        /// Bytes; rounded up to the provider's size class.
+        size: u64,
+    },
+    /// I no longer use this loan (the borrower only).
+    Return {
+        /// The loan id.
+        loan: u64,
+    },
+    /// The FD of a lent block, named by its loan id in a descriptor.
+    Open {
+        /// Echoed in the answer.
+        tag: u64,
+        /// The loan id.
+        loan: u64,
+    },
+    /// I no longer map these loans' blocks.
+    Close {
+        /// Loan ids.
+        loans: Vec<u64>,
+    },
+}
+
+/// Answers of the host provider (provider → client).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProviderReply {
+    /// Answer to `Hello`.
+    Welcome {
+        /// The provider's id.
+        provider: u64,
+        /// The devices it lends blocks of.
+        devices: Vec<String>,
+    },
+    /// Answer to `Borrow`: the block's FD follows.
+    Lent {
+        /// The request's tag.
+        tag: u64,
+        /// The loan id: names the block in descriptors; unguessable.
+        loan: u64,
+        /// The block's size.
+        size: u64,
+    },
+    /// Answer to `Open`: the block's FD follows.
+    Opened {
+        /// The request's tag.
+        tag: u64,
+        /// The block's size.
+        size: u64,
+    },
+    /// A `Borrow` or `Open` was refused.
+    Refused {
+        /// The request's tag.
+        tag: u64,
+        /// Why.
+        reason: String,
+        /// True when retrying cannot help (unknown device, unknown loan).
+        permanent: bool,
     },
 }
 
@@ -401,6 +525,7 @@ mod tests {
             len: 6,
             timestamp_ns: 7,
             meta: Some(vec![1, 2, 3]),
+            lent: Some(9),
         };
         let bytes = encode(&d);
         assert_eq!(decode::<Descriptor>("descriptor", &bytes), Ok(d.clone()));
@@ -414,8 +539,8 @@ mod tests {
             assert_eq!(decode::<Reply>("reply", &encode(&r)), Ok(r));
         }
         let mut future = bytes.clone();
-        future[0] = 2;
-        assert_eq!(decode::<Descriptor>("descriptor", &future), Err(DecodeError::Version { found: 2 }));
+        future[0] = VERSION + 1;
+        assert_eq!(decode::<Descriptor>("descriptor", &future), Err(DecodeError::Version { found: VERSION + 1 }));
         assert_eq!(decode::<Descriptor>("descriptor", &[]), Err(DecodeError::Empty));
         for cut in 1..bytes.len() {
             assert!(decode::<Descriptor>("descriptor", &bytes[..cut]).is_err(), "truncated at {cut}");
@@ -423,6 +548,33 @@ mod tests {
         let mut long = bytes.clone();
         long.push(0);
         assert!(matches!(decode::<Descriptor>("descriptor", &long), Err(DecodeError::Malformed { .. })));
+    }
+
+    #[test]
+    fn provider_tokens_and_messages_round_trip() {
+        let t = ProviderToken {
+            boot_id: "0123abcd-ef".into(),
+            provider: ProviderRef { id: 0xfeed, socket: "aabcdef".into() },
+        };
+        assert_eq!(t.to_key(), "@zcs/v1/provider/0123abcd-ef/000000000000feed/aabcdef");
+        assert_eq!(ProviderToken::parse(&t.to_key()), Some(t));
+        for bad in [
+            "@zcs/v1/provider/b/00ff",
+            "@zcs/v1/provider/b/00ff/s/x",
+            "@zcs/v1/provider/b/zz/s",
+            "@zcs/v1/provider/b/00000000000000001/s",
+            "@zcs/v1/provider/b//s",
+            "@zcs/v1/pub/b/00ff/s",
+        ] {
+            assert_eq!(ProviderToken::parse(bad), None, "{bad}");
+        }
+        let r = ProviderRequest::Borrow { tag: 1, device: "host".into(), size: 2 << 20 };
+        assert_eq!(decode::<ProviderRequest>("provider request", &encode(&r)), Ok(r));
+        let a = ProviderReply::Refused { tag: 1, reason: "no".into(), permanent: true };
+        let mut bytes = encode(&a);
+        assert_eq!(decode::<ProviderReply>("provider reply", &bytes), Ok(a));
+        bytes.push(0);
+        assert!(decode::<ProviderReply>("provider reply", &bytes).is_err());
     }
 
     #[test]

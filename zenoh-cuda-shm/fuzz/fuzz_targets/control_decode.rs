@@ -1,12 +1,13 @@
 //! Fuzzes the control protocol's message decoders: `Request` (what a publisher reads
-//! from any same-uid process that connects) and `Reply` (what a subscriber reads from a
-//! publisher). The first input byte picks the direction. Whatever decodes must
+//! from any same-uid process that connects), `Reply` (what a subscriber reads from a
+//! publisher), and the host provider's `ProviderRequest` / `ProviderReply`. The first
+//! input byte picks the decoder. Whatever decodes must
 //! re-encode and decode to the same value and fit in one control frame.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use zenoh_cuda_shm::ipc::MAX_FRAME_BYTES;
-use zenoh_cuda_shm::protocol::{self, Reply, Request};
+use zenoh_cuda_shm::protocol::{self, ProviderReply, ProviderRequest, Reply, Request};
 
 fn roundtrip<T>(what: &'static str, bytes: &[u8])
 where
@@ -21,9 +22,10 @@ where
 
 fuzz_target!(|input: &[u8]| {
     let Some((&pick, bytes)) = input.split_first() else { return };
-    if pick & 1 == 0 {
-        roundtrip::<Request>("control request", bytes);
-    } else {
-        roundtrip::<Reply>("control reply", bytes);
+    match pick & 3 {
+        0 => roundtrip::<Request>("control request", bytes),
+        1 => roundtrip::<Reply>("control reply", bytes),
+        2 => roundtrip::<ProviderRequest>("provider request", bytes),
+        _ => roundtrip::<ProviderReply>("provider reply", bytes),
     }
 });

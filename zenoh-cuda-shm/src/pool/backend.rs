@@ -6,9 +6,10 @@
 //! the pool is exercised without a GPU.
 
 use std::ffi::CString;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 
-use crate::cuda::{CudaError, DeviceBlock, Gpu};
+use crate::cuda::{CudaError, DeviceBlock, Gpu, ImportedBlock, VmmMapping};
 use crate::host::HostBlock;
 
 /// Which kind of memory a pool holds.
@@ -51,6 +52,108 @@ pub enum AllocError {
         #[source]
         source: std::io::Error,
     },
+    /// The host provider refused to lend a block (its caps), or its block could not be
+    /// mapped here.
+    #[error("the host provider could not lend {size} bytes: {reason}")]
+    Lent {
+        /// Bytes asked for.
+        size: usize,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A block lent by a [`Lender`]: its id there, its FD, its size.
+#[derive(Debug)]
+pub struct Borrowed {
+    /// The loan id (what descriptors name).
+    pub loan: u64,
+    /// The block's FD.
+    pub fd: OwnedFd,
+    /// The block's size.
+    pub size: usize,
+}
+
+/// Why a [`Lender`] did not lend.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{reason}")]
+pub struct BorrowError {
+    /// The lender is gone (or cannot serve this device): allocate locally instead.
+    pub unavailable: bool,
+    /// Why.
+    pub reason: String,
+}
+
+/// Where a backend borrows blocks instead of allocating them: the host provider
+/// (`crate::provider`). The pool above does not see the difference: a lent block is
+/// loaned, leased, recycled and trimmed like an owned one, and given back when the pool
+/// drops it.
+pub trait Lender: Send + Sync + 'static {
+    /// Borrows a block of `size` bytes (a multiple of the granularity).
+    fn borrow(&self, size: usize) -> Result<Borrowed, BorrowError>;
+    /// Gives a loan back. Must not block for long or panic (called from `Drop`).
+    fn give_back(&self, loan: u64);
+}
+
+/// Memory lent by a [`Lender`], mapped here; given back once unmapped.
+pub struct LentMemory<M> {
+    // Fields drop in this order: the mapping, our FD, then the loan is given back, so
+    // the lender never sees a block back that its borrower still maps.
+    mem: M,
+    fd: OwnedFd,
+    loan: LoanGuard,
+}
+
+struct LoanGuard {
+    loan: u64,
+    lender: Arc<dyn Lender>,
+}
+
+impl Drop for LoanGuard {
+    fn drop(&mut self) {
+        self.lender.give_back(self.loan);
+    }
+}
+
+impl<M> std::fmt::Debug for LentMemory<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LentMemory").field("loan", &self.loan.loan).finish_non_exhaustive()
+    }
+}
+
+/// What a lent mapping offers (an imported VMM mapping, or a mapped memfd).
+pub trait MappedMemory: Send + Sync + 'static {
+    /// Address of the first byte in this process.
+    fn addr(&self) -> u64;
+    /// Size in bytes.
+    fn size(&self) -> usize;
+}
+
+impl MappedMemory for ImportedBlock {
+    fn addr(&self) -> u64 {
+        self.device_ptr()
+    }
+    fn size(&self) -> usize {
+        ImportedBlock::size(self)
+    }
+}
+
+impl MappedMemory for HostBlock {
+    fn addr(&self) -> u64 {
+        self.as_ptr() as u64
+    }
+    fn size(&self) -> usize {
+        HostBlock::size(self)
+    }
+}
+
+/// A block a pool can lend: allocated here, or borrowed from the host provider.
+#[derive(Debug)]
+pub enum Sourced<O, L> {
+    /// Allocated by this process.
+    Owned(O),
+    /// Lent by the host provider.
+    Lent(LentMemory<L>),
 }
 
 /// One allocation a pool can lend: an address in this process and an FD for peers.
@@ -61,6 +164,83 @@ pub trait BlockMemory: Send + Sync + 'static {
     fn size(&self) -> usize;
     /// The exported descriptor, to send to peers with `SCM_RIGHTS`.
     fn fd(&self) -> BorrowedFd<'_>;
+    /// The provider's loan id when the block is lent by the host provider.
+    fn lent(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl<O: BlockMemory, L: MappedMemory> BlockMemory for Sourced<O, L> {
+    fn addr(&self) -> u64 {
+        match self {
+            Self::Owned(o) => o.addr(),
+            Self::Lent(l) => l.mem.addr(),
+        }
+    }
+    fn size(&self) -> usize {
+        match self {
+            Self::Owned(o) => o.size(),
+            Self::Lent(l) => l.mem.size(),
+        }
+    }
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Self::Owned(o) => o.fd(),
+            Self::Lent(l) => l.fd.as_fd(),
+        }
+    }
+    fn lent(&self) -> Option<u64> {
+        match self {
+            Self::Owned(_) => None,
+            Self::Lent(l) => Some(l.loan.loan),
+        }
+    }
+}
+
+impl Sourced<DeviceBlock, ImportedBlock> {
+    /// The block's mapping in this process.
+    pub fn mapping(&self) -> &VmmMapping {
+        match self {
+            Self::Owned(o) => o.mapping(),
+            Self::Lent(l) => l.mem.mapping(),
+        }
+    }
+}
+
+impl Sourced<HostBlock, HostBlock> {
+    /// The mapped block.
+    pub fn block(&self) -> &HostBlock {
+        match self {
+            Self::Owned(o) => o,
+            Self::Lent(l) => &l.mem,
+        }
+    }
+}
+
+/// Borrows from `lender` if there is one; a lender that is gone means allocating here.
+fn borrow_or_allocate<O, L>(
+    lender: Option<&Arc<dyn Lender>>,
+    size: usize,
+    map: impl FnOnce(OwnedFd, usize) -> Result<L, String>,
+    allocate: impl FnOnce() -> Result<O, AllocError>,
+) -> Result<Sourced<O, L>, AllocError> {
+    let Some(lender) = lender else { return allocate().map(Sourced::Owned) };
+    match lender.borrow(size) {
+        Ok(b) => {
+            let loan = LoanGuard { loan: b.loan, lender: Arc::clone(lender) };
+            if b.size != size {
+                return Err(AllocError::Lent { size, reason: format!("lent a block of {} bytes", b.size) });
+            }
+            let fd = b.fd.try_clone().map_err(|e| AllocError::Lent { size, reason: e.to_string() })?;
+            let mem = map(b.fd, size).map_err(|reason| AllocError::Lent { size, reason })?;
+            Ok(Sourced::Lent(LentMemory { mem, fd, loan }))
+        }
+        Err(e) if e.unavailable => {
+            tracing::debug!(reason = %e, "host provider unavailable: allocating in this process");
+            allocate().map(Sourced::Owned)
+        }
+        Err(e) => Err(AllocError::Lent { size, reason: e.reason }),
+    }
 }
 
 /// A source of blocks.
@@ -99,16 +279,30 @@ impl BlockMemory for HostBlock {
     }
 }
 
-/// Device memory of one GPU through CUDA VMM.
-#[derive(Debug, Clone)]
+/// Device memory of one GPU through CUDA VMM, allocated here or borrowed from the
+/// host provider.
+#[derive(Clone)]
 pub struct CudaBackend {
     gpu: Gpu,
+    lender: Option<Arc<dyn Lender>>,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend").field("gpu", &self.gpu).field("lent", &self.lender.is_some()).finish()
+    }
 }
 
 impl CudaBackend {
-    /// Blocks on `gpu`.
+    /// Blocks on `gpu`, allocated by this process.
     pub fn new(gpu: Gpu) -> Self {
-        Self { gpu }
+        Self { gpu, lender: None }
+    }
+
+    /// Blocks on `gpu`, borrowed from `lender` while it lends (allocated here when it
+    /// is gone).
+    pub fn lent_by(gpu: Gpu, lender: Arc<dyn Lender>) -> Self {
+        Self { gpu, lender: Some(lender) }
     }
 
     /// The GPU.
@@ -118,23 +312,39 @@ impl CudaBackend {
 }
 
 impl Backend for CudaBackend {
-    type Memory = DeviceBlock;
+    type Memory = Sourced<DeviceBlock, ImportedBlock>;
     fn kind(&self) -> BackendKind {
         BackendKind::CudaVmm
     }
     fn granularity(&self) -> usize {
         self.gpu.granularity()
     }
-    fn allocate(&self, size: usize) -> Result<DeviceBlock, AllocError> {
-        DeviceBlock::allocate(&self.gpu, size).map_err(|source| AllocError::Cuda { size, source })
+    fn allocate(&self, size: usize) -> Result<Self::Memory, AllocError> {
+        borrow_or_allocate(
+            self.lender.as_ref(),
+            size,
+            |fd, size| ImportedBlock::import(&self.gpu, fd, size).map_err(|e| e.to_string()),
+            || DeviceBlock::allocate(&self.gpu, size).map_err(|source| AllocError::Cuda { size, source }),
+        )
     }
 }
 
-/// Host shared memory (sealed memfds).
-#[derive(Debug, Clone)]
+/// Host shared memory (sealed memfds), allocated here or borrowed from the host
+/// provider.
+#[derive(Clone)]
 pub struct HostBackend {
     granularity: usize,
     name: CString,
+    lender: Option<Arc<dyn Lender>>,
+}
+
+impl std::fmt::Debug for HostBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostBackend")
+            .field("granularity", &self.granularity)
+            .field("lent", &self.lender.is_some())
+            .finish()
+    }
 }
 
 impl HostBackend {
@@ -146,7 +356,13 @@ impl HostBackend {
     pub fn new(granularity: usize) -> Self {
         let page = 4096;
         let granularity = granularity.max(page).next_multiple_of(page);
-        Self { granularity, name: c"zcs-block".to_owned() }
+        Self { granularity, name: c"zcs-block".to_owned(), lender: None }
+    }
+
+    /// Blocks borrowed from `lender` while it lends (allocated here when it is gone).
+    pub fn lent_by(mut self, lender: Arc<dyn Lender>) -> Self {
+        self.lender = Some(lender);
+        self
     }
 }
 
@@ -157,14 +373,19 @@ impl Default for HostBackend {
 }
 
 impl Backend for HostBackend {
-    type Memory = HostBlock;
+    type Memory = Sourced<HostBlock, HostBlock>;
     fn kind(&self) -> BackendKind {
         BackendKind::HostMemfd
     }
     fn granularity(&self) -> usize {
         self.granularity
     }
-    fn allocate(&self, size: usize) -> Result<HostBlock, AllocError> {
-        HostBlock::create(&self.name, size).map_err(|source| AllocError::Host { size, source })
+    fn allocate(&self, size: usize) -> Result<Self::Memory, AllocError> {
+        borrow_or_allocate(
+            self.lender.as_ref(),
+            size,
+            |fd, size| HostBlock::import(fd, size).map_err(|e| e.to_string()),
+            || HostBlock::create(&self.name, size).map_err(|source| AllocError::Host { size, source }),
+        )
     }
 }

@@ -56,7 +56,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-pub use backend::{AllocError, Backend, BackendKind, BlockMemory, CudaBackend, HostBackend};
+pub use backend::{
+    AllocError, Backend, BackendKind, BlockMemory, BorrowError, Borrowed, CudaBackend, HostBackend, Lender, LentMemory,
+    MappedMemory, Sourced,
+};
 
 use recycler::{Recycler, RecyclerHandle};
 
@@ -286,6 +289,9 @@ pub enum StaleError {
     /// The block is not published (free or still being written).
     #[error("block {0} is not published")]
     NotPublished(u32),
+    /// The block is lent by the host provider: its FD is opened there.
+    #[error("the block is lent by the host provider: open it there")]
+    Lent,
 }
 
 /// A snapshot of the pool's counters.

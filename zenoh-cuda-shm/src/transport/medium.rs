@@ -11,7 +11,7 @@ use crate::cuda::pinned::PinnedPool;
 use crate::cuda::{Gpu, ImportedBlock, Stream};
 use crate::host::HostBlock;
 use crate::pool::{
-    BlockKey, CapabilityKey, CudaBackend, HolderId, HostBackend, LeaseError, Pool, PoolStats, Published,
+    BlockKey, BlockMemory, CapabilityKey, CudaBackend, HolderId, HostBackend, LeaseError, Pool, PoolStats, Published,
 };
 use crate::signal::{ReadySignals, SignalError};
 
@@ -57,9 +57,20 @@ impl PubMedium {
         capability: u64,
         f: impl FnOnce(BorrowedFd<'_>, usize) -> R,
     ) -> Result<R, crate::pool::StaleError> {
+        // A lent block's FD is opened at the provider, which counts who maps it; handing
+        // it out here would hide a reader from it.
+        fn give<M: BlockMemory, R>(
+            m: Arc<M>,
+            f: impl FnOnce(BorrowedFd<'_>, usize) -> R,
+        ) -> Result<R, crate::pool::StaleError> {
+            match m.lent() {
+                Some(_) => Err(crate::pool::StaleError::Lent),
+                None => Ok(f(m.fd(), m.size())),
+            }
+        }
         match self {
-            Self::Cuda { pool, .. } => pool.handout(key, capability).map(|m| f(m.fd(), m.size())),
-            Self::Host { pool } => pool.handout(key, capability).map(|m| f(m.fd(), m.size())),
+            Self::Cuda { pool, .. } => pool.handout(key, capability).and_then(|m| give(m, f)),
+            Self::Host { pool } => pool.handout(key, capability).and_then(|m| give(m, f)),
         }
     }
 
@@ -78,7 +89,7 @@ impl PubMedium {
                 Ok(ZBytes::from(bytes::Bytes::from_owner(buf)))
             }
             (Self::Host { .. }, PublishedAny::Host(p)) => {
-                let block = p.memory();
+                let block = p.memory().block();
                 // SAFETY: the block is mapped with `size()` bytes, held by `p`, and
                 // published: no writer touches it any more.
                 let whole = unsafe { std::slice::from_raw_parts(block.as_ptr(), block.size()) };
@@ -114,6 +125,13 @@ impl PublishedAny {
             Self::Host(p) => p.memory().size(),
         }
     }
+    /// The provider's loan id, when the block is lent by the host provider.
+    pub(crate) fn lent(&self) -> Option<u64> {
+        match self {
+            Self::Cuda(p) => p.memory().lent(),
+            Self::Host(p) => p.memory().lent(),
+        }
+    }
     pub(crate) fn len(&self) -> usize {
         match self {
             Self::Cuda(p) => p.len(),
@@ -128,10 +146,43 @@ impl PublishedAny {
     }
 }
 
+/// A mapping of a block, and (for a block lent by the host provider) the registration
+/// that tells the provider we map it: closed once the mapping is gone.
+pub(crate) struct Mapped<T> {
+    // Dropped in this order: unmap first, then tell the provider.
+    block: T,
+    _opened: Option<Opened>,
+}
+
+impl<T> Mapped<T> {
+    pub(crate) fn new(block: T, opened: Option<Opened>) -> Self {
+        Self { block, _opened: opened }
+    }
+}
+
+impl<T> std::ops::Deref for Mapped<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.block
+    }
+}
+
+/// This process maps a lent block: the provider keeps it out of reuse until closed.
+pub(crate) struct Opened {
+    pub(crate) client: Arc<crate::provider::ProviderClient>,
+    pub(crate) loan: u64,
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        self.client.close(self.loan);
+    }
+}
+
 /// A block imported from a publisher, of either medium.
 pub(crate) enum Imported {
-    Cuda(Arc<ImportedBlock>),
-    Host(Arc<HostBlock>),
+    Cuda(Arc<Mapped<ImportedBlock>>),
+    Host(Arc<Mapped<HostBlock>>),
 }
 
 impl Clone for Imported {

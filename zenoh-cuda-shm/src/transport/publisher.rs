@@ -143,6 +143,8 @@ pub(crate) struct Shared {
     bad_input: RateLimitedWarn,
     probe: Option<HostBlock>,
     probe_token: u64,
+    /// The host provider our blocks may be lent by (named in `Welcome`).
+    provider: Option<protocol::ProviderRef>,
 }
 
 /// Result of one put, for callers and tests.
@@ -235,6 +237,7 @@ impl PublisherCore {
         policy: AccessPolicy,
         handshake_timeout: Duration,
         congestion: Congestion,
+        provider: Option<protocol::ProviderRef>,
     ) -> Result<Self, DeclareError> {
         let ke = KeyExpr::try_from(key.to_owned())
             .map_err(|e| DeclareError::Key { key: key.into(), detail: e.to_string() })?;
@@ -267,6 +270,7 @@ impl PublisherCore {
             handshake_timeout,
             bad_input: RateLimitedWarn::new(Duration::from_secs(5)),
             probe,
+            provider,
             probe_token,
         });
 
@@ -422,6 +426,7 @@ impl PublisherCore {
                     len: len as u64,
                     timestamp_ns: ts,
                     meta: meta.clone(),
+                    lent: published.lent(),
                 };
                 let descriptor = protocol::encode(&Reply::Block(d));
                 let via_bytes = || protocol::encode(&Reply::ViaBytes { seq });
@@ -594,6 +599,7 @@ fn connection(sh: Arc<Shared>, conn: ControlConn) {
         capability_key: sh.medium.capability_key().to_bytes(),
         probe_size: probe_size as u64,
         probe_token: sh.probe_token,
+        provider: sh.provider.clone(),
     };
     if !send_reply(&conn, &welcome, &[probe_fd.as_fd()]) {
         return fail("send Welcome");

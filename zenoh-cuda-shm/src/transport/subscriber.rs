@@ -12,7 +12,7 @@ use zenoh::key_expr::KeyExpr;
 use zenoh::sample::{Sample, SampleKind};
 
 use super::RateLimitedWarn;
-use super::medium::Imported;
+use super::medium::{Imported, Mapped, Opened};
 use crate::config::PlainListen;
 use crate::cuda::{Gpu, ImportedBlock};
 use crate::host::HostBlock;
@@ -121,6 +121,8 @@ pub(crate) struct Link {
     /// waits on a signal that never comes (measured on an H200, driver 580), which is
     /// exactly when this stream is needed.
     release_stream: Option<crate::cuda::Stream>,
+    /// The host provider the publisher's lent blocks are opened at.
+    provider: Option<Arc<crate::provider::ProviderClient>>,
 }
 
 impl Link {
@@ -338,6 +340,8 @@ pub(crate) struct Shared {
     plain_sub: Mutex<Option<zenoh::pubsub::Subscriber<()>>>,
     session: zenoh::Session,
     closed: AtomicBool,
+    /// Host providers reached by this session (lent blocks are opened there).
+    providers: Arc<crate::provider::Providers>,
 }
 
 pub(crate) struct SubscriberCore {
@@ -349,6 +353,7 @@ pub(crate) struct SubscriberCore {
 }
 
 impl SubscriberCore {
+    #[allow(clippy::too_many_arguments)] // one call site, in api.rs
     pub(crate) fn new(
         session: &zenoh::Session,
         key: &str,
@@ -357,6 +362,7 @@ impl SubscriberCore {
         plain_listen: PlainListen,
         handshake_timeout: Duration,
         deliver: Deliver,
+        providers: Arc<crate::provider::Providers>,
     ) -> Result<Self, super::publisher::DeclareError> {
         use super::publisher::DeclareError;
         let zerr = |e: zenoh::Error| DeclareError::Zenoh(e.to_string());
@@ -379,6 +385,7 @@ impl SubscriberCore {
             plain_sub: Mutex::new(None),
             session: session.clone(),
             closed: AtomicBool::new(false),
+            providers,
         });
         // The token goes out first: declarations travel in order on a link, so a
         // publisher learns of this subscriber (and starts serving it bytes until the
@@ -766,16 +773,25 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<Arc<Link>, String> {
     let hello = Request::Hello { subscriber: sh.instance, group: sh.group.clone() };
     conn.send(&protocol::encode(&hello), &[]).map_err(|e| e.to_string())?;
     let mut frame = conn.recv(sh.handshake_timeout).map_err(|e| e.to_string())?;
-    let (publisher, cap_key, probe_size, probe_token) =
+    let (publisher, cap_key, probe_size, probe_token, provider) =
         match protocol::decode::<Reply>("control reply", &frame.bytes).map_err(|e| e.to_string())? {
-            Reply::Welcome { publisher, capability_key, probe_size, probe_token, .. } => {
-                (publisher, capability_key, probe_size, probe_token)
+            Reply::Welcome { publisher, capability_key, probe_size, probe_token, provider, .. } => {
+                (publisher, capability_key, probe_size, probe_token, provider)
             }
             Reply::Refused { reason } => return Err(format!("refused: {reason}")),
             other => return Err(format!("unexpected {other:?}")),
         };
     let probe = frame.fds.pop().ok_or("Welcome without a probe FD")?;
     let probe_size = usize::try_from(probe_size).map_err(|e| e.to_string())?;
+    // The publisher's blocks may be lent by a provider: we must reach it to open them.
+    let provider = match provider.map(|p| sh.providers.get(&p, sh.handshake_timeout)).transpose() {
+        Ok(p) => p,
+        Err(e) => {
+            let error = format!("cannot reach the publisher's host provider: {e}");
+            let _ = conn.send(&protocol::encode(&Request::Ack { token: None, error: Some(error.clone()) }), &[]);
+            return Err(error);
+        }
+    };
     let imported = match &sh.medium {
         SubMedium::Cuda(gpu) => {
             ReadySignals::import(gpu, probe, probe_size).map(|s| (Some(Arc::new(s)), 0)).map_err(|e| e.to_string())
@@ -829,6 +845,7 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<Arc<Link>, String> {
         awaited: Mutex::new(HashMap::new()),
         unready: Mutex::new(std::collections::HashSet::new()),
         release_stream,
+        provider,
     });
     let mut o = order.lock();
     o.first_seq = Some(first_seq);
@@ -998,14 +1015,28 @@ fn on_block(sh: &Arc<Shared>, link: &Arc<Link>, backlog: &mut VecDeque<Frame>, d
 }
 
 fn import(sh: &Shared, link: &Link, backlog: &mut VecDeque<Frame>, d: &Descriptor) -> Result<Imported, String> {
-    let (fd, size) = link.request_fd(backlog, d.block, d.capability)?;
+    // A lent block is opened at the provider, which from then on counts us as mapping
+    // it (until `Opened` drops with the mapping); an owned one is asked of the publisher.
+    let (fd, size, opened) = match (d.lent, &link.provider) {
+        (Some(loan), Some(client)) => {
+            let (fd, size) = client.open(loan).map_err(|e| e.to_string())?;
+            (fd, size, Some(Opened { client: Arc::clone(client), loan }))
+        }
+        (Some(_), None) => return Err("a lent block from a publisher that named no provider".into()),
+        (None, _) => {
+            let (fd, size) = link.request_fd(backlog, d.block, d.capability)?;
+            (fd, size, None)
+        }
+    };
     if size as u64 != d.block_size {
         return Err(format!("FD of {size} bytes for a {}-byte block", d.block_size));
     }
     match &sh.medium {
-        SubMedium::Cuda(gpu) => {
-            ImportedBlock::import(gpu, fd, size).map(|b| Imported::Cuda(Arc::new(b))).map_err(|e| e.to_string())
-        }
-        SubMedium::Host => HostBlock::import(fd, size).map(|b| Imported::Host(Arc::new(b))).map_err(|e| e.to_string()),
+        SubMedium::Cuda(gpu) => ImportedBlock::import(gpu, fd, size)
+            .map(|b| Imported::Cuda(Arc::new(Mapped::new(b, opened))))
+            .map_err(|e| e.to_string()),
+        SubMedium::Host => HostBlock::import(fd, size)
+            .map(|b| Imported::Host(Arc::new(Mapped::new(b, opened))))
+            .map_err(|e| e.to_string()),
     }
 }

@@ -1,0 +1,274 @@
+//! Pub/sub with blocks lent by a host provider, and a publisher killed mid-stream;
+//! shared by `provider.rs` (host memfd blocks, CI) and `gpu_provider.rs` (CUDA VMM
+//! blocks, the GPU machine); included with `#[path]`.
+//!
+//! The provider runs in the test process (as it would in the router), a publisher in a
+//! child process borrows its blocks (`provider: required`), and two subscriber
+//! sessions (two provider clients) read them zero-copy. Each subscriber keeps the first
+//! samples it receives. The publisher is SIGKILLed mid-stream; then:
+//! - the dead publisher's loans are orphaned, not reused: the blocks the subscribers
+//!   hold stay out of the pool;
+//! - the held samples still read exactly the bytes written for their sequence numbers;
+//! - once the subscribers drop them (and forget the dead publisher), every orphaned
+//!   block is reclaimed and the provider's pool has nothing lent;
+//! - a new publisher borrows again and both subscribers receive from it.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, spawn_child, watchdog_guard};
+use zenoh::Wait;
+use zenoh_cuda_shm::config::{DeviceChoice, ProviderMode};
+use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern, fill_pattern};
+use zenoh_cuda_shm::provider::{GpuSelection, Provider, ProviderConfig, ProviderSnapshot};
+use zenoh_cuda_shm::{GpuLoan, GpuSample, GpuSession, GpuSubscriber, Path, ZcsConfig};
+
+const MODE_ENV: &str = "ZCS_PROVIDER_TEST_MODE";
+const PORT_ENV: &str = "ZCS_PROVIDER_TEST_PORT";
+const KEY_ENV: &str = "ZCS_PROVIDER_TEST_KEY";
+const KEY_ROOT: &str = "zcs-test/provider";
+/// Above the inline threshold and one granule: every message is a 4 MiB block.
+const LEN: usize = (3 << 20) + 7;
+/// Samples each subscriber keeps across the kill.
+const HELD: usize = 6;
+const IO: Duration = Duration::from_secs(20);
+
+type Sub = GpuSubscriber<flume::Receiver<GpuSample>>;
+
+/// Which memory the test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Sealed memfd blocks (CI).
+    Host,
+    /// CUDA VMM blocks (the GPU machine).
+    Cuda,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Host => "host",
+            Mode::Cuda => "cuda",
+        }
+    }
+    fn device(self) -> DeviceChoice {
+        match self {
+            Mode::Host => DeviceChoice::Host,
+            Mode::Cuda => DeviceChoice::Cuda,
+        }
+    }
+}
+
+fn session(mode: Mode, port: u16, provider: ProviderMode) -> GpuSession {
+    let cfg = ZcsConfig { device: mode.device(), provider, provider_discovery_ms: 2000, ..Default::default() };
+    GpuSession::open(loopback_zenoh_config(None, Some(port), Some(KEY_ROOT)), cfg).wait().expect("open session")
+}
+
+fn fill(kernels: Option<&Kernels>, loan: &mut GpuLoan, seed: u64) {
+    match kernels {
+        Some(k) => {
+            let (ptr, len) = (loan.device_ptr().expect("CUDA loan"), loan.len() as u64);
+            // SAFETY: the loan owns ≥ len mapped bytes until `put`, which orders the
+            // ready signal after this launch on the loan's stream.
+            unsafe { k.fill(loan.stream().expect("CUDA loan"), ptr, len, seed) }.expect("fill kernel");
+        }
+        None => fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seed),
+    }
+}
+
+fn check(s: &GpuSample, what: &str) {
+    let seq = s.info().seq;
+    let bytes = s.to_vec().unwrap_or_else(|e| panic!("{what}: seq {seq}: read failed: {e}"));
+    assert_eq!(bytes.len(), LEN, "{what}: seq {seq} length");
+    assert_eq!(check_pattern(&bytes, 0, seq), None, "{what}: seq {seq}: bytes not written for it");
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) -> Duration {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < IO, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    t.elapsed()
+}
+
+fn device_of(snap: &ProviderSnapshot, mode: Mode) -> &zenoh_cuda_shm::provider::DeviceSnapshot {
+    snap.devices
+        .iter()
+        .find(|d| (mode == Mode::Host) == (d.device == "host"))
+        .expect("the provider lends this mode's device")
+}
+
+/// A subscriber that keeps its first [`HELD`] samples and checks and drops the rest.
+struct Reader {
+    sub: Arc<Sub>,
+    held: Arc<std::sync::Mutex<Vec<GpuSample>>>,
+    got: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Reader {
+    fn start(s: &GpuSession, key: &str, name: &'static str) -> Self {
+        let sub = Arc::new(s.declare_subscriber(key).wait().expect("subscriber"));
+        let held: Arc<std::sync::Mutex<Vec<GpuSample>>> = Arc::default();
+        let (got, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+        let thread = {
+            let (sub, held, got, stop) = (Arc::clone(&sub), Arc::clone(&held), Arc::clone(&got), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Acquire) {
+                    let Ok(s) = sub.recv_timeout(Duration::from_millis(20)) else { continue };
+                    assert_eq!(s.path(), Path::ZeroCopy, "{name}: seq {} not zero-copy", s.info().seq);
+                    check(&s, name);
+                    let mut h = held.lock().unwrap();
+                    if h.len() < HELD {
+                        h.push(s);
+                    }
+                    got.fetch_add(1, Ordering::Release);
+                }
+            })
+        };
+        Self { sub, held, got, stop, thread: Some(thread) }
+    }
+
+    fn stop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.join().expect("reader thread");
+        }
+    }
+}
+
+/// The scenario in the module docs.
+pub fn publisher_killed(mode: Mode, kernels: Option<Kernels>, test: &str) {
+    let _w = watchdog_guard("provider test", Duration::from_secs(120));
+    let port = free_tcp_port();
+    let key = format!("{KEY_ROOT}/{}/{}", std::process::id(), mode.name());
+    let router = zenoh::open(loopback_zenoh_config(Some(port), None, Some(KEY_ROOT))).wait().expect("provider session");
+    let cfg = ProviderConfig {
+        gpus: if mode == Mode::Cuda { GpuSelection::Ordinals(vec![0]) } else { GpuSelection::None },
+        host: mode == Mode::Host,
+        ..ProviderConfig::default()
+    };
+    let provider = Provider::start(&cfg, &router).expect("start the provider");
+    let (s1, s2) = (session(mode, port, ProviderMode::Auto), session(mode, port, ProviderMode::Auto));
+    assert_eq!(s1.provider(), Some(provider.provider()), "subscriber sessions find the provider");
+    let mut readers = [Reader::start(&s1, &key, "subscriber 1"), Reader::start(&s2, &key, "subscriber 2")];
+
+    let victim = spawn_child(
+        "child_entry",
+        "provider-pub",
+        &[(MODE_ENV, mode.name().to_owned()), (PORT_ENV, port.to_string()), (KEY_ENV, key.clone())],
+    );
+    wait_until("both subscribers to hold their samples and read on", || {
+        readers.iter().all(|r| r.got.load(Ordering::Acquire) > 3 * HELD as u64)
+    });
+    let before = provider.snapshot();
+    let dev = device_of(&before, mode);
+    assert!(dev.loans > 0, "the publisher borrowed its blocks: {before:#?}");
+    assert!(
+        before.clients.iter().any(|c| c.loans > 0) && before.clients.iter().filter(|c| c.mapped > 0).count() >= 2,
+        "one borrower, two importers: {before:#?}"
+    );
+
+    let mut child = victim;
+    child.kill().expect("SIGKILL the publisher");
+    let status = child.wait().expect("reap");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "the publisher died on its own: {status:?}");
+    let killed = Instant::now();
+    let lent_at_kill = dev.loans as u64;
+    wait_until("the dead publisher's loans to be orphaned", || provider.snapshot().counters.orphaned >= lent_at_kill);
+    for r in &mut readers {
+        r.stop();
+    }
+    let mid = provider.snapshot();
+    let dev = device_of(&mid, mode);
+    assert!(dev.orphaned >= 1, "blocks the subscribers map are kept, not reused: {mid:#?}");
+    assert_eq!(dev.loans, 0, "nothing is lent to the dead publisher any more: {mid:#?}");
+    assert!(dev.pool.bytes_in_use > 0, "kept blocks are not in the free lists: {mid:#?}");
+
+    // The samples held across the kill still read what was written for them.
+    for (i, r) in readers.iter().enumerate() {
+        let held = r.held.lock().unwrap();
+        assert_eq!(held.len(), HELD, "subscriber {} holds its samples", i + 1);
+        for s in held.iter() {
+            check(s, "held across the kill");
+        }
+    }
+    // Dropped: the held samples and whatever arrived after the readers stopped.
+    for r in &readers {
+        r.held.lock().unwrap().clear();
+        while let Some(s) = r.sub.try_recv() {
+            check(&s, "queued at the kill");
+        }
+    }
+    let forget = wait_until("the subscribers to forget the dead publisher", || {
+        readers.iter().all(|r| r.sub.publishers().is_empty())
+    });
+    let reclaim = wait_until("every orphaned block to be reclaimed", || {
+        let s = provider.snapshot();
+        let d = device_of(&s, mode);
+        d.orphaned == 0 && d.loans == 0 && d.pool.bytes_in_use == 0
+    });
+    let after = provider.snapshot();
+    assert_eq!(after.counters.reclaimed, after.counters.orphaned, "{after:#?}");
+    println!(
+        "{test}: {} loans at the kill, {} orphaned, {} kept while mapped; after the samples were dropped the dead \
+         publisher was forgotten in {:.0} ms and the last block reclaimed {:.0} ms later ({:.0} ms after the kill)",
+        lent_at_kill,
+        after.counters.orphaned,
+        dev.orphaned,
+        forget.as_secs_f64() * 1e3,
+        reclaim.as_secs_f64() * 1e3,
+        killed.elapsed().as_secs_f64() * 1e3,
+    );
+
+    // The provider lends again: a publisher here, read by both subscribers.
+    let s3 = session(mode, port, ProviderMode::Required);
+    let p = s3.declare_publisher(key.clone()).wait().expect("publisher");
+    wait_until("both subscribers to be zero-copy", || p.zero_copy_subscribers() == 2);
+    let k3 = kernels.as_ref();
+    for seq in 1..=4 {
+        let mut loan = p.loan(LEN).expect("loan");
+        fill(k3, &mut loan, seq);
+        assert_eq!(p.put(loan).expect("put").zero_copy, 2);
+    }
+    for r in &readers {
+        for _ in 0..4 {
+            let s = r.sub.recv_timeout(IO).expect("a sample from the new publisher");
+            assert_eq!(s.path(), Path::ZeroCopy);
+            check(&s, "new publisher");
+        }
+    }
+    assert!(device_of(&provider.snapshot(), mode).loans > 0);
+    drop(p);
+    wait_until("the new publisher's loans to come back", || device_of(&provider.snapshot(), mode).loans == 0);
+}
+
+/// Entry point of the re-executed test binary (the publisher).
+pub fn child_entry() {
+    let Some(role) = child_role() else { return };
+    assert_eq!(role, "provider-pub");
+    let _w = watchdog_guard("provider test publisher", Duration::from_secs(60));
+    let mode = match std::env::var(MODE_ENV).as_deref() {
+        Ok("cuda") => Mode::Cuda,
+        _ => Mode::Host,
+    };
+    let port: u16 = std::env::var(PORT_ENV).expect("port").parse().expect("port number");
+    let key = std::env::var(KEY_ENV).expect("key");
+    let s = session(mode, port, ProviderMode::Required);
+    let kernels = s.gpu().map(|g| Kernels::load(g).expect("load kernels"));
+    let p = s.declare_publisher(key).wait().expect("publisher");
+    while p.zero_copy_subscribers() < 2 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for seq in 1.. {
+        let mut loan = p.loan(LEN).expect("loan");
+        fill(kernels.as_ref(), &mut loan, seq);
+        p.put(loan).expect("put");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}

@@ -1,0 +1,273 @@
+//! A process's connection to the host provider: borrow and give back blocks (as a
+//! publisher's [`Lender`]), open and close lent blocks (as a subscriber).
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::ipc::{ControlConn, SocketName};
+use crate::pool::{BorrowError, Borrowed, Lender};
+use crate::protocol::{self, ProviderRef, ProviderReply, ProviderRequest, ProviderToken};
+
+/// Talking to the provider failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The socket name in the token is not one.
+    #[error("provider socket name: {0}")]
+    Name(String),
+    /// Connecting, sending or receiving failed: the provider is gone.
+    #[error("provider unreachable: {0}")]
+    Unreachable(String),
+    /// The provider answered something we did not ask for.
+    #[error("provider protocol: {0}")]
+    Protocol(String),
+    /// The provider refused the request.
+    #[error("provider refused: {reason}")]
+    Refused {
+        /// Why.
+        reason: String,
+        /// True when retrying cannot help.
+        permanent: bool,
+    },
+}
+
+/// One connection to a provider, shared by a session's publishers and subscribers.
+/// Requests that are answered (`Borrow`, `Open`) hold the connection for their round
+/// trip; `Return` and `Close` are single frames.
+pub struct ProviderClient {
+    provider: ProviderRef,
+    devices: Vec<String>,
+    conn: Mutex<ControlConn>,
+    next_tag: AtomicU64,
+    dead: AtomicBool,
+}
+
+impl std::fmt::Debug for ProviderClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderClient")
+            .field("provider", &self.provider)
+            .field("devices", &self.devices)
+            .field("dead", &self.is_dead())
+            .finish()
+    }
+}
+
+/// How long a round trip may take beyond the provider's own loan timeout.
+const REPLY_MARGIN: Duration = Duration::from_secs(2);
+
+impl ProviderClient {
+    /// Looks for a provider of this kernel (`boot_id`) among the liveliness tokens, for
+    /// at most `timeout`. The first one found wins.
+    pub fn discover(session: &zenoh::Session, boot_id: &str, timeout: Duration) -> Option<ProviderRef> {
+        use zenoh::Wait;
+        let replies = session.liveliness().get(ProviderToken::selector(boot_id)).timeout(timeout).wait().ok()?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let reply = replies.recv_timeout(left).ok()??;
+            let Ok(sample) = reply.result() else { continue };
+            match ProviderToken::parse(sample.key_expr().as_str()) {
+                Some(t) if t.boot_id == boot_id => return Some(t.provider),
+                _ => tracing::debug!(key = %sample.key_expr(), "malformed provider token ignored"),
+            }
+        }
+    }
+
+    /// Connects to `provider` and says hello.
+    pub fn connect(provider: &ProviderRef, client: u64, timeout: Duration) -> Result<Arc<Self>, ClientError> {
+        let name = SocketName::from_key_chunk(&provider.socket).map_err(|e| ClientError::Name(e.to_string()))?;
+        let conn = ControlConn::connect(&name, timeout).map_err(|e| ClientError::Unreachable(e.to_string()))?;
+        let program = std::env::args().next().unwrap_or_default();
+        let program = program.rsplit('/').next().unwrap_or_default().chars().take(64).collect();
+        let hello = ProviderRequest::Hello { client, program };
+        conn.send(&protocol::encode(&hello), &[]).map_err(|e| ClientError::Unreachable(e.to_string()))?;
+        let frame = conn.recv(timeout).map_err(|e| ClientError::Unreachable(e.to_string()))?;
+        match protocol::decode::<ProviderReply>("provider reply", &frame.bytes) {
+            Ok(ProviderReply::Welcome { provider: id, devices }) if id == provider.id => Ok(Arc::new(Self {
+                provider: provider.clone(),
+                devices,
+                conn: Mutex::new(conn),
+                next_tag: AtomicU64::new(1),
+                dead: AtomicBool::new(false),
+            })),
+            Ok(ProviderReply::Welcome { provider: id, .. }) => {
+                Err(ClientError::Protocol(format!("expected provider {:016x}, reached {id:016x}", provider.id)))
+            }
+            Ok(other) => Err(ClientError::Protocol(format!("expected Welcome, got {other:?}"))),
+            Err(e) => Err(ClientError::Protocol(e.to_string())),
+        }
+    }
+
+    /// Which provider this is.
+    pub fn provider(&self) -> &ProviderRef {
+        &self.provider
+    }
+
+    /// The devices it lends blocks of (`cuda-<uuid>`, `host`).
+    pub fn devices(&self) -> &[String] {
+        &self.devices
+    }
+
+    /// Whether the connection has failed (the provider exited).
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Relaxed)
+    }
+
+    fn unreachable(&self, e: impl std::fmt::Display) -> ClientError {
+        self.dead.store(true, Ordering::Relaxed);
+        ClientError::Unreachable(e.to_string())
+    }
+
+    /// One answered request: frames left over from an earlier request that timed out
+    /// (other tags) are skipped.
+    fn round_trip(
+        &self,
+        tag: u64,
+        req: &ProviderRequest,
+        timeout: Duration,
+    ) -> Result<(ProviderReply, Vec<OwnedFd>), ClientError> {
+        if self.is_dead() {
+            return Err(ClientError::Unreachable("connection lost earlier".into()));
+        }
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        conn.send(&protocol::encode(req), &[]).map_err(|e| self.unreachable(e))?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let frame = match conn.recv(left) {
+                Ok(f) => f,
+                Err(crate::ipc::RecvError::Timeout(t)) => {
+                    return Err(ClientError::Protocol(format!("no answer within {t:?}")));
+                }
+                Err(e) => return Err(self.unreachable(e)),
+            };
+            let reply = protocol::decode::<ProviderReply>("provider reply", &frame.bytes)
+                .map_err(|e| ClientError::Protocol(e.to_string()))?;
+            let for_us = match &reply {
+                ProviderReply::Lent { tag: t, .. }
+                | ProviderReply::Opened { tag: t, .. }
+                | ProviderReply::Refused { tag: t, .. } => *t == tag,
+                ProviderReply::Welcome { .. } => false,
+            };
+            if for_us {
+                return Ok((reply, frame.fds));
+            }
+            // A loan granted after its request timed out: nobody will use it.
+            if let ProviderReply::Lent { loan, .. } = reply {
+                let _ = conn.send(&protocol::encode(&ProviderRequest::Return { loan }), &[]);
+            }
+        }
+    }
+
+    /// Borrows a block of `size` bytes on `device`, waiting at most `timeout` for the
+    /// provider's pool.
+    pub fn borrow(&self, device: &str, size: usize, timeout: Duration) -> Result<Borrowed, ClientError> {
+        let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
+        let req = ProviderRequest::Borrow { tag, device: device.to_owned(), size: size as u64 };
+        match self.round_trip(tag, &req, timeout + REPLY_MARGIN)? {
+            (ProviderReply::Lent { loan, size: got, .. }, mut fds) if fds.len() == 1 => {
+                let fd = fds.pop().expect("one fd");
+                let size = usize::try_from(got).map_err(|e| ClientError::Protocol(e.to_string()))?;
+                Ok(Borrowed { loan, fd, size })
+            }
+            (ProviderReply::Refused { reason, permanent, .. }, _) => Err(ClientError::Refused { reason, permanent }),
+            (other, fds) => {
+                Err(ClientError::Protocol(format!("unexpected answer to Borrow: {other:?} ({} fds)", fds.len())))
+            }
+        }
+    }
+
+    /// Gives a loan back. Never blocks for long, never panics.
+    pub fn give_back(&self, loan: u64) {
+        self.send_quietly(&ProviderRequest::Return { loan });
+    }
+
+    /// Opens a lent block named by a descriptor: its FD and size.
+    pub fn open(&self, loan: u64) -> Result<(OwnedFd, usize), ClientError> {
+        let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
+        match self.round_trip(tag, &ProviderRequest::Open { tag, loan }, REPLY_MARGIN)? {
+            (ProviderReply::Opened { size, .. }, mut fds) if fds.len() == 1 => {
+                let size = usize::try_from(size).map_err(|e| ClientError::Protocol(e.to_string()))?;
+                Ok((fds.pop().expect("one fd"), size))
+            }
+            (ProviderReply::Refused { reason, permanent, .. }, _) => Err(ClientError::Refused { reason, permanent }),
+            (other, fds) => {
+                Err(ClientError::Protocol(format!("unexpected answer to Open: {other:?} ({} fds)", fds.len())))
+            }
+        }
+    }
+
+    /// Says that this process no longer maps `loan`'s block. Never panics.
+    pub fn close(&self, loan: u64) {
+        self.send_quietly(&ProviderRequest::Close { loans: vec![loan] });
+    }
+
+    fn send_quietly(&self, req: &ProviderRequest) {
+        if self.is_dead() {
+            return;
+        }
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = conn.send_timeout(&protocol::encode(req), &[], Duration::from_millis(100)) {
+            // The provider counts a dead connection as closing everything it held.
+            tracing::debug!(error = %e, "provider unreachable; its end of the loan is settled on disconnect");
+            self.dead.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A [`Lender`] for one device of a provider: what a publisher's backend borrows from.
+#[derive(Debug)]
+pub struct DeviceLender {
+    client: Arc<ProviderClient>,
+    device: String,
+    timeout: Duration,
+}
+
+impl DeviceLender {
+    /// Lends blocks of `device` from `client`'s provider, waiting at most `timeout` for
+    /// one (the publisher's loan timeout).
+    pub fn new(client: Arc<ProviderClient>, device: String, timeout: Duration) -> Self {
+        Self { client, device, timeout }
+    }
+}
+
+impl Lender for DeviceLender {
+    fn borrow(&self, size: usize) -> Result<Borrowed, BorrowError> {
+        self.client.borrow(&self.device, size, self.timeout).map_err(|e| BorrowError {
+            unavailable: matches!(e, ClientError::Unreachable(_) | ClientError::Refused { permanent: true, .. }),
+            reason: e.to_string(),
+        })
+    }
+
+    fn give_back(&self, loan: u64) {
+        self.client.give_back(loan);
+    }
+}
+
+/// The providers a session has reached, by id: its own (found at open) and any that a
+/// publisher names in its `Welcome`. One connection per provider per session.
+#[derive(Debug)]
+pub struct Providers {
+    client: u64,
+    known: Mutex<std::collections::HashMap<u64, Arc<ProviderClient>>>,
+}
+
+impl Providers {
+    /// An empty directory for a session with random id `client`.
+    pub fn new(client: u64) -> Self {
+        Self { client, known: Mutex::new(std::collections::HashMap::new()) }
+    }
+
+    /// The connection to `provider`, made now if there is none or it failed.
+    pub fn get(&self, provider: &ProviderRef, timeout: Duration) -> Result<Arc<ProviderClient>, ClientError> {
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = known.get(&provider.id).filter(|c| !c.is_dead() && c.provider() == provider) {
+            return Ok(Arc::clone(c));
+        }
+        let c = ProviderClient::connect(provider, self.client, timeout)?;
+        known.insert(provider.id, Arc::clone(&c));
+        Ok(c)
+    }
+}

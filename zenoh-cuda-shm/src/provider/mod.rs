@@ -1,0 +1,34 @@
+//! The host provider: one process per host (the router, through the zenohd plugin, or
+//! any process that starts a [`Provider`]) owns the block pools of the host's GPUs and
+//! of host memory, and lends blocks to the publishers of that host.
+//!
+//! Why: with in-process pools a block's memory belongs to its publisher; a publisher that
+//! crashes takes its pool with it, and nothing on the host knows which blocks are still
+//! being read. With a provider,
+//!
+//! - publishers borrow blocks (an FD once per block) and recycle them locally, exactly
+//!   like owned blocks: loans, leases and generations stay in the publisher's pool, so
+//!   the per-message path gains no hop;
+//! - subscribers open a lent block's FD at the provider (once per block, then cached),
+//!   so the provider knows every process that maps each block;
+//! - when a borrower dies, each of its loans is *orphaned*: the provider keeps the block
+//!   until every process that mapped it has closed it (or died), then takes it back
+//!   into its pool. Readers of a dead publisher's blocks keep reading them; no block is
+//!   reused under them, and none leaks.
+//!
+//! Processes find a provider through its liveliness token (same `boot_id` only) and use
+//! it when [`crate::config::ProviderMode`] allows; without one they use their own pool
+//! with the same descriptors and guarantees. Wire format: `ProviderRequest` and
+//! `ProviderReply` in [`crate::protocol`].
+
+mod client;
+mod server;
+
+pub use client::{ClientError, DeviceLender, ProviderClient, Providers};
+pub use server::{
+    ClientSnapshot, DeviceSnapshot, GpuSelection, Provider, ProviderConfig, ProviderCounters, ProviderError,
+    ProviderSnapshot,
+};
+
+#[cfg(test)]
+mod tests;
