@@ -29,7 +29,7 @@ use crate::cuda::{Gpu, ProbeError, Stream, sys};
 use crate::ipc::{AccessPolicy, SocketName};
 use crate::pool::{BackendKind, CudaBackend, HostBackend, Loan, LoanError, Pool, PoolStats};
 use crate::protocol::Group;
-use crate::provider::{DeviceLender, ProviderClient};
+use crate::provider::{DeviceLender, ProviderClient, ProviderWatch};
 use crate::sample::GpuSample;
 use crate::signal::{ReadySignals, SignalError, WriteGuard};
 use crate::transport::medium::{PubMedium, PublishedAny};
@@ -63,11 +63,10 @@ struct SessionInner {
     gpu: Option<Gpu>,
     group: Group,
     why_host: Option<String>,
-    /// Providers reached by this session; `provider` is the one its publishers borrow
-    /// from (found at open), if any.
+    /// Providers reached by this session (its own, and those publishers name).
     providers: Arc<crate::provider::Providers>,
-    provider: Option<Arc<ProviderClient>>,
-    why_no_provider: Option<String>,
+    /// The provider its publishers borrow from (`None` with `provider: off`).
+    watch: Option<Arc<ProviderWatch>>,
 }
 
 /// A Zenoh session with a GPU (or host-memory) block provider. Cheap to clone.
@@ -119,30 +118,31 @@ impl OpenBuilder {
             (None, None) => {}
         }
         let providers = Arc::new(crate::provider::Providers::new(rand::random::<u64>() | 1));
-        let (provider, why_no_provider) = match cfg.provider {
-            ProviderMode::Off => (None, Some("provider: off was configured".to_owned())),
+        let watch = match cfg.provider {
+            ProviderMode::Off => None,
             ProviderMode::Auto | ProviderMode::Required => {
+                let connect = Duration::from_millis(cfg.handshake_timeout_ms);
+                let w = ProviderWatch::start(&zenoh, &boot_id, &device, Arc::clone(&providers), connect)
+                    .map_err(|e| OpenError::Zenoh(e.to_string()))?;
                 let timeout = Duration::from_millis(cfg.provider_discovery_ms);
-                let found = ProviderClient::discover(&zenoh, &boot_id, timeout)
-                    .ok_or_else(|| "no host provider announced on this host".to_owned())
-                    .and_then(|r| {
-                        providers.get(&r, Duration::from_millis(cfg.handshake_timeout_ms)).map_err(|e| e.to_string())
-                    })
-                    .and_then(|c| match c.devices().contains(&device) {
-                        true => Ok(c),
-                        false => Err(format!("the host provider does not lend {device} blocks")),
-                    });
+                let found = if cfg.provider == ProviderMode::Required {
+                    w.wait(timeout)
+                } else {
+                    // One query, answered at once by a router; the watch picks up a
+                    // provider that shows up later.
+                    if let Some(r) = ProviderClient::discover(&zenoh, &boot_id, timeout) {
+                        w.offer(r);
+                    }
+                    w.current()
+                };
                 match found {
                     Ok(c) => {
-                        tracing::info!(provider = ?c.provider(), "zenoh-cuda-shm: blocks lent by the host provider");
-                        (Some(c), None)
+                        tracing::info!(provider = ?c.provider(), "zenoh-cuda-shm: blocks lent by the host provider")
                     }
                     Err(why) if cfg.provider == ProviderMode::Required => return Err(OpenError::NoProvider(why)),
-                    Err(why) => {
-                        tracing::debug!(why = %why, "zenoh-cuda-shm: no host provider, blocks allocated in this process");
-                        (None, Some(why))
-                    }
+                    Err(why) => tracing::debug!(why = %why, "zenoh-cuda-shm: no host provider (yet)"),
                 }
+                Some(Arc::new(w))
             }
         };
         Ok(GpuSession(Arc::new(SessionInner {
@@ -152,8 +152,7 @@ impl OpenBuilder {
             group: Group { boot_id, device },
             why_host,
             providers,
-            provider,
-            why_no_provider,
+            watch,
         })))
     }
 }
@@ -177,14 +176,17 @@ impl GpuSession {
         OpenBuilder { zenoh: Err(session), cfg: config }
     }
 
-    /// The host provider this session's publishers borrow blocks from, if any.
-    pub fn provider(&self) -> Option<&crate::protocol::ProviderRef> {
-        self.0.provider.as_ref().map(|c| c.provider())
+    /// The host provider a publisher declared now borrows blocks from, or why its
+    /// blocks are allocated in this process.
+    pub fn provider(&self) -> Result<crate::protocol::ProviderRef, String> {
+        self.provider_client().map(|c| c.provider().clone())
     }
 
-    /// Why blocks are allocated in this process rather than lent by a provider.
-    pub fn no_provider_reason(&self) -> Option<&str> {
-        self.0.why_no_provider.as_deref()
+    fn provider_client(&self) -> Result<Arc<ProviderClient>, String> {
+        match &self.0.watch {
+            Some(w) => w.current(),
+            None => Err("provider: off was configured".into()),
+        }
     }
 
     /// The Zenoh session.
@@ -236,8 +238,7 @@ impl GpuSession {
             group: s.group.clone(),
             why_host: s.why_host.clone(),
             providers: Arc::clone(&s.providers),
-            provider: s.provider.clone(),
-            why_no_provider: s.why_no_provider.clone(),
+            watch: s.watch.clone(),
         }))
     }
 }
@@ -253,7 +254,8 @@ impl PublisherBuilder {
     /// Declares the publisher (blocking).
     pub fn wait(self) -> Result<GpuPublisher, DeclareError> {
         let s = &self.session.0;
-        let lender = s.provider.as_ref().map(|c| -> Arc<dyn crate::pool::Lender> {
+        let provider = self.session.provider_client().ok();
+        let lender = provider.as_ref().map(|c| -> Arc<dyn crate::pool::Lender> {
             let timeout = Duration::from_millis(s.cfg.pool.loan_timeout_ms);
             Arc::new(DeviceLender::new(Arc::clone(c), s.group.device.clone(), timeout))
         });
@@ -312,7 +314,7 @@ impl PublisherBuilder {
             policy,
             Duration::from_millis(s.cfg.handshake_timeout_ms),
             s.cfg.congestion,
-            s.provider.as_ref().map(|c| c.provider().clone()),
+            provider.as_ref().map(|c| c.provider().clone()),
         )?;
         Ok(GpuPublisher { core, stream, inline_threshold: s.cfg.inline_threshold })
     }

@@ -19,6 +19,10 @@
 //!   replies through that session's publisher (bytes over Zenoh).
 //! - `zenoh-plain`: a 64-byte plain Zenoh put and reply between the same processes.
 //!
+//! With `--provider`, a third process runs a host provider (what the zenohd plugin
+//! runs in the router) and every session borrows its blocks from it: the zero-copy row
+//! is then `zero-copy-provider`, to compare with `zero-copy` from a run without it.
+//!
 //! The ping writes nothing into the blocks (no kernel before `put`): the figures are
 //! the transport's, not a producer's. Both processes talk over loopback TCP, with
 //! congestion control `Block` on the benchmark's keys (Zenoh's default `Drop` loses
@@ -27,6 +31,7 @@
 //! ```text
 //! zcs_latency --backend cuda                       # H100/H200: all rows
 //! zcs_latency --backend host --iters 50            # CI smoke, no GPU: host memfd blocks
+//! zcs_latency --backend cuda --provider            # blocks lent by a provider process
 //! ```
 
 use std::hint::black_box;
@@ -40,9 +45,10 @@ use zcs_tests::{
     child_role, free_tcp_port, loopback_zenoh_config, parse_size, percentile, recv_msg, send_msg, spawn_child_bin,
 };
 use zenoh::Wait;
-use zenoh_cuda_shm::config::DeviceChoice;
+use zenoh_cuda_shm::config::{DeviceChoice, ProviderMode};
 use zenoh_cuda_shm::cuda::{DeviceBlock, sys};
 use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
+use zenoh_cuda_shm::provider::{GpuSelection, Provider, ProviderClient, ProviderConfig};
 use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, GpuSubscriber, ZcsConfig};
 
 #[derive(Parser, Debug)]
@@ -64,6 +70,10 @@ struct Args {
     /// Time budget per row, in seconds (at least 5 timed round trips are made).
     #[arg(long, default_value_t = 8.0)]
     max_secs: f64,
+    /// Blocks lent by a host provider in a third process, not allocated by the
+    /// publishers (the zero-copy row becomes `zero-copy-provider`).
+    #[arg(long)]
+    provider: bool,
 }
 
 const PREFIX: &str = "zcs-lat";
@@ -76,6 +86,7 @@ const REPLY_BASE_KEY: &str = "zcs-lat/reply/plain";
 const PORT_ENV: &str = "ZCS_LAT_PORT";
 const SOCK_ENV: &str = "ZCS_LAT_SOCK";
 const BACKEND_ENV: &str = "ZCS_LAT_BACKEND";
+const PROVIDER_ENV: &str = "ZCS_LAT_PROVIDER";
 const IO: Duration = Duration::from_secs(60);
 const REPLY_TIMEOUT: Duration = Duration::from_secs(20);
 /// Zenoh's default `transport/link/rx/max_message_size`: larger messages are dropped.
@@ -111,8 +122,36 @@ fn parse_reply(b: &[u8]) -> Option<(u8, u64, u64)> {
     Some((path, word(0)?, word(8)?))
 }
 
-fn zcs_config(device: DeviceChoice) -> ZcsConfig {
-    ZcsConfig { device, ..ZcsConfig::default() }
+/// `lent`: blocks from the provider process (required); otherwise never from one, so a
+/// provider elsewhere on the host cannot change what the rows measure.
+fn zcs_config(device: DeviceChoice, lent: bool) -> ZcsConfig {
+    let provider = if lent { ProviderMode::Required } else { ProviderMode::Off };
+    ZcsConfig { device, provider, provider_discovery_ms: 2000, ..ZcsConfig::default() }
+}
+
+/// The provider process: lends the backend's blocks until killed.
+fn provider_process() {
+    let port: u16 = std::env::var(PORT_ENV).expect("port").parse().expect("port");
+    let cuda = std::env::var(BACKEND_ENV).as_deref() == Ok("cuda");
+    let z = zenoh::open(loopback_zenoh_config(None, Some(port), Some(PREFIX))).wait().expect("open zenoh");
+    let cfg = ProviderConfig {
+        gpus: if cuda { GpuSelection::Ordinals(vec![0]) } else { GpuSelection::None },
+        host: !cuda,
+        ..ProviderConfig::default()
+    };
+    let _provider = Provider::start(&cfg, &z).expect("start the provider");
+    loop {
+        std::thread::park();
+    }
+}
+
+/// Waits until a provider's token is visible on `z`.
+fn wait_provider(z: &zenoh::Session) {
+    let boot_id = zenoh_cuda_shm::host::boot_id().expect("boot id");
+    let t = Instant::now();
+    while ProviderClient::discover(z, &boot_id, Duration::from_millis(200)).is_none() {
+        assert!(t.elapsed() < IO, "the provider process never announced itself");
+    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -123,10 +162,11 @@ fn pong() {
     let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} not set"));
     let port: u16 = var(PORT_ENV).parse().expect("port");
     let cuda = var(BACKEND_ENV) == "cuda";
+    let lent = std::env::var_os(PROVIDER_ENV).is_some();
     let conn = ControlConn::connect(&SocketName::from_key_chunk(&var(SOCK_ENV)).expect("socket"), IO).expect("ctl");
     let z = zenoh::open(loopback_zenoh_config(None, Some(port), Some(PREFIX))).wait().expect("open zenoh");
     let session =
-        GpuSession::from_zenoh(z.clone(), zcs_config(if cuda { DeviceChoice::Cuda } else { DeviceChoice::Host }))
+        GpuSession::from_zenoh(z.clone(), zcs_config(if cuda { DeviceChoice::Cuda } else { DeviceChoice::Host }, lent))
             .wait()
             .expect("open the pong session");
     let reply_base = Arc::new(z.declare_publisher(REPLY_BASE_KEY).wait().expect("reply publisher"));
@@ -167,7 +207,7 @@ fn pong() {
     let host_session = if cuda {
         let gpu = session.gpu().cloned().expect("CUDA session");
         let z2 = zenoh::open(loopback_zenoh_config(None, Some(port), Some(PREFIX))).wait().expect("open zenoh");
-        let host = GpuSession::from_zenoh(z2, zcs_config(DeviceChoice::Host)).wait().expect("host session");
+        let host = GpuSession::from_zenoh(z2, zcs_config(DeviceChoice::Host, false)).wait().expect("host session");
         let cpu = host.declare_subscriber(CPU_KEY).wait().expect("cpu-bytes subscriber");
         let r = Arc::new(host.declare_publisher(REPLY_CPU_KEY).wait().expect("cpu-bytes reply publisher"));
         let r2 = Arc::clone(&r);
@@ -360,9 +400,10 @@ fn block_round(p: &GpuPublisher, replies: &Replies, path: u8, size: usize) -> (D
 }
 
 fn main() {
-    if child_role().as_deref() == Some("pong") {
-        pong();
-        return;
+    match child_role().as_deref() {
+        Some("pong") => return pong(),
+        Some("provider") => return provider_process(),
+        _ => {}
     }
     let args = Args::parse();
     let cuda = match args.backend.as_str() {
@@ -371,12 +412,16 @@ fn main() {
         other => panic!("unknown backend {other:?} (cuda or host)"),
     };
     let port = free_tcp_port();
-    let session = GpuSession::open(
-        loopback_zenoh_config(Some(port), None, Some(PREFIX)),
-        zcs_config(if cuda { DeviceChoice::Cuda } else { DeviceChoice::Host }),
-    )
-    .wait()
-    .unwrap_or_else(|e| panic!("--backend {}: {e}", args.backend));
+    let z = zenoh::open(loopback_zenoh_config(Some(port), None, Some(PREFIX))).wait().expect("open zenoh");
+    let provider = args.provider.then(|| {
+        let child = spawn_child_bin("provider", &[(PORT_ENV, port.to_string()), (BACKEND_ENV, args.backend.clone())]);
+        wait_provider(&z);
+        child
+    });
+    let device = if cuda { DeviceChoice::Cuda } else { DeviceChoice::Host };
+    let session = GpuSession::from_zenoh(z, zcs_config(device, args.provider))
+        .wait()
+        .unwrap_or_else(|e| panic!("--backend {}: {e}", args.backend));
     let backend = session.backend().to_string();
     let z = session.zenoh();
     let replies_zc = Replies::Ours(session.declare_subscriber(REPLY_ZC_KEY).wait().expect("reply subscriber"));
@@ -389,10 +434,12 @@ fn main() {
 
     let name = SocketName::random_abstract();
     let listener = ControlListener::bind(&name).expect("bind");
-    let child = spawn_child_bin(
-        "pong",
-        &[(PORT_ENV, port.to_string()), (SOCK_ENV, name.to_key_chunk()), (BACKEND_ENV, args.backend.clone())],
-    );
+    let mut env =
+        vec![(PORT_ENV, port.to_string()), (SOCK_ENV, name.to_key_chunk()), (BACKEND_ENV, args.backend.clone())];
+    if args.provider {
+        env.push((PROVIDER_ENV, "1".to_owned()));
+    }
+    let child = spawn_child_bin("pong", &env);
     let conn = listener.accept_timeout(IO).expect("pong connects");
     let (m, _) = recv_msg::<Msg>(&conn, IO);
     assert!(matches!(m, Msg::Ready), "unexpected {m:?}");
@@ -406,8 +453,10 @@ fn main() {
         std::thread::sleep(Duration::from_millis(5));
     }
 
+    let blocks = if args.provider { "lent by a provider process" } else { "the publishers' own pools" };
     let mut setup = json!({"bench": "latency-setup", "backend": backend, "iters": args.iters, "warmup": args.warmup,
-        "max_secs_per_row": args.max_secs, "transport": "zenoh peer, tcp 127.0.0.1, congestion control block"});
+        "max_secs_per_row": args.max_secs, "transport": "zenoh peer, tcp 127.0.0.1, congestion control block",
+        "blocks": blocks});
     if let (Some(g), Some(o)) = (session.gpu(), setup.as_object_mut()) {
         o.insert("gpu".into(), json!(g.name()));
         o.insert("uuid".into(), json!(g.uuid().to_string()));
@@ -419,7 +468,8 @@ fn main() {
         let before = zc_pub.stats().copies_out;
         let rtt = rounds(&args, || block_round(&zc_pub, &replies_zc, PATH_ZC, size));
         let copies = zc_pub.stats().copies_out - before;
-        row("zero-copy", &backend, size, &rtt, json!({"ready": ready, "copies_out_with_warmup": copies}));
+        let path = if args.provider { "zero-copy-provider" } else { "zero-copy" };
+        row(path, &backend, size, &rtt, json!({"ready": ready, "copies_out_with_warmup": copies, "blocks": blocks}));
     }
     if let Some(p) = &cpu_pub {
         for &size in &args.sizes {
@@ -461,4 +511,8 @@ fn main() {
 
     send_msg(&conn, &Msg::Stop, &[]);
     zcs_tests::wait_child(child, "pong", IO);
+    if let Some(mut p) = provider {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
 }

@@ -154,7 +154,7 @@ pub fn publisher_killed(mode: Mode, kernels: Option<Kernels>, test: &str) {
     };
     let provider = Provider::start(&cfg, &router).expect("start the provider");
     let (s1, s2) = (session(mode, port, ProviderMode::Auto), session(mode, port, ProviderMode::Auto));
-    assert_eq!(s1.provider(), Some(provider.provider()), "subscriber sessions find the provider");
+    assert_eq!(s1.provider().as_ref(), Ok(provider.provider()), "subscriber sessions find the provider");
     let mut readers = [Reader::start(&s1, &key, "subscriber 1"), Reader::start(&s2, &key, "subscriber 2")];
 
     let victim = spawn_child(

@@ -271,3 +271,84 @@ impl Providers {
         Ok(c)
     }
 }
+
+/// A session's view of the host provider: a liveliness subscriber (with history) on
+/// the provider tokens of this kernel keeps the latest announced one, so a provider that
+/// appears after the session opened (peers still connecting, a router restarted) is used
+/// by the publishers declared from then on.
+pub struct ProviderWatch {
+    device: String,
+    providers: Arc<Providers>,
+    seen: Arc<Mutex<Option<ProviderRef>>>,
+    connect_timeout: Duration,
+    _sub: zenoh::pubsub::Subscriber<()>,
+}
+
+impl std::fmt::Debug for ProviderWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderWatch").field("device", &self.device).field("seen", &self.seen).finish_non_exhaustive()
+    }
+}
+
+impl ProviderWatch {
+    /// Watches for providers of `boot_id` that lend `device` blocks.
+    pub fn start(
+        session: &zenoh::Session,
+        boot_id: &str,
+        device: &str,
+        providers: Arc<Providers>,
+        connect_timeout: Duration,
+    ) -> Result<Self, zenoh::Error> {
+        use zenoh::Wait;
+        let seen: Arc<Mutex<Option<ProviderRef>>> = Arc::default();
+        let (s, boot) = (Arc::clone(&seen), boot_id.to_owned());
+        let sub = session
+            .liveliness()
+            .declare_subscriber(ProviderToken::selector(boot_id))
+            .history(true)
+            .callback(move |sample| {
+                let Some(t) = ProviderToken::parse(sample.key_expr().as_str()).filter(|t| t.boot_id == boot) else {
+                    return;
+                };
+                let mut seen = s.lock().unwrap_or_else(|p| p.into_inner());
+                match sample.kind() {
+                    zenoh::sample::SampleKind::Put => *seen = Some(t.provider),
+                    zenoh::sample::SampleKind::Delete if seen.as_ref() == Some(&t.provider) => *seen = None,
+                    zenoh::sample::SampleKind::Delete => {}
+                }
+            })
+            .wait()?;
+        Ok(Self { device: device.to_owned(), providers, seen, connect_timeout, _sub: sub })
+    }
+
+    /// Records a provider found another way (a liveliness query at open).
+    pub fn offer(&self, provider: ProviderRef) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.is_none() {
+            *seen = Some(provider);
+        }
+    }
+
+    /// The provider to borrow from now (connected on first use), or why there is none.
+    pub fn current(&self) -> Result<Arc<ProviderClient>, String> {
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let provider = seen.ok_or("no host provider announced on this host")?;
+        let client = self.providers.get(&provider, self.connect_timeout).map_err(|e| e.to_string())?;
+        if !client.devices().contains(&self.device) {
+            return Err(format!("the host provider does not lend {} blocks", self.device));
+        }
+        Ok(client)
+    }
+
+    /// [`current`](Self::current), waiting up to `timeout` for a provider to be announced.
+    pub fn wait(&self, timeout: Duration) -> Result<Arc<ProviderClient>, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.current() {
+                Ok(c) => return Ok(c),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+}
