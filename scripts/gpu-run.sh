@@ -43,6 +43,12 @@ want bench && for b in .gpu-bin/zcs_*bench .gpu-bin/zcs_latency .gpu-bin/zcs_thr
   echo "== $b" | tee -a "$out/bench.log"
   timeout 300 "$b" --backend cuda >"$out/$(basename "$b").jsonl" 2>>"$out/bench.log" || { echo "FAILED: $b" | tee -a "$out/bench.log"; fail=1; }
 done
+# The same latency rows with blocks lent by a provider process (the zenohd plugin's role).
+if want bench && [ -x .gpu-bin/zcs_latency ]; then
+  echo "== zcs_latency --provider" | tee -a "$out/bench.log"
+  timeout 300 .gpu-bin/zcs_latency --backend cuda --provider --sizes 4KiB,64KiB,1MiB,8MiB,32MiB,256MiB \
+    >"$out/zcs_latency_provider.jsonl" 2>>"$out/bench.log" || { echo "FAILED: zcs_latency --provider" | tee -a "$out/bench.log"; fail=1; }
+fi
 # The Python package: the wheel from scripts/gpu-build.sh, installed offline into .gpu-py
 # (no pip: unzipping a wheel installs it), then the GPU suite (pytest if the image has
 # it, else a plain runner of the same tests).

@@ -69,6 +69,10 @@ pub fn open(args: &CommonArgs) -> Result<GpuSession, Box<dyn std::error::Error +
         (Some(g), _) => println!("[zcs] blocks: cuda-vmm on {} ({})", g.name(), g.uuid()),
         (None, reason) => println!("[zcs] no GPU path ({}); falling back to host-memory blocks", reason.unwrap_or("?")),
     }
+    match session.provider() {
+        Ok(p) => println!("[zcs] blocks lent by the host provider {:016x}", p.id),
+        Err(why) => println!("[zcs] blocks allocated in this process ({why})"),
+    }
     Ok(session)
 }
 

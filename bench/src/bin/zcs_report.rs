@@ -59,6 +59,7 @@ const PLAIN_SIZE: u64 = 64;
 /// The size at which the copy paths are compared with zero-copy.
 const COPY_SIZE: u64 = 32 << 20;
 const ZERO_COPY: &str = "zero-copy";
+const ZERO_COPY_PROVIDER: &str = "zero-copy-provider";
 const PLAIN: &str = "zenoh-plain";
 
 /// Zero-copy p50 ÷ 64-byte plain Zenoh p50, at most.
@@ -72,6 +73,8 @@ const GOAL_4K_ONE: f64 = 5000.0;
 const GOAL_4K_FOUR: f64 = 2000.0;
 /// First message to a new subscriber, p50, at most (µs).
 const GOAL_FIRST_US: f64 = 1000.0;
+/// Zero-copy with blocks lent by a provider ÷ with the publisher's own pool, p50, at most.
+const GOAL_PROVIDER_RATIO: f64 = 1.1;
 /// torch.multiprocessing round trip ÷ ours, at least.
 const GOAL_TORCH_RATIO: f64 = 10.0;
 
@@ -532,6 +535,27 @@ fn goal_flat(d: &Data, stat: Stat, goal: &str, max: f64) -> Goal {
     Goal::new(goal, &target, format!("{} (÷ {} µs)", parts.join(", "), fmt_num(plain)), Status::of(&checks))
 }
 
+/// Zero-copy with lent blocks ÷ with own blocks, p50 (RTT/2), at every size both rows have.
+fn goal_provider(d: &Data) -> Goal {
+    let goal = "Zero-copy with a provider's blocks ÷ own pool, p50, one way = RTT/2";
+    let target = format!("≤ {GOAL_PROVIDER_RATIO}× at every size");
+    let (Some(own), Some(lent)) = (d.lat(ZERO_COPY, false), d.lat(ZERO_COPY_PROVIDER, false)) else {
+        return Goal::not_measured(goal, &target, "needs `zero-copy` and `zero-copy-provider` rows");
+    };
+    let (mut parts, mut checks) = (Vec::new(), Vec::new());
+    for (&size, l) in &lent.cells {
+        if let Some(o) = own.cells.get(&size) {
+            let ratio = l.p50 / o.p50;
+            checks.push(ratio <= GOAL_PROVIDER_RATIO);
+            parts.push(format!("{} {}", human_size(size), fmt_ratio(ratio)));
+        }
+    }
+    if checks.is_empty() {
+        return Goal::not_measured(goal, &target, "no size in both rows");
+    }
+    Goal::new(goal, &target, parts.join(", "), Status::of(&checks))
+}
+
 /// The best copy path at 32 MiB ÷ zero-copy at 32 MiB (p50, RTT/2).
 fn goal_copy(d: &Data) -> Goal {
     let goal = "Best copy path ÷ zero-copy, 32 MiB, p50";
@@ -624,6 +648,7 @@ fn goals(d: &Data) -> Vec<Goal> {
         goal_flat(d, Stat::MeasuredP50, "Zero-copy ÷ 64 B `zenoh-plain`, p50, measured one way", GOAL_FLAT_P50),
         goal_flat(d, Stat::MeasuredP99, "Zero-copy ÷ 64 B `zenoh-plain`, p99, measured one way", GOAL_FLAT_P99),
         goal_copy(d),
+        goal_provider(d),
         goal_4k(d, 1, GOAL_4K_ONE),
         goal_4k(d, 4, GOAL_4K_FOUR),
         goal_first(d),
