@@ -8,7 +8,9 @@
 //! Zenoh clients of the router; the subscriber must receive every message, every byte
 //! checked, over the zero-copy path (host memfd blocks without a GPU), and the router's
 //! admin space, read over plain HTTP from the REST plugin, must list that publisher and
-//! subscriber on that topic with their device, then drop them when they exit.
+//! subscriber on that topic with their device, then drop them when they exit. In zenohd,
+//! a live change of `max_entries` through the admin space is applied and one of
+//! `__path__` refused.
 //!
 //! zenohd must also refuse, with zenoh's message and an exit status rather than a crash,
 //! a plugin built with another zenoh feature set (`ZCS_MISMATCH_PLUGIN`, built by
@@ -199,6 +201,20 @@ fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
     Ok((code, body.to_owned()))
 }
 
+/// `PUT path` with a JSON body over HTTP/1.0: the status code.
+fn http_put(port: u16, path: &str, json: &str) -> std::io::Result<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "PUT {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{json}",
+        json.len()
+    )?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    Ok(resp.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0))
+}
+
 /// The plugin's admin space through the REST plugin, as `relative key → value`, and the
 /// router's zid; `None` while the router or the plugin does not answer yet.
 fn admin_space(http_port: u16) -> Option<(String, Vec<(String, Value)>)> {
@@ -336,10 +352,26 @@ fn zenohd_loads_the_plugin_and_lists_pubsub() {
     let scratch = Scratch::new("zenohd");
     let (zenoh_port, http_port) = (free_tcp_port(), free_tcp_port());
     let mut args = zenohd_args(zenoh_port, http_port, &zenohd);
-    // …and ours by path (`-P name:path` sets __required__ and __path__).
-    args.extend(["-P".into(), format!("cuda_shm:{}", plugin_so().display())]);
+    // …and ours by path (`-P name:path` sets __required__ and __path__). Admin-space
+    // writes are allowed, for the live configuration change below.
+    let so = plugin_so();
+    args.extend(["-P".into(), format!("cuda_shm:{}", so.display()), "--adminspace-permissions".into(), "rw".into()]);
     let mut router = Proc::spawn("zenohd", &scratch.0, &zenohd.join("bin/zenohd"), &args);
     pubsub_through(&mut router, &scratch.0, zenoh_port, http_port, "zcs/plugin-test/zenohd");
+
+    // A live change of max_entries is applied; one of __path__ is refused (zenohd logs
+    // the plugin's reason) and the plugin's configuration stays as it was.
+    let config = "/@/local/router/config/plugins/cuda_shm";
+    assert_eq!(http_put(http_port, &format!("{config}/max_entries"), "100").unwrap(), 200);
+    wait_admin(&mut router, http_port, "max_entries 100", |a| {
+        get(a, "config").is_some_and(|c| c["max_entries"] == 100)
+    });
+    assert_eq!(http_put(http_port, &format!("{config}/__path__"), "\"/elsewhere.so\"").unwrap(), 200);
+    router.wait_for_output("plugins/cuda_shm: __path__ cannot be changed while the router runs");
+    let (_, admin) = admin_space(http_port).expect("admin space");
+    let cfg = get(&admin, "config").unwrap();
+    assert_eq!(cfg["__path__"], so.display().to_string(), "{cfg}");
+    assert_eq!(cfg["max_entries"], 100, "{cfg}");
     assert!(router.exited().is_none(), "zenohd exited\n{}", router.dump());
     let out = router.output();
     assert!(out.contains("Successfully started plugin cuda_shm"), "{}", router.dump());
