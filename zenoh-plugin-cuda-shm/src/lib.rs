@@ -93,14 +93,13 @@ struct Shared {
 }
 
 /// The running plugin: its session on the router's runtime and two liveliness
-/// subscribers feeding the registry. Dropping it undeclares them and closes the session
-/// (which leaves the router's runtime running).
+/// subscribers feeding the registry. Dropping it undeclares them, then closes the
+/// session (which leaves the router's runtime running).
 struct Running {
     name: String,
     shared: Arc<Mutex<Shared>>,
-    // Fields drop in declaration order: subscribers before the session they belong to.
-    _pub_tokens: zenoh::pubsub::Subscriber<()>,
-    _sub_tokens: zenoh::pubsub::Subscriber<()>,
+    /// Publisher and subscriber tokens; emptied by `Drop`.
+    token_subscribers: Vec<zenoh::pubsub::Subscriber<()>>,
     session: zenoh::Session,
 }
 
@@ -139,16 +138,20 @@ impl Running {
                 .callback(move |sample| on_token(&shared, &sample))
                 .wait()
         };
-        let pub_tokens = declare("pub")?;
-        let sub_tokens = declare("sub")?;
+        let token_subscribers = vec![declare("pub")?, declare("sub")?];
         tracing::info!(plugin = name, zid = %session.zid(), "zenoh-cuda-shm registry started");
-        Ok(Self { name: name.to_owned(), shared, _pub_tokens: pub_tokens, _sub_tokens: sub_tokens, session })
+        Ok(Self { name: name.to_owned(), shared, token_subscribers, session })
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         tracing::info!(plugin = %self.name, "zenoh-cuda-shm registry stopping");
+        for subscriber in self.token_subscribers.drain(..) {
+            if let Err(e) = subscriber.undeclare().wait() {
+                tracing::warn!(plugin = %self.name, error = %e, "undeclaring a token subscriber failed");
+            }
+        }
         if let Err(e) = self.session.close().wait() {
             tracing::warn!(plugin = %self.name, error = %e, "closing the plugin's session failed");
         }
@@ -208,6 +211,12 @@ impl RunningPluginTrait for Running {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, Instant};
+
+    use serde_json::json;
+    use zenoh::internal::runtime::RuntimeBuilder;
+    use zenoh_cuda_shm::protocol::{Group, Role, Token};
+
     use super::*;
 
     /// The plugin's `zenoh::FEATURES` is the string scripts/zenohd.sh builds zenohd
@@ -217,5 +226,106 @@ mod tests {
     fn zenoh_features() {
         assert_eq!(zenoh::FEATURES, EXPECTED_ZENOH_FEATURES);
         assert_eq!(admin::version_info().zenoh, "v1.10.2-release");
+    }
+
+    const STATUS: &str = "@/0a/router/status/plugins/cuda_shm";
+
+    fn admin(running: &RunningPlugin) -> Vec<(String, serde_json::Value)> {
+        let query = KeyExpr::try_from(format!("{STATUS}/**")).unwrap();
+        running
+            .adminspace_getter(&query, STATUS)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.key.strip_prefix(STATUS).unwrap().to_owned(), r.value.into_serde_value()))
+            .collect()
+    }
+
+    fn wait_until(what: &str, running: &RunningPlugin, pred: impl Fn(&[(String, serde_json::Value)]) -> bool) {
+        let t = Instant::now();
+        while !pred(&admin(running)) {
+            assert!(t.elapsed() < Duration::from_secs(10), "no {what}: {:#?}", admin(running));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn map(v: serde_json::Value) -> JsonKeyValueMap {
+        match v {
+            serde_json::Value::Object(m) => m.into(),
+            other => panic!("not a map: {other}"),
+        }
+    }
+
+    /// The glue, in a router runtime of this process (no network): the plugin starts
+    /// from its section, lists a token another session on the router declares, counts a
+    /// malformed one, applies or refuses live changes, and stops cleanly.
+    #[test]
+    fn plugin_follows_the_tokens_of_its_router() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let mut config = zenoh::Config::default();
+        for (k, v) in [
+            ("mode", "\"router\""),
+            ("listen/endpoints", "[]"),
+            ("scouting/multicast/enabled", "false"),
+            ("plugins/cuda_shm", "{ max_entries: 8 }"),
+        ] {
+            config.insert_json5(k, v).unwrap();
+        }
+        let runtime: DynamicRuntime = rt.block_on(RuntimeBuilder::new(config).build()).unwrap().into();
+        let running = CudaShmPlugin::start("cuda_shm", &runtime).unwrap();
+        let session = zenoh::session::init(runtime.clone()).wait().unwrap();
+
+        let token = Token {
+            role: Role::Sub,
+            key: "camera/front".into(),
+            instance: 0x5eed,
+            group: Group { boot_id: "b007".into(), device: "host".into() },
+            socket: None,
+        };
+        let live = session.liveliness().declare_token(token.to_key()).wait().unwrap();
+        let bad = session.liveliness().declare_token("@zcs/v1/pub/not-hex/1/b/host").wait().unwrap();
+        wait_until("token listed", &running, |a| a.iter().any(|(k, _)| k == "/topics/camera/front"));
+        wait_until("malformed token counted", &running, |a| {
+            a.iter().any(|(k, v)| k == "/stats" && v["tokens"]["malformed"] == 1)
+        });
+        let entries = admin(&running);
+        let topic = &entries.iter().find(|(k, _)| k == "/topics/camera/front").unwrap().1;
+        assert_eq!(topic["subscribers"][0]["instance"], "0000000000005eed", "{topic}");
+        let report = serde_json::to_value(running.report()).unwrap();
+        assert_eq!(report["level"], "Warning", "{report}");
+        assert_eq!(report["messages"][0], "1 malformed zenoh-cuda-shm tokens ignored", "{report}");
+
+        // Live changes: max_entries yes, __path__ no; a bad value is refused by key.
+        let current = map(json!({ "max_entries": 8 }));
+        assert!(running.config_checker("max_entries", &current, &map(json!({ "max_entries": 2 }))).unwrap().is_none());
+        wait_until("new cap", &running, |a| a.iter().any(|(k, v)| k == "/stats" && v["max_entries"] == 2));
+        let err = running.config_checker("__path__", &current, &map(json!({ "__path__": "/x.so" }))).unwrap_err();
+        assert!(err.to_string().contains("plugins/cuda_shm: __path__ cannot be changed"), "{err}");
+        let err = running.config_checker("max_entries", &current, &map(json!({ "max_entries": -3 }))).unwrap_err();
+        assert!(err.to_string().contains("plugins/cuda_shm: invalid value: integer `-3`"), "{err}");
+
+        drop(live);
+        wait_until("token gone", &running, |a| !a.iter().any(|(k, _)| k.starts_with("/topics/")));
+        drop(bad);
+        // Stopping undeclares the subscribers and closes the plugin's session only.
+        drop(running);
+        assert!(!session.is_closed());
+        session.close().wait().unwrap();
+    }
+
+    #[test]
+    fn a_bad_section_fails_the_start_by_key() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let mut config = zenoh::Config::default();
+        for (k, v) in [
+            ("mode", "\"router\""),
+            ("listen/endpoints", "[]"),
+            ("scouting/multicast/enabled", "false"),
+            ("plugins/cuda_shm", "{ max_entries: 8, colour: \"blue\" }"),
+        ] {
+            config.insert_json5(k, v).unwrap();
+        }
+        let runtime: DynamicRuntime = rt.block_on(RuntimeBuilder::new(config).build()).unwrap().into();
+        let err = CudaShmPlugin::start("cuda_shm", &runtime).err().expect("a bad section must fail the start");
+        assert!(err.to_string().starts_with("plugins/cuda_shm: unknown field `colour`"), "{err}");
     }
 }
