@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command (README), also run by CI:
 #   1. every Rust test in the workspace (GPU tests print "SKIPPED <name>: <reason>"
-#      without a usable GPU; ZCS_REQUIRE_GPU=1 turns that into a failure);
+#      without a usable GPU; ZCS_REQUIRE_GPU=1 turns that into a failure), the router
+#      plugin's among them: in stock zenohd 1.10.2 and its REST plugin, built from
+#      crates.io by scripts/zenohd.sh (cached per machine), and in the static bridge;
+#      zenohd refusing a plugin built with other zenoh features (scripts/plugin-mismatch.sh);
 #   2. the CDR cross-check against an independent implementation (rosbags, PyPI), and
 #      the ROS 2 examples against an independent rmw_zenoh peer (tests/python);
 #   3. the Python package: built (dev profile, same target dir: nothing of the workspace
@@ -14,7 +17,15 @@ cd "$(dirname "$0")/.."
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
+echo "== zenohd and its REST plugin for the plugin tests (scripts/zenohd.sh, cached)"
+ZCS_ZENOHD_DIR=$(./scripts/zenohd.sh)
+export ZCS_ZENOHD_DIR
+
 echo "== cargo test"
+# Build first: the mismatched plugin is built from what this build leaves in target/debug.
+cargo test --workspace --locked --no-run
+ZCS_MISMATCH_PLUGIN=$(./scripts/plugin-mismatch.sh)
+export ZCS_MISMATCH_PLUGIN
 cargo test --workspace --locked 2>&1 | tee "$log"
 
 echo "== CDR cross-check against rosbags"

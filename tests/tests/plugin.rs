@@ -1,0 +1,490 @@
+//! zenoh-cuda-shm's router plugin, end to end, in real routers:
+//!
+//! - stock zenohd 1.10.2 (built by `scripts/zenohd.sh`, found through `ZCS_ZENOHD_DIR`)
+//!   loading `libzenoh_plugin_cuda_shm.so` and zenoh's REST plugin;
+//! - `zenoh-bridge-cuda-shm`, which links both plugins statically.
+//!
+//! In each, the example publisher and subscriber (`z_cuda_pub`, `z_cuda_sub`) run as
+//! Zenoh clients of the router; the subscriber must receive every message, every byte
+//! checked, over the zero-copy path (host memfd blocks without a GPU), and the router's
+//! admin space, read over plain HTTP from the REST plugin, must list that publisher and
+//! subscriber on that topic with their device, then drop them when they exit. In zenohd,
+//! a live change of `max_entries` through the admin space is applied and one of
+//! `__path__` refused.
+//!
+//! zenohd must also refuse, with zenoh's message and an exit status rather than a crash,
+//! a plugin built with another zenoh feature set (`ZCS_MISMATCH_PLUGIN`, built by
+//! `scripts/plugin-mismatch.sh`) and a bad `plugins/cuda_shm` section.
+//!
+//! Without `ZCS_ZENOHD_DIR` (or `ZCS_MISMATCH_PLUGIN`) the zenohd tests print
+//! `SKIPPED <name>: <reason>`; `scripts/test.sh` always sets both. The example binaries
+//! and the bridge must have been built (`cargo test --workspace` builds them).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use zcs_tests::{free_tcp_port, watchdog_guard};
+
+const ZENOHD_DIR_ENV: &str = "ZCS_ZENOHD_DIR";
+const MISMATCH_ENV: &str = "ZCS_MISMATCH_PLUGIN";
+/// Bound on waiting for a router, a message or an admin-space state.
+const IO: Duration = Duration::from_secs(30);
+const TEST_LIMIT: Duration = Duration::from_secs(240);
+/// Messages the publisher sends, paced so that both clients are alive for a few seconds.
+const MESSAGES: u64 = 60;
+const RATE: &str = "20";
+const SIZE: &str = "1048576";
+
+fn skip(test: &str, why: &str) {
+    // The real stderr: the harness hides captured output of passing tests.
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+}
+
+/// `target/<profile>`, from this test binary's path (`target/<profile>/deps/plugin-…`).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent().and_then(Path::parent).expect("test binary under target/<profile>/deps").to_path_buf()
+}
+
+fn built(path: PathBuf) -> PathBuf {
+    assert!(
+        path.is_file(),
+        "{} is missing: build it first (`cargo build -p zcs-examples --examples -p zenoh-bridge-cuda-shm`; \
+         `cargo test --workspace` builds it)",
+        path.display()
+    );
+    path
+}
+
+fn example(name: &str) -> PathBuf {
+    built(profile_dir().join("examples").join(name))
+}
+
+/// The plugin's cdylib, as the dev-dependency build left it (no hash in its name).
+fn plugin_so() -> PathBuf {
+    built(profile_dir().join("deps").join("libzenoh_plugin_cuda_shm.so"))
+}
+
+fn zenohd_dir(test: &str) -> Option<PathBuf> {
+    match std::env::var_os(ZENOHD_DIR_ENV) {
+        Some(d) => {
+            let d = PathBuf::from(d);
+            let features = std::fs::read_to_string(d.join("FEATURES"))
+                .unwrap_or_else(|e| panic!("{}/FEATURES: {e} (run scripts/zenohd.sh)", d.display()));
+            assert_eq!(
+                features.trim_end_matches('\n'),
+                zenoh_plugin_cuda_shm::EXPECTED_ZENOH_FEATURES,
+                "{} was built with other zenoh features than the plugin",
+                d.display()
+            );
+            Some(d)
+        }
+        None => {
+            skip(test, &format!("{ZENOHD_DIR_ENV} is not set (scripts/test.sh sets it after scripts/zenohd.sh)"));
+            None
+        }
+    }
+}
+
+/// A scratch directory for one test's logs, removed when the test passes.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(test: &str) -> Self {
+        let d = std::env::temp_dir().join(format!("zcs-plugin-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("create scratch dir");
+        Self(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// A child process whose stdout and stderr go to one log file. Dropping it kills and
+/// reaps the process if it is still running, so nothing outlives a failed test.
+struct Proc {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn spawn(name: &str, dir: &Path, program: &Path, args: &[String]) -> Self {
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).expect("create log");
+        let err = out.try_clone().expect("clone log handle");
+        let child = Command::new(program)
+            .args(args)
+            // The assertions read zenohd's info-level lines (plugin loading).
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
+        Self { name: name.to_owned(), child, log }
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The output, for assertion messages.
+    fn dump(&self) -> String {
+        format!("----- {} ({}) -----\n{}", self.name, self.log.display(), self.output())
+    }
+
+    fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("try_wait")
+    }
+
+    /// Waits for the process to exit on its own.
+    fn wait(&mut self, limit: Duration) -> ExitStatus {
+        let t = Instant::now();
+        loop {
+            if let Some(status) = self.exited() {
+                return status;
+            }
+            assert!(t.elapsed() < limit, "{} still running after {limit:?}\n{}", self.name, self.dump());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until the output contains `text`; panics if the process exits first.
+    fn wait_for_output(&mut self, text: &str) {
+        let t = Instant::now();
+        while !self.output().contains(text) {
+            if let Some(status) = self.exited() {
+                assert!(
+                    self.output().contains(text),
+                    "{} exited ({status}) before printing {text:?}\n{}",
+                    self.name,
+                    self.dump()
+                );
+            }
+            assert!(t.elapsed() < IO, "{} did not print {text:?} within {IO:?}\n{}", self.name, self.dump());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// `GET path` over HTTP/1.0 (so the body ends with the connection, never chunked):
+/// the status code and the body.
+fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json\r\n\r\n")?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((resp.as_str(), ""));
+    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok((code, body.to_owned()))
+}
+
+/// `PUT path` with a JSON body over HTTP/1.0: the status code.
+fn http_put(port: u16, path: &str, json: &str) -> std::io::Result<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "PUT {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{json}",
+        json.len()
+    )?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    Ok(resp.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0))
+}
+
+/// The plugin's admin space through the REST plugin, as `relative key → value`, and the
+/// router's zid; `None` while the router or the plugin does not answer yet.
+fn admin_space(http_port: u16) -> Option<(String, Vec<(String, Value)>)> {
+    let (code, body) = http_get(http_port, "/@/*/router/status/plugins/cuda_shm/**").ok()?;
+    if code != 200 {
+        return None;
+    }
+    let replies: Vec<Value> = serde_json::from_str(&body).ok()?;
+    let mut zid = None;
+    let mut out = Vec::new();
+    for r in replies {
+        let key = r["key"].as_str()?;
+        let (head, rel) = key.split_once("/router/status/plugins/cuda_shm/")?;
+        zid = head.strip_prefix("@/").map(str::to_owned);
+        out.push((rel.to_owned(), r["value"].clone()));
+    }
+    let zid = zid?;
+    out.iter().any(|(k, _)| k == "version").then_some((zid, out))
+}
+
+fn get<'a>(admin: &'a [(String, Value)], key: &str) -> Option<&'a Value> {
+    admin.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+}
+
+/// Polls the admin space until `pred` holds; returns what satisfied it.
+fn wait_admin(
+    router: &mut Proc,
+    http_port: u16,
+    what: &str,
+    pred: impl Fn(&[(String, Value)]) -> bool,
+) -> Vec<(String, Value)> {
+    let t = Instant::now();
+    let mut last = None;
+    loop {
+        if let Some(status) = router.exited() {
+            panic!("{} exited ({status}) while waiting for {what}\n{}", router.name, router.dump());
+        }
+        if let Some((_, admin)) = admin_space(http_port) {
+            if pred(&admin) {
+                return admin;
+            }
+            last = Some(admin);
+        }
+        assert!(t.elapsed() < IO, "admin space: no {what} within {IO:?}; last answer: {last:#?}\n{}", router.dump());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn client_args(zenoh_port: u16, key: &str) -> Vec<String> {
+    ["--mode", "client", "-e", &format!("tcp/127.0.0.1:{zenoh_port}"), "--no-multicast-scouting", "-k", key]
+        .map(String::from)
+        .to_vec()
+}
+
+/// Runs the example subscriber and publisher as clients of the router, checks what
+/// they report and what the admin space lists while they run and after they exit.
+fn pubsub_through(router: &mut Proc, dir: &Path, zenoh_port: u16, http_port: u16, key: &str) {
+    // The router answers, and the plugin is running in it, with an empty registry.
+    let admin = wait_admin(router, http_port, "plugin version", |a| get(a, "version").is_some());
+    let version = get(&admin, "version").unwrap();
+    assert_eq!(version["zenoh_features"], zenoh_plugin_cuda_shm::EXPECTED_ZENOH_FEATURES, "{version}");
+    assert_eq!(version["zenoh"], "v1.10.2-release", "{version}");
+
+    let mut sub_args = client_args(zenoh_port, key);
+    sub_args.extend(["-n", &MESSAGES.to_string(), "--idle-timeout", "30"].map(String::from));
+    let mut sub = Proc::spawn("z_cuda_sub", dir, &example("z_cuda_sub"), &sub_args);
+    sub.wait_for_output("[zcs] subscribed to");
+    let mut pub_args = client_args(zenoh_port, key);
+    pub_args.extend(["-n", &MESSAGES.to_string(), "-r", RATE, "-s", SIZE, "--wait-zero-copy", "1"].map(String::from));
+    let mut publ = Proc::spawn("z_cuda_pub", dir, &example("z_cuda_pub"), &pub_args);
+    sub.wait_for_output("path zero-copy");
+    // Both printed which memory their blocks use; the registry must show the same.
+    let device = if publ.output().contains("blocks: cuda-vmm") { "cuda" } else { "host" };
+
+    // While both run: the topic lists exactly this publisher and this subscriber.
+    let admin = wait_admin(router, http_port, "the publisher and subscriber", |a| {
+        get(a, &format!("topics/{key}")).is_some_and(|t| {
+            t["publishers"].as_array().is_some_and(|p| p.len() == 1)
+                && t["subscribers"].as_array().is_some_and(|s| s.len() == 1)
+        })
+    });
+    let topic = get(&admin, &format!("topics/{key}")).unwrap();
+    assert_eq!(topic["key"], key);
+    let (p, s) = (&topic["publishers"][0], &topic["subscribers"][0]);
+    assert_eq!(p["role"], "publisher", "{topic}");
+    assert_eq!(s["role"], "subscriber", "{topic}");
+    assert_eq!(p["device"]["kind"], device, "{topic}");
+    assert_eq!(s["device"]["kind"], device, "{topic}");
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(p["boot_id"], boot_id.trim(), "{topic}");
+    assert!(p["socket"].as_str().is_some_and(|s| !s.is_empty()), "a publisher names its socket: {topic}");
+    assert!(s.get("socket").is_none(), "{topic}");
+    assert!(p["first_seen_ms"].as_u64().is_some_and(|t| t > 0), "{topic}");
+    // The same entities by instance id.
+    let instance = p["instance"].as_str().unwrap();
+    assert_eq!(get(&admin, &format!("instances/{instance}")), Some(p));
+    let stats = get(&admin, "stats").unwrap();
+    assert_eq!(stats["tokens"]["malformed"], 0, "{stats}");
+
+    // Every message arrives, every byte checked, all over the zero-copy path.
+    let sub_status = sub.wait(IO);
+    let pub_status = publ.wait(IO);
+    assert!(sub_status.success(), "subscriber: {sub_status}\n{}\n{}", sub.dump(), publ.dump());
+    assert!(pub_status.success(), "publisher: {pub_status}\n{}\n{}", publ.dump(), sub.dump());
+    let out = sub.output();
+    assert!(out.contains(&format!("[sub] done: {MESSAGES} messages, every byte checked")), "{}", sub.dump());
+    let last = out.lines().rev().find(|l| l.starts_with("[sub] ") && l.contains(" msgs ")).unwrap_or("");
+    assert!(last.contains(&format!("zero-copy {MESSAGES} ")), "not all zero-copy: {last}\n{}", sub.dump());
+    assert!(out.contains(if device == "cuda" { "blocks: cuda-vmm" } else { "falling back to host-memory blocks" }));
+
+    // Both gone: their tokens vanish from the registry.
+    let admin = wait_admin(router, http_port, "the topic to go away", |a| get(a, &format!("topics/{key}")).is_none());
+    let stats = get(&admin, "stats").unwrap();
+    assert_eq!(stats["tokens"]["vanished"], stats["tokens"]["appeared"], "{stats}");
+    assert_eq!(stats["entries"], 0, "{stats}");
+}
+
+fn zenohd_args(zenoh_port: u16, http_port: u16, zenohd: &Path) -> Vec<String> {
+    vec![
+        "--no-multicast-scouting".into(),
+        "-l".into(),
+        format!("tcp/127.0.0.1:{zenoh_port}"),
+        // The REST plugin is found by search (the directory replaces the default ones)…
+        "--plugin-search-dir".into(),
+        zenohd.join("lib").display().to_string(),
+        "--rest-http-port".into(),
+        format!("127.0.0.1:{http_port}"),
+    ]
+}
+
+#[test]
+fn zenohd_loads_the_plugin_and_lists_pubsub() {
+    let Some(zenohd) = zenohd_dir("zenohd_loads_the_plugin_and_lists_pubsub") else { return };
+    let _watchdog = watchdog_guard("zenohd_loads_the_plugin_and_lists_pubsub", TEST_LIMIT);
+    let scratch = Scratch::new("zenohd");
+    let (zenoh_port, http_port) = (free_tcp_port(), free_tcp_port());
+    let mut args = zenohd_args(zenoh_port, http_port, &zenohd);
+    // …and ours by path (`-P name:path` sets __required__ and __path__). Admin-space
+    // writes are allowed, for the live configuration change below.
+    let so = plugin_so();
+    args.extend(["-P".into(), format!("cuda_shm:{}", so.display()), "--adminspace-permissions".into(), "rw".into()]);
+    let mut router = Proc::spawn("zenohd", &scratch.0, &zenohd.join("bin/zenohd"), &args);
+    pubsub_through(&mut router, &scratch.0, zenoh_port, http_port, "zcs/plugin-test/zenohd");
+
+    // A live change of max_entries is applied; one of __path__ is refused (zenohd logs
+    // the plugin's reason) and the plugin's configuration stays as it was.
+    let config = "/@/local/router/config/plugins/cuda_shm";
+    assert_eq!(http_put(http_port, &format!("{config}/max_entries"), "100").unwrap(), 200);
+    wait_admin(&mut router, http_port, "max_entries 100", |a| {
+        get(a, "config").is_some_and(|c| c["max_entries"] == 100)
+    });
+    assert_eq!(http_put(http_port, &format!("{config}/__path__"), "\"/elsewhere.so\"").unwrap(), 200);
+    router.wait_for_output("plugins/cuda_shm: __path__ cannot be changed while the router runs");
+    let (_, admin) = admin_space(http_port).expect("admin space");
+    let cfg = get(&admin, "config").unwrap();
+    assert_eq!(cfg["__path__"], so.display().to_string(), "{cfg}");
+    assert_eq!(cfg["max_entries"], 100, "{cfg}");
+    assert!(router.exited().is_none(), "zenohd exited\n{}", router.dump());
+    let out = router.output();
+    assert!(out.contains("Successfully started plugin cuda_shm"), "{}", router.dump());
+}
+
+#[test]
+fn bridge_links_the_plugin_and_lists_pubsub() {
+    let _watchdog = watchdog_guard("bridge_links_the_plugin_and_lists_pubsub", TEST_LIMIT);
+    let scratch = Scratch::new("bridge");
+    let (zenoh_port, http_port) = (free_tcp_port(), free_tcp_port());
+    let args = [
+        "--no-multicast-scouting".into(),
+        "-l".into(),
+        format!("tcp/127.0.0.1:{zenoh_port}"),
+        "--rest-http-port".into(),
+        format!("127.0.0.1:{http_port}"),
+    ];
+    let bridge = built(profile_dir().join("zenoh-bridge-cuda-shm"));
+    let mut router = Proc::spawn("zenoh-bridge-cuda-shm", &scratch.0, &bridge, &args);
+    pubsub_through(&mut router, &scratch.0, zenoh_port, http_port, "zcs/plugin-test/bridge");
+    assert!(router.exited().is_none(), "the bridge exited\n{}", router.dump());
+}
+
+/// Runs zenohd until it exits by itself (within `IO`) and returns its status.
+fn zenohd_until_exit(scratch: &Scratch, name: &str, zenohd: &Path, extra: &[String]) -> (ExitStatus, Proc) {
+    let mut args = zenohd_args(free_tcp_port(), free_tcp_port(), zenohd);
+    args.extend_from_slice(extra);
+    let mut router = Proc::spawn(name, &scratch.0, &zenohd.join("bin/zenohd"), &args);
+    let status = router.wait(IO);
+    (status, router)
+}
+
+/// A plugin built with one zenoh feature more (`auth_usrpwd`) than zenohd: the loader
+/// compares `zenoh::FEATURES` and refuses it. Required (`-P`), zenohd stops with an error
+/// status and zenoh's message; not required, zenohd logs the refusal and keeps running.
+/// Either way nothing crashes.
+#[test]
+fn zenohd_refuses_a_plugin_built_with_other_zenoh_features() {
+    let test = "zenohd_refuses_a_plugin_built_with_other_zenoh_features";
+    let Some(zenohd) = zenohd_dir(test) else { return };
+    let Some(mismatched) = std::env::var_os(MISMATCH_ENV).map(PathBuf::from) else {
+        skip(test, &format!("{MISMATCH_ENV} is not set (scripts/test.sh sets it after scripts/plugin-mismatch.sh)"));
+        return;
+    };
+    assert!(mismatched.is_file(), "{MISMATCH_ENV}={} is not a file", mismatched.display());
+    let _watchdog = watchdog_guard("zenohd_refuses_a_plugin_built_with_other_zenoh_features", TEST_LIMIT);
+    let scratch = Scratch::new("mismatch");
+
+    let (status, router) = zenohd_until_exit(
+        &scratch,
+        "zenohd-required",
+        &zenohd,
+        &["-P".into(), format!("cuda_shm:{}", mismatched.display())],
+    );
+    let out = router.output();
+    assert_eq!(status.signal(), None, "zenohd crashed on a mismatched plugin: {status}\n{}", router.dump());
+    assert!(!status.success(), "zenohd accepted a mismatched required plugin\n{}", router.dump());
+    for expected in [
+        "Incompatible Zenoh feature sets",
+        &format!("host:  {}", zenoh_plugin_cuda_shm::EXPECTED_ZENOH_FEATURES.trim_start()),
+        "zenoh/auth_usrpwd",
+    ] {
+        assert!(out.contains(expected), "no {expected:?} in zenohd's output\n{}", router.dump());
+    }
+
+    // Not required: refused, logged, and the router keeps serving (its REST plugin too).
+    let (zenoh_port, http_port) = (free_tcp_port(), free_tcp_port());
+    let mut args = zenohd_args(zenoh_port, http_port, &zenohd);
+    args.extend(["--cfg".into(), format!("plugins/cuda_shm:{{__path__:{:?}}}", mismatched.display().to_string())]);
+    let mut router = Proc::spawn("zenohd-optional", &scratch.0, &zenohd.join("bin/zenohd"), &args);
+    router.wait_for_output("Incompatible Zenoh feature sets");
+    let t = Instant::now();
+    while !http_get(http_port, "/@/*/router/plugins/**").is_ok_and(|(code, _)| code == 200) {
+        assert!(router.exited().is_none(), "zenohd exited\n{}", router.dump());
+        assert!(t.elapsed() < IO, "REST plugin did not answer\n{}", router.dump());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (_, body) = http_get(http_port, "/@/*/router/plugins/**").unwrap();
+    let plugins: Vec<Value> = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let state = |id: &str| {
+        plugins
+            .iter()
+            .find(|p| p["key"].as_str().is_some_and(|k| k.ends_with(&format!("/router/plugins/{id}"))))
+            .map(|p| p["value"]["state"].clone())
+    };
+    assert_eq!(state("rest"), Some(Value::from("Started")), "{body}");
+    assert_ne!(state("cuda_shm"), Some(Value::from("Started")), "{body}");
+    assert!(router.exited().is_none(), "zenohd exited\n{}", router.dump());
+}
+
+/// A bad `plugins/cuda_shm` section: the plugin's start fails with a message naming the
+/// key, which zenohd reports before exiting with an error status (the plugin is
+/// required); no crash, no partial start.
+#[test]
+fn zenohd_reports_a_bad_plugin_section() {
+    let Some(zenohd) = zenohd_dir("zenohd_reports_a_bad_plugin_section") else { return };
+    let _watchdog = watchdog_guard("zenohd_reports_a_bad_plugin_section", TEST_LIMIT);
+    let scratch = Scratch::new("badconfig");
+    let so = plugin_so();
+    for (i, (cfg, expected)) in [
+        ("plugins/cuda_shm/max_entries:0", "plugins/cuda_shm: max_entries: 0 is out of range (1 to 1048576)"),
+        ("plugins/cuda_shm/max_entires:64", "plugins/cuda_shm: unknown field `max_entires`, expected one of"),
+        ("plugins/cuda_shm/max_entries:\"many\"", "plugins/cuda_shm: invalid type: string \"many\", expected usize"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let extra = ["-P".into(), format!("cuda_shm:{}", so.display()), "--cfg".into(), cfg.into()];
+        let (status, router) = zenohd_until_exit(&scratch, &format!("zenohd-{i}"), &zenohd, &extra);
+        assert_eq!(status.signal(), None, "{cfg}: {status}\n{}", router.dump());
+        assert!(!status.success(), "{cfg}: zenohd started\n{}", router.dump());
+        let out = router.output();
+        assert!(out.contains("Plugin \"cuda_shm\" failed to start"), "{cfg}\n{}", router.dump());
+        assert!(out.contains(expected), "{cfg}: expected {expected:?}\n{}", router.dump());
+    }
+}

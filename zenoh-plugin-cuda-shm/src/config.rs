@@ -1,0 +1,281 @@
+//! The plugin's section of the router configuration, `plugins/cuda_shm`.
+//!
+//! Strict: an unknown key, a wrong type or a value out of range is refused with a
+//! message naming it, and the plugin does not start. The JSON schema of the section is
+//! generated from [`PluginConfig`] and committed as `config.schema.json`; a sample
+//! router configuration is `config.json5` (both next to this crate's `Cargo.toml`).
+//!
+//! ```
+//! use zenoh_plugin_cuda_shm::config::PluginConfig;
+//!
+//! let cfg = PluginConfig::from_value(&serde_json::json!({ "max_entries": 100 }))?;
+//! assert_eq!(cfg.max_entries, 100);
+//! let err = PluginConfig::from_value(&serde_json::json!({ "max_entrys": 100 })).unwrap_err();
+//! assert!(err.to_string().contains("unknown field `max_entrys`"));
+//! # Ok::<(), zenoh_plugin_cuda_shm::config::ConfigError>(())
+//! ```
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Default for [`PluginConfig::max_entries`].
+pub const DEFAULT_MAX_ENTRIES: usize = 4096;
+/// Largest accepted [`PluginConfig::max_entries`].
+pub const MAX_MAX_ENTRIES: usize = 1 << 20;
+
+/// `plugins/cuda_shm`: every key is optional.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "zenoh-plugin-cuda-shm configuration (plugins/cuda_shm)")]
+pub struct PluginConfig {
+    /// Most publishers and subscribers the registry lists (1 to 1048576, default 4096).
+    /// Tokens beyond it are counted in `stats.over_capacity` and not listed, so a flood
+    /// of liveliness tokens cannot grow the router's memory without bound. The only key
+    /// that can be changed while the router runs.
+    #[serde(default = "default_max_entries")]
+    #[schemars(range(min = 1, max = 1048576))]
+    pub max_entries: usize,
+    /// Read by zenohd's plugin loader, not by the plugin: the library file(s) to load,
+    /// instead of searching the plugin directories.
+    #[serde(rename = "__path__", default, skip_serializing_if = "Option::is_none")]
+    pub loader_path: Option<OneOrMany>,
+    /// Read by zenohd's plugin loader: the router fails to start if the plugin does
+    /// not load or start (zenohd's `-P cuda_shm` sets it).
+    #[serde(rename = "__required__", default, skip_serializing_if = "Option::is_none")]
+    pub loader_required: Option<bool>,
+    /// Read by zenohd: a file whose content is merged into this section.
+    #[serde(rename = "__config__", default, skip_serializing_if = "Option::is_none")]
+    pub loader_config: Option<String>,
+    /// Read by zenohd's plugin loader: the library name to search for, when it differs
+    /// from the section's name.
+    #[serde(rename = "__plugin__", default, skip_serializing_if = "Option::is_none")]
+    pub loader_plugin: Option<String>,
+}
+
+/// A path or a list of paths (zenohd accepts both for `__path__`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    /// One path.
+    One(String),
+    /// Several paths, tried in order.
+    Many(Vec<String>),
+}
+
+fn default_max_entries() -> usize {
+    DEFAULT_MAX_ENTRIES
+}
+
+impl Default for PluginConfig {
+    fn default() -> Self {
+        Self {
+            max_entries: DEFAULT_MAX_ENTRIES,
+            loader_path: None,
+            loader_required: None,
+            loader_config: None,
+            loader_plugin: None,
+        }
+    }
+}
+
+/// Why a `plugins/cuda_shm` section was refused. Messages name keys relative to the
+/// section; the plugin prefixes the section (`plugins/<name>: …`) when it reports them.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// Not a map of keys (serde would read an array as the fields in order).
+    #[error("expected a map of keys, found {found}")]
+    NotAnObject {
+        /// The JSON type found.
+        found: &'static str,
+    },
+    /// Not the right shape: unknown key, wrong type.
+    #[error("{source}")]
+    Invalid {
+        /// serde's message, which names the key.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A value outside its range.
+    #[error("{key}: {value} is out of range ({range})")]
+    OutOfRange {
+        /// The key.
+        key: &'static str,
+        /// The refused value.
+        value: String,
+        /// What is accepted.
+        range: &'static str,
+    },
+    /// A change the running plugin cannot apply.
+    #[error("{key} cannot be changed while the router runs; edit the configuration and restart it")]
+    NotLive {
+        /// The key whose change was refused.
+        key: &'static str,
+    },
+}
+
+impl PluginConfig {
+    /// Parses and checks a section as the router hands it over (JSON).
+    pub fn from_value(value: &serde_json::Value) -> Result<Self, ConfigError> {
+        let found = match value {
+            serde_json::Value::Object(_) => None,
+            serde_json::Value::Null => Some("null"),
+            serde_json::Value::Bool(_) => Some("a boolean"),
+            serde_json::Value::Number(_) => Some("a number"),
+            serde_json::Value::String(_) => Some("a string"),
+            serde_json::Value::Array(_) => Some("an array"),
+        };
+        if let Some(found) = found {
+            return Err(ConfigError::NotAnObject { found });
+        }
+        let cfg = Self::deserialize(value).map_err(|source| ConfigError::Invalid { source })?;
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    /// Checks the ranges serde cannot express.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if !(1..=MAX_MAX_ENTRIES).contains(&self.max_entries) {
+            return Err(ConfigError::OutOfRange {
+                key: "max_entries",
+                value: self.max_entries.to_string(),
+                range: "1 to 1048576",
+            });
+        }
+        Ok(())
+    }
+
+    /// Decides whether a running plugin configured with `self` can take `new`: the
+    /// parsed `new` when only keys that can change live differ (`max_entries`, and
+    /// `__required__`, which matters only when the plugin starts), else the reason.
+    pub fn live_change(&self, new: &serde_json::Value) -> Result<Self, ConfigError> {
+        let new = Self::from_value(new)?;
+        if new.loader_path != self.loader_path {
+            return Err(ConfigError::NotLive { key: "__path__" });
+        }
+        if new.loader_plugin != self.loader_plugin {
+            return Err(ConfigError::NotLive { key: "__plugin__" });
+        }
+        if new.loader_config != self.loader_config {
+            return Err(ConfigError::NotLive { key: "__config__" });
+        }
+        Ok(new)
+    }
+
+    /// The JSON schema of the section (what `config.schema.json` holds).
+    pub fn json_schema() -> serde_json::Value {
+        serde_json::to_value(schemars::schema_for!(PluginConfig)).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const CRATE_DIR: &str = env!("CARGO_MANIFEST_DIR");
+
+    #[test]
+    fn empty_section_gives_the_documented_defaults() {
+        let cfg = PluginConfig::from_value(&json!({})).unwrap();
+        assert_eq!(cfg, PluginConfig::default());
+        assert_eq!(cfg.max_entries, 4096);
+    }
+
+    #[test]
+    fn loader_keys_are_accepted_in_both_forms() {
+        let cfg = PluginConfig::from_value(&json!({
+            "__required__": true,
+            "__path__": "/opt/zcs/libzenoh_plugin_cuda_shm.so",
+            "__plugin__": "cuda_shm",
+        }))
+        .unwrap();
+        assert_eq!(cfg.loader_required, Some(true));
+        assert_eq!(cfg.loader_path, Some(OneOrMany::One("/opt/zcs/libzenoh_plugin_cuda_shm.so".into())));
+        let cfg = PluginConfig::from_value(&json!({ "__path__": ["/a.so", "/b.so"] })).unwrap();
+        assert_eq!(cfg.loader_path, Some(OneOrMany::Many(vec!["/a.so".into(), "/b.so".into()])));
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        let err = PluginConfig::from_value(&json!({ "max_entries": 10, "max_entry": 3 })).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("unknown field `max_entry`"), "{msg}");
+        assert!(msg.contains("expected one of"), "{msg}");
+        // Not silently accepted either: the provider section does not exist yet.
+        let err = PluginConfig::from_value(&json!({ "provider": {} })).unwrap_err();
+        assert!(err.to_string().contains("unknown field `provider`"), "{err}");
+    }
+
+    #[test]
+    fn wrong_types_are_refused_with_the_expected_type() {
+        let msg = PluginConfig::from_value(&json!({ "max_entries": "many" })).unwrap_err().to_string();
+        assert!(msg.starts_with("invalid type: string \"many\", expected usize"), "{msg}");
+        let msg = PluginConfig::from_value(&json!({ "max_entries": -1 })).unwrap_err().to_string();
+        assert!(msg.contains("invalid value: integer `-1`"), "{msg}");
+        let msg = PluginConfig::from_value(&json!({ "__required__": "yes" })).unwrap_err().to_string();
+        assert!(msg.contains("invalid type: string \"yes\", expected a boolean"), "{msg}");
+        // serde would take an array as the fields in order; a section is a map.
+        let msg = PluginConfig::from_value(&json!([4096])).unwrap_err().to_string();
+        assert_eq!(msg, "expected a map of keys, found an array");
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused() {
+        for bad in [0usize, MAX_MAX_ENTRIES + 1] {
+            let msg = PluginConfig::from_value(&json!({ "max_entries": bad })).unwrap_err().to_string();
+            assert_eq!(msg, format!("max_entries: {bad} is out of range (1 to 1048576)"));
+        }
+        assert_eq!(PluginConfig::from_value(&json!({ "max_entries": MAX_MAX_ENTRIES })).unwrap().max_entries, 1 << 20);
+    }
+
+    #[test]
+    fn live_changes_are_limited_to_what_the_plugin_can_apply() {
+        let cur = PluginConfig::from_value(&json!({ "__required__": true, "max_entries": 10 })).unwrap();
+        let new = cur.live_change(&json!({ "__required__": false, "max_entries": 20 })).unwrap();
+        assert_eq!(new.max_entries, 20);
+        let err = cur.live_change(&json!({ "__path__": "/elsewhere.so", "max_entries": 10 })).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "__path__ cannot be changed while the router runs; edit the configuration and restart it"
+        );
+        assert!(cur.live_change(&json!({ "max_entries": 0 })).is_err());
+        assert!(cur.live_change(&json!({ "bogus": 1 })).is_err());
+    }
+
+    /// The committed schema is the generated one. `ZCS_BLESS=1` rewrites the file.
+    #[test]
+    fn committed_schema_is_current() {
+        let path = format!("{CRATE_DIR}/config.schema.json");
+        let generated = PluginConfig::json_schema();
+        assert!(generated.is_object());
+        let text = serde_json::to_string_pretty(&generated).unwrap() + "\n";
+        if std::env::var_os("ZCS_BLESS").is_some() {
+            std::fs::write(&path, &text).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            committed == text,
+            "{path} differs from the schema generated from PluginConfig; \
+             regenerate it with `ZCS_BLESS=1 cargo test -p zenoh-plugin-cuda-shm committed_schema`"
+        );
+        // The schema is strict too.
+        assert_eq!(generated["additionalProperties"], json!(false), "{text}");
+    }
+
+    /// The shipped sample router configuration is valid for zenoh and for this plugin.
+    #[test]
+    fn sample_router_config_parses() {
+        let path = format!("{CRATE_DIR}/config.json5");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let whole: serde_json::Value = json5::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let section = &whole["plugins"]["cuda_shm"];
+        assert!(section.is_object(), "{path} has no plugins.cuda_shm section");
+        let cfg = PluginConfig::from_value(section).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(cfg.max_entries, DEFAULT_MAX_ENTRIES);
+        assert!(whole["plugins"]["rest"].is_object(), "{path} should load the REST plugin too");
+        // zenoh reads the same file.
+        zenoh::Config::from_file(&path).unwrap_or_else(|e| panic!("zenoh refuses {path}: {e}"));
+    }
+}

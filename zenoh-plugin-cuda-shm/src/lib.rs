@@ -1,0 +1,331 @@
+//! zenohd plugin for zenoh-cuda-shm.
+//!
+//! Loaded into a Zenoh router (`zenohd -P cuda_shm`, or linked statically by
+//! `zenoh-bridge-cuda-shm`), it watches the liveliness tokens every zenoh-cuda-shm
+//! publisher and GPU-aware subscriber declares, keeps a [`registry::Registry`] of them,
+//! and serves it as JSON in the router's admin space (see [`admin`]), where the REST
+//! plugin makes it reachable over HTTP:
+//!
+//! ```text
+//! curl 'http://127.0.0.1:8000/@/*/router/status/plugins/cuda_shm/**'
+//! ```
+//!
+//! Its configuration is the `plugins/cuda_shm` section ([`config::PluginConfig`]).
+//! zenohd loads the plugin only if it was built by the same rustc, against the same
+//! zenoh version, with the same `zenoh::FEATURES` (`docs/plugin.md`); the feature
+//! string this crate is built with is [`EXPECTED_ZENOH_FEATURES`].
+//!
+//! The plugin's work runs in Zenoh's callbacks (a token appearing or vanishing) and in
+//! admin-space queries, each a map update or a snapshot under one mutex: nothing blocks
+//! the router's threads.
+//!
+//! ```
+//! use zenoh::internal::plugins::ZenohPlugin;
+//! use zenoh_plugin_cuda_shm::CudaShmPlugin;
+//! use zenoh_plugin_trait::Plugin;
+//!
+//! fn name<P: ZenohPlugin>() -> &'static str {
+//!     P::DEFAULT_NAME
+//! }
+//! assert_eq!(name::<CudaShmPlugin>(), "cuda_shm");
+//! ```
+
+pub mod admin;
+pub mod config;
+pub mod registry;
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
+
+use zenoh::Wait;
+use zenoh::internal::plugins::{Response, RunningPlugin, RunningPluginTrait, ZenohPlugin};
+use zenoh::internal::runtime::DynamicRuntime;
+use zenoh::key_expr::KeyExpr;
+use zenoh::sample::{Sample, SampleKind};
+use zenoh_cuda_shm::protocol::TOKEN_ROOT;
+use zenoh_plugin_trait::{Plugin, PluginControl, PluginReport};
+use zenoh_util::ffi::JsonKeyValueMap;
+
+use crate::config::PluginConfig;
+use crate::registry::{Outcome, Registry};
+
+/// `zenoh::FEATURES` of the zenoh this crate must be built with, which is the one
+/// `scripts/zenohd.sh` builds zenohd with: the workspace's transports, and `unstable`,
+/// which plugins need (`plugins`, `internal` and `runtime_plugins` are not listed).
+pub const EXPECTED_ZENOH_FEATURES: &str = " zenoh/transport_tcp zenoh/transport_unixsock-stream zenoh/unstable";
+
+/// The plugin type zenohd loads (`load_plugin`, with the `dynamic_plugin` feature) or a
+/// bridge declares statically.
+#[derive(Debug)]
+pub struct CudaShmPlugin;
+
+#[cfg(feature = "dynamic_plugin")]
+zenoh_plugin_trait::declare_plugin!(CudaShmPlugin);
+
+impl ZenohPlugin for CudaShmPlugin {}
+
+impl Plugin for CudaShmPlugin {
+    type StartArgs = DynamicRuntime;
+    type Instance = RunningPlugin;
+    const DEFAULT_NAME: &'static str = "cuda_shm";
+    const PLUGIN_VERSION: &'static str = env!("CARGO_PKG_VERSION");
+    const PLUGIN_LONG_VERSION: &'static str = concat!("v", env!("CARGO_PKG_VERSION"));
+
+    fn start(name: &str, runtime: &Self::StartArgs) -> zenoh::Result<RunningPlugin> {
+        // Loaded dynamically, the plugin has its own copy of `tracing`: set it up from
+        // RUST_LOG (a no-op when linked into a binary that already did).
+        zenoh::try_init_log_from_env();
+        let section = match runtime.get_config().get_plugin_config(name) {
+            Ok(v) if !v.is_null() => v,
+            // A bridge may declare the plugin without a section: defaults.
+            _ => serde_json::Value::Object(Default::default()),
+        };
+        let config = PluginConfig::from_value(&section).map_err(|e| format!("plugins/{name}: {e}"))?;
+        let running = Running::start(name, runtime, config).map_err(|e| format!("plugin {name}: {e}"))?;
+        Ok(Box::new(running))
+    }
+}
+
+/// State shared with Zenoh's callbacks.
+struct Shared {
+    registry: Registry,
+    config: PluginConfig,
+}
+
+/// The running plugin: its session on the router's runtime and two liveliness
+/// subscribers feeding the registry. Dropping it undeclares them, then closes the
+/// session (which leaves the router's runtime running).
+struct Running {
+    name: String,
+    shared: Arc<Mutex<Shared>>,
+    /// Publisher and subscriber tokens; emptied by `Drop`.
+    token_subscribers: Vec<zenoh::pubsub::Subscriber<()>>,
+    session: zenoh::Session,
+}
+
+fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    // The critical sections cannot leave the registry half-updated, so a poisoned lock
+    // (a panic elsewhere while it was held) still guards consistent data.
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn on_token(shared: &Mutex<Shared>, sample: &Sample) {
+    let key = sample.key_expr().as_str();
+    let mut s = lock(shared);
+    match sample.kind() {
+        SampleKind::Put => match s.registry.token_appeared(key, SystemTime::now()) {
+            Outcome::Added | Outcome::Known => {}
+            Outcome::Malformed => tracing::debug!(token = key, "malformed zenoh-cuda-shm token ignored"),
+            Outcome::OverCapacity => tracing::debug!(token = key, "registry full: token not listed"),
+            Outcome::Conflict => tracing::debug!(token = key, "instance id already listed: token not listed"),
+        },
+        SampleKind::Delete => {
+            s.registry.token_vanished(key);
+        }
+    }
+}
+
+impl Running {
+    fn start(name: &str, runtime: &DynamicRuntime, config: PluginConfig) -> zenoh::Result<Self> {
+        let shared = Arc::new(Mutex::new(Shared { registry: Registry::new(config.max_entries), config }));
+        let session = zenoh::session::init(runtime.clone()).wait()?;
+        let declare = |role: &str| {
+            let shared = shared.clone();
+            session
+                .liveliness()
+                .declare_subscriber(format!("{TOKEN_ROOT}/{role}/**"))
+                .history(true)
+                .callback(move |sample| on_token(&shared, &sample))
+                .wait()
+        };
+        let token_subscribers = vec![declare("pub")?, declare("sub")?];
+        tracing::info!(plugin = name, zid = %session.zid(), "zenoh-cuda-shm registry started");
+        Ok(Self { name: name.to_owned(), shared, token_subscribers, session })
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        tracing::info!(plugin = %self.name, "zenoh-cuda-shm registry stopping");
+        for subscriber in self.token_subscribers.drain(..) {
+            if let Err(e) = subscriber.undeclare().wait() {
+                tracing::warn!(plugin = %self.name, error = %e, "undeclaring a token subscriber failed");
+            }
+        }
+        if let Err(e) = self.session.close().wait() {
+            tracing::warn!(plugin = %self.name, error = %e, "closing the plugin's session failed");
+        }
+    }
+}
+
+impl PluginControl for Running {
+    fn report(&self) -> PluginReport {
+        let stats = lock(&self.shared).registry.stats();
+        let mut report = PluginReport::new();
+        if stats.malformed > 0 {
+            report.add_warning(format!("{} malformed zenoh-cuda-shm tokens ignored", stats.malformed));
+        }
+        if stats.over_capacity > 0 {
+            report.add_warning(format!("{} tokens not listed: registry full (max_entries)", stats.over_capacity));
+        }
+        if stats.conflicting > 0 {
+            report.add_warning(format!("{} tokens not listed: instance id already listed", stats.conflicting));
+        }
+        report
+    }
+}
+
+impl RunningPluginTrait for Running {
+    fn config_checker(
+        &self,
+        _path: &str,
+        _current: &JsonKeyValueMap,
+        new: &JsonKeyValueMap,
+    ) -> zenoh::Result<Option<JsonKeyValueMap>> {
+        let new = serde_json::Value::Object(new.into());
+        let mut s = lock(&self.shared);
+        let accepted = s.config.live_change(&new).map_err(|e| format!("plugins/{}: {e}", self.name))?;
+        if accepted.max_entries != s.config.max_entries {
+            tracing::info!(plugin = %self.name, max_entries = accepted.max_entries, "registry cap changed");
+            s.registry.set_max_entries(accepted.max_entries);
+        }
+        s.config = accepted;
+        Ok(None)
+    }
+
+    fn adminspace_getter<'a>(
+        &'a self,
+        key_expr: &'a KeyExpr<'a>,
+        plugin_status_key: &str,
+    ) -> zenoh::Result<Vec<Response>> {
+        let entries = {
+            let s = lock(&self.shared);
+            admin::entries(&s.registry.snapshot(), &s.config)
+        };
+        Ok(admin::answer(key_expr, plugin_status_key, entries)
+            .into_iter()
+            .map(|(key, value)| Response::new(key, value))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use serde_json::json;
+    use zenoh::internal::runtime::RuntimeBuilder;
+    use zenoh_cuda_shm::protocol::{Group, Role, Token};
+
+    use super::*;
+
+    /// The plugin's `zenoh::FEATURES` is the string scripts/zenohd.sh builds zenohd
+    /// with; any other and zenohd refuses to load it ("Incompatible Zenoh feature sets").
+    /// This holds whether the crate is built alone or with the whole workspace.
+    #[test]
+    fn zenoh_features() {
+        assert_eq!(zenoh::FEATURES, EXPECTED_ZENOH_FEATURES);
+        assert_eq!(admin::version_info().zenoh, "v1.10.2-release");
+    }
+
+    const STATUS: &str = "@/0a/router/status/plugins/cuda_shm";
+
+    fn admin(running: &RunningPlugin) -> Vec<(String, serde_json::Value)> {
+        let query = KeyExpr::try_from(format!("{STATUS}/**")).unwrap();
+        running
+            .adminspace_getter(&query, STATUS)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.key.strip_prefix(STATUS).unwrap().to_owned(), r.value.into_serde_value()))
+            .collect()
+    }
+
+    fn wait_until(what: &str, running: &RunningPlugin, pred: impl Fn(&[(String, serde_json::Value)]) -> bool) {
+        let t = Instant::now();
+        while !pred(&admin(running)) {
+            assert!(t.elapsed() < Duration::from_secs(10), "no {what}: {:#?}", admin(running));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn map(v: serde_json::Value) -> JsonKeyValueMap {
+        match v {
+            serde_json::Value::Object(m) => m.into(),
+            other => panic!("not a map: {other}"),
+        }
+    }
+
+    /// The glue, in a router runtime of this process (no network): the plugin starts
+    /// from its section, lists a token another session on the router declares, counts a
+    /// malformed one, applies or refuses live changes, and stops cleanly.
+    #[test]
+    fn plugin_follows_the_tokens_of_its_router() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let mut config = zenoh::Config::default();
+        for (k, v) in [
+            ("mode", "\"router\""),
+            ("listen/endpoints", "[]"),
+            ("scouting/multicast/enabled", "false"),
+            ("plugins/cuda_shm", "{ max_entries: 8 }"),
+        ] {
+            config.insert_json5(k, v).unwrap();
+        }
+        let runtime: DynamicRuntime = rt.block_on(RuntimeBuilder::new(config).build()).unwrap().into();
+        let running = CudaShmPlugin::start("cuda_shm", &runtime).unwrap();
+        let session = zenoh::session::init(runtime.clone()).wait().unwrap();
+
+        let token = Token {
+            role: Role::Sub,
+            key: "camera/front".into(),
+            instance: 0x5eed,
+            group: Group { boot_id: "b007".into(), device: "host".into() },
+            socket: None,
+        };
+        let live = session.liveliness().declare_token(token.to_key()).wait().unwrap();
+        let bad = session.liveliness().declare_token("@zcs/v1/pub/not-hex/1/b/host").wait().unwrap();
+        wait_until("token listed", &running, |a| a.iter().any(|(k, _)| k == "/topics/camera/front"));
+        wait_until("malformed token counted", &running, |a| {
+            a.iter().any(|(k, v)| k == "/stats" && v["tokens"]["malformed"] == 1)
+        });
+        let entries = admin(&running);
+        let topic = &entries.iter().find(|(k, _)| k == "/topics/camera/front").unwrap().1;
+        assert_eq!(topic["subscribers"][0]["instance"], "0000000000005eed", "{topic}");
+        let report = serde_json::to_value(running.report()).unwrap();
+        assert_eq!(report["level"], "Warning", "{report}");
+        assert_eq!(report["messages"][0], "1 malformed zenoh-cuda-shm tokens ignored", "{report}");
+
+        // Live changes: max_entries yes, __path__ no; a bad value is refused by key.
+        let current = map(json!({ "max_entries": 8 }));
+        assert!(running.config_checker("max_entries", &current, &map(json!({ "max_entries": 2 }))).unwrap().is_none());
+        wait_until("new cap", &running, |a| a.iter().any(|(k, v)| k == "/stats" && v["max_entries"] == 2));
+        let err = running.config_checker("__path__", &current, &map(json!({ "__path__": "/x.so" }))).unwrap_err();
+        assert!(err.to_string().contains("plugins/cuda_shm: __path__ cannot be changed"), "{err}");
+        let err = running.config_checker("max_entries", &current, &map(json!({ "max_entries": -3 }))).unwrap_err();
+        assert!(err.to_string().contains("plugins/cuda_shm: invalid value: integer `-3`"), "{err}");
+
+        drop(live);
+        wait_until("token gone", &running, |a| !a.iter().any(|(k, _)| k.starts_with("/topics/")));
+        drop(bad);
+        // Stopping undeclares the subscribers and closes the plugin's session only.
+        drop(running);
+        assert!(!session.is_closed());
+        session.close().wait().unwrap();
+    }
+
+    #[test]
+    fn a_bad_section_fails_the_start_by_key() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let mut config = zenoh::Config::default();
+        for (k, v) in [
+            ("mode", "\"router\""),
+            ("listen/endpoints", "[]"),
+            ("scouting/multicast/enabled", "false"),
+            ("plugins/cuda_shm", "{ max_entries: 8, colour: \"blue\" }"),
+        ] {
+            config.insert_json5(k, v).unwrap();
+        }
+        let runtime: DynamicRuntime = rt.block_on(RuntimeBuilder::new(config).build()).unwrap().into();
+        let err = CudaShmPlugin::start("cuda_shm", &runtime).err().expect("a bad section must fail the start");
+        assert!(err.to_string().starts_with("plugins/cuda_shm: unknown field `colour`"), "{err}");
+    }
+}
