@@ -314,6 +314,22 @@ fn pubsub_through(router: &mut Proc, dir: &Path, zenoh_port: u16, http_port: u16
     let stats = get(&admin, "stats").unwrap();
     assert_eq!(stats["tokens"]["malformed"], 0, "{stats}");
 
+    // The router is the host's provider: the publisher borrowed its blocks there (it
+    // said so), and the subscriber opened them there.
+    assert!(publ.output().contains("[zcs] blocks lent by the host provider"), "{}", publ.dump());
+    let device_key = p["device"]["id"].as_str().unwrap_or_default().to_owned();
+    let admin = wait_admin(router, http_port, "the provider's loans and opens", |a| {
+        let procs: Vec<&Value> = a.iter().filter(|(k, _)| k.starts_with("processes/")).map(|(_, v)| v).collect();
+        procs.iter().any(|c| c["loans"].as_u64() > Some(0)) && procs.iter().any(|c| c["mapped"].as_u64() > Some(0))
+    });
+    let provider = get(&admin, "provider").unwrap();
+    assert!(provider["devices"].as_array().is_some_and(|d| d.contains(&Value::from(device_key.clone()))), "{provider}");
+    let pool = get(&admin, &format!("provider/devices/{device_key}")).unwrap_or_else(|| panic!("{admin:#?}"));
+    assert!(pool["loans"].as_u64() > Some(0) && pool["pool"]["bytes_in_use"].as_u64() > Some(0), "{pool}");
+    let programs: Vec<&str> =
+        admin.iter().filter(|(k, _)| k.starts_with("processes/")).filter_map(|(_, v)| v["program"].as_str()).collect();
+    assert!(programs.contains(&"z_cuda_pub") && programs.contains(&"z_cuda_sub"), "{programs:?}");
+
     // Every message arrives, every byte checked, all over the zero-copy path.
     let sub_status = sub.wait(IO);
     let pub_status = publ.wait(IO);
@@ -330,6 +346,14 @@ fn pubsub_through(router: &mut Proc, dir: &Path, zenoh_port: u16, http_port: u16
     let stats = get(&admin, "stats").unwrap();
     assert_eq!(stats["tokens"]["vanished"], stats["tokens"]["appeared"], "{stats}");
     assert_eq!(stats["entries"], 0, "{stats}");
+    // And the provider has every block back, with nobody connected.
+    let admin = wait_admin(router, http_port, "the provider's blocks back", |a| {
+        get(a, &format!("provider/devices/{device_key}")).is_some_and(|d| d["pool"]["bytes_in_use"] == 0)
+            && get(a, "provider").is_some_and(|p| p["clients"] == 0)
+    });
+    let counters = &get(&admin, "provider").unwrap()["counters"];
+    assert!(counters["lent"].as_u64() > Some(0) && counters["opened"].as_u64() > Some(0), "{counters}");
+    assert_eq!(counters["bad_requests"], 0, "{counters}");
 }
 
 fn zenohd_args(zenoh_port: u16, http_port: u16, zenohd: &Path) -> Vec<String> {

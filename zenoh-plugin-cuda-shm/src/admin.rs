@@ -11,6 +11,9 @@
 //! | `stats` | token counters, entries listed, the cap |
 //! | `topics/<key>` | a key expression's publishers and subscribers |
 //! | `instances/<id>` | one publisher or subscriber, by its 16-hex-digit instance id |
+//! | `provider` | the host provider: id, socket, devices, counters (absent when disabled) |
+//! | `provider/devices/<device>` | one device's pool: bytes allocated and lent, live and orphaned loans, GPU |
+//! | `processes/<client>` | one process connected to the provider: program, pid, uid, loans, blocks it maps |
 //!
 //! In `topics/<key>` the key expression is escaped so that the admin key names it
 //! literally: `%` → `%25`, `*` → `%2A`, `$` → `%24`, and a chunk's leading `@` → `%40`
@@ -31,6 +34,8 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 use zenoh::key_expr::{KeyExpr, keyexpr};
+
+use zenoh_cuda_shm::provider::ProviderSnapshot;
 
 use crate::config::PluginConfig;
 use crate::registry::Snapshot;
@@ -87,7 +92,11 @@ pub fn escape_key(key: &str) -> String {
 }
 
 /// Every entry of the plugin's admin space, keys relative to its status key.
-pub fn entries(snapshot: &Snapshot, config: &PluginConfig) -> Vec<(String, Value)> {
+pub fn entries(
+    snapshot: &Snapshot,
+    config: &PluginConfig,
+    provider: Option<&ProviderSnapshot>,
+) -> Vec<(String, Value)> {
     let mut out = Vec::with_capacity(3 + snapshot.topics.len() + snapshot.instances.len());
     out.push(("version".to_owned(), to_json(&version_info())));
     out.push(("config".to_owned(), to_json(config)));
@@ -104,6 +113,26 @@ pub fn entries(snapshot: &Snapshot, config: &PluginConfig) -> Vec<(String, Value
     }
     for (id, entity) in &snapshot.instances {
         out.push((format!("instances/{id}"), to_json(entity)));
+    }
+    if let Some(p) = provider {
+        out.push((
+            "provider".to_owned(),
+            json!({
+                "id": format!("{:016x}", p.provider.id),
+                "socket": p.provider.socket,
+                "boot_id": p.boot_id,
+                "devices": p.devices.iter().map(|d| &d.device).collect::<Vec<_>>(),
+                "unusable_gpus": p.unusable_gpus,
+                "clients": p.clients.len(),
+                "counters": p.counters,
+            }),
+        ));
+        for d in &p.devices {
+            out.push((format!("provider/devices/{}", d.device), to_json(d)));
+        }
+        for c in &p.clients {
+            out.push((format!("processes/{}", c.client), to_json(c)));
+        }
     }
     out
 }
@@ -157,7 +186,7 @@ mod tests {
     fn keys(query: &str) -> Vec<String> {
         let reg = sample_registry();
         let q = KeyExpr::try_from(query).unwrap();
-        answer(&q, STATUS, entries(&reg.snapshot(), &PluginConfig::default()))
+        answer(&q, STATUS, entries(&reg.snapshot(), &PluginConfig::default(), None))
             .into_iter()
             .map(|(k, _)| k.strip_prefix(STATUS).unwrap().to_owned())
             .collect()
@@ -214,7 +243,7 @@ mod tests {
     #[test]
     fn values_are_json_objects() {
         let reg = sample_registry();
-        let all = entries(&reg.snapshot(), &PluginConfig::default());
+        let all = entries(&reg.snapshot(), &PluginConfig::default(), None);
         let get = |k: &str| all.iter().find(|(rel, _)| rel == k).map(|(_, v)| v.clone()).unwrap();
         let version = get("version");
         assert_eq!(version["zenoh_features"], zenoh::FEATURES);

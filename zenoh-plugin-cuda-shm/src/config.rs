@@ -35,6 +35,10 @@ pub struct PluginConfig {
     #[serde(default = "default_max_entries")]
     #[schemars(range(min = 1, max = 1048576))]
     pub max_entries: usize,
+    /// The host provider: pools of the host's GPUs (and of host memory) whose blocks
+    /// the router lends to the publishers of its host.
+    #[serde(default)]
+    pub provider: ProviderSection,
     /// Read by zenohd's plugin loader, not by the plugin: the library file(s) to load,
     /// instead of searching the plugin directories.
     #[serde(rename = "__path__", default, skip_serializing_if = "Option::is_none")]
@@ -50,6 +54,109 @@ pub struct PluginConfig {
     /// from the section's name.
     #[serde(rename = "__plugin__", default, skip_serializing_if = "Option::is_none")]
     pub loader_plugin: Option<String>,
+}
+
+/// `provider`: the host provider run by the router (every key optional). Changing it
+/// needs a restart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProviderSection {
+    /// Run the provider (default true). Processes of the host then borrow their blocks
+    /// from the router; without it (or without a router) they use their own pools.
+    pub enabled: bool,
+    /// Which GPUs to lend blocks of: "all" (default: every GPU that supports the
+    /// zero-copy path), "none", or a list of ordinals. The router holds a CUDA context
+    /// on each.
+    pub gpus: GpuChoice,
+    /// Lend host-memory blocks (sealed memfds) too, for processes without a GPU
+    /// (default true).
+    pub host: bool,
+    /// Most bytes lent per device (default 8 GiB).
+    #[schemars(range(min = 1))]
+    pub max_bytes: u64,
+    /// Most blocks per device (default 4096).
+    #[schemars(range(min = 1))]
+    pub max_blocks: usize,
+    /// How long a borrow waits for a block at the caps before it is refused (default
+    /// 1000 ms).
+    pub loan_timeout_ms: u64,
+    /// A free block idle longer than this is released (default 10000 ms).
+    pub idle_trim_ms: u64,
+    /// Free bytes kept per device despite `idle_trim_ms` (default 256 MiB).
+    pub keep_idle_bytes: u64,
+    /// Directory (created 0700) for a path socket, for processes in other network
+    /// namespaces; unset (default): an abstract socket.
+    pub socket_dir: Option<String>,
+    /// Users besides the router's own that may connect (default none).
+    pub allowed_uids: Vec<u32>,
+}
+
+impl Default for ProviderSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            gpus: GpuChoice::default(),
+            host: true,
+            max_bytes: 8 << 30,
+            max_blocks: 4096,
+            loan_timeout_ms: 1000,
+            idle_trim_ms: 10_000,
+            keep_idle_bytes: 256 << 20,
+            socket_dir: None,
+            allowed_uids: Vec::new(),
+        }
+    }
+}
+
+impl ProviderSection {
+    /// The library's provider configuration for this section.
+    pub fn to_provider_config(&self) -> zenoh_cuda_shm::provider::ProviderConfig {
+        use zenoh_cuda_shm::provider::GpuSelection;
+        zenoh_cuda_shm::provider::ProviderConfig {
+            gpus: match &self.gpus {
+                GpuChoice::Named(GpuKeyword::All) => GpuSelection::All,
+                GpuChoice::Named(GpuKeyword::None) => GpuSelection::None,
+                GpuChoice::Ordinals(v) => GpuSelection::Ordinals(v.clone()),
+            },
+            host: self.host,
+            pool: zenoh_cuda_shm::pool::PoolConfig {
+                max_bytes: self.max_bytes,
+                max_blocks: self.max_blocks,
+                loan_timeout_ms: self.loan_timeout_ms,
+                idle_trim_ms: self.idle_trim_ms,
+                keep_idle_bytes: self.keep_idle_bytes,
+                ..Default::default()
+            },
+            socket_dir: self.socket_dir.as_ref().map(Into::into),
+            allowed_uids: self.allowed_uids.clone(),
+        }
+    }
+}
+
+/// `provider.gpus`: a keyword or a list of ordinals.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum GpuChoice {
+    /// "all" or "none".
+    Named(GpuKeyword),
+    /// These ordinals.
+    Ordinals(Vec<usize>),
+}
+
+impl Default for GpuChoice {
+    fn default() -> Self {
+        Self::Named(GpuKeyword::All)
+    }
+}
+
+/// "all" or "none".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuKeyword {
+    /// Every usable GPU.
+    All,
+    /// No GPU.
+    None,
 }
 
 /// A path or a list of paths (zenohd accepts both for `__path__`).
@@ -70,6 +177,7 @@ impl Default for PluginConfig {
     fn default() -> Self {
         Self {
             max_entries: DEFAULT_MAX_ENTRIES,
+            provider: ProviderSection::default(),
             loader_path: None,
             loader_required: None,
             loader_config: None,
@@ -159,6 +267,9 @@ impl PluginConfig {
         if new.loader_config != self.loader_config {
             return Err(ConfigError::NotLive { key: "__config__" });
         }
+        if new.provider != self.provider {
+            return Err(ConfigError::NotLive { key: "provider" });
+        }
         Ok(new)
     }
 
@@ -203,9 +314,28 @@ mod tests {
         let msg = err.to_string();
         assert!(msg.starts_with("unknown field `max_entry`"), "{msg}");
         assert!(msg.contains("expected one of"), "{msg}");
-        // Not silently accepted either: the provider section does not exist yet.
-        let err = PluginConfig::from_value(&json!({ "provider": {} })).unwrap_err();
-        assert!(err.to_string().contains("unknown field `provider`"), "{err}");
+        let err = PluginConfig::from_value(&json!({ "provider": { "gpu": "all" } })).unwrap_err();
+        assert!(err.to_string().starts_with("unknown field `gpu`"), "{err}");
+    }
+
+    #[test]
+    fn provider_section() {
+        use zenoh_cuda_shm::provider::GpuSelection;
+        let cfg = PluginConfig::from_value(&json!({})).unwrap();
+        assert!(cfg.provider.enabled && cfg.provider.host);
+        assert_eq!(cfg.provider.to_provider_config().gpus, GpuSelection::All);
+        let cfg =
+            PluginConfig::from_value(&json!({ "provider": { "gpus": [0, 2], "host": false, "max_bytes": 1024 } }))
+                .unwrap();
+        let p = cfg.provider.to_provider_config();
+        assert_eq!((p.gpus, p.host, p.pool.max_bytes), (GpuSelection::Ordinals(vec![0, 2]), false, 1024));
+        let cfg = PluginConfig::from_value(&json!({ "provider": { "gpus": "none" } })).unwrap();
+        assert_eq!(cfg.provider.to_provider_config().gpus, GpuSelection::None);
+        for bad in [json!({ "gpus": "some" }), json!({ "gpus": [-1] }), json!({ "max_blocks": "x" })] {
+            assert!(PluginConfig::from_value(&json!({ "provider": bad })).is_err(), "{bad}");
+        }
+        let err = cfg.live_change(&json!({ "provider": { "gpus": "all" } })).unwrap_err();
+        assert!(err.to_string().starts_with("provider cannot be changed while the router runs"), "{err}");
     }
 
     #[test]

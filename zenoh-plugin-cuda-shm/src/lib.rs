@@ -43,6 +43,7 @@ use zenoh::internal::runtime::DynamicRuntime;
 use zenoh::key_expr::KeyExpr;
 use zenoh::sample::{Sample, SampleKind};
 use zenoh_cuda_shm::protocol::TOKEN_ROOT;
+use zenoh_cuda_shm::provider::Provider;
 use zenoh_plugin_trait::{Plugin, PluginControl, PluginReport};
 use zenoh_util::ffi::JsonKeyValueMap;
 
@@ -100,6 +101,8 @@ struct Running {
     shared: Arc<Mutex<Shared>>,
     /// Publisher and subscriber tokens; emptied by `Drop`.
     token_subscribers: Vec<zenoh::pubsub::Subscriber<()>>,
+    /// The host provider (`provider.enabled`); dropped before the session closes.
+    provider: Option<Provider>,
     session: zenoh::Session,
 }
 
@@ -139,14 +142,37 @@ impl Running {
                 .wait()
         };
         let token_subscribers = vec![declare("pub")?, declare("sub")?];
+        let section = lock(&shared).config.provider.clone();
+        let provider = match section.enabled {
+            true => {
+                let p = Provider::start(&section.to_provider_config(), &session)
+                    .map_err(|e| format!("provider: {}", error_chain(&e)))?;
+                tracing::info!(plugin = name, devices = ?p.devices(), "zenoh-cuda-shm host provider started");
+                Some(p)
+            }
+            false => None,
+        };
         tracing::info!(plugin = name, zid = %session.zid(), "zenoh-cuda-shm registry started");
-        Ok(Self { name: name.to_owned(), shared, token_subscribers, session })
+        Ok(Self { name: name.to_owned(), shared, token_subscribers, provider, session })
     }
+}
+
+/// An error with its sources, `: `-separated (the provider's errors wrap CUDA's).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(c) = source {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        source = c.source();
+    }
+    s
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         tracing::info!(plugin = %self.name, "zenoh-cuda-shm registry stopping");
+        drop(self.provider.take());
         for subscriber in self.token_subscribers.drain(..) {
             if let Err(e) = subscriber.undeclare().wait() {
                 tracing::warn!(plugin = %self.name, error = %e, "undeclaring a token subscriber failed");
@@ -198,9 +224,10 @@ impl RunningPluginTrait for Running {
         key_expr: &'a KeyExpr<'a>,
         plugin_status_key: &str,
     ) -> zenoh::Result<Vec<Response>> {
+        let provider = self.provider.as_ref().map(Provider::snapshot);
         let entries = {
             let s = lock(&self.shared);
-            admin::entries(&s.registry.snapshot(), &s.config)
+            admin::entries(&s.registry.snapshot(), &s.config, provider.as_ref())
         };
         Ok(admin::answer(key_expr, plugin_status_key, entries)
             .into_iter()
