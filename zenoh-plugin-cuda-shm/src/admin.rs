@@ -119,7 +119,8 @@ pub fn entries(
             "provider".to_owned(),
             json!({
                 "id": format!("{:016x}", p.provider.id),
-                "socket": p.provider.socket,
+                "socket": zenoh_cuda_shm::ipc::SocketName::from_key_chunk(&p.provider.socket)
+                    .map_or_else(|_| p.provider.socket.clone(), |n| n.to_string()),
                 "boot_id": p.boot_id,
                 "devices": p.devices.iter().map(|d| &d.device).collect::<Vec<_>>(),
                 "unusable_gpus": p.unusable_gpus,
