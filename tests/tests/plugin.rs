@@ -36,7 +36,7 @@ const MISMATCH_ENV: &str = "ZCS_MISMATCH_PLUGIN";
 const IO: Duration = Duration::from_secs(30);
 const TEST_LIMIT: Duration = Duration::from_secs(240);
 /// Messages the publisher sends, paced so that both clients are alive for a few seconds.
-const MESSAGES: u64 = 60;
+const MESSAGES: u64 = 160;
 const RATE: &str = "20";
 const SIZE: &str = "1048576";
 
@@ -329,6 +329,38 @@ fn pubsub_through(router: &mut Proc, dir: &Path, zenoh_port: u16, http_port: u16
     let programs: Vec<&str> =
         admin.iter().filter(|(k, _)| k.starts_with("processes/")).filter_map(|(_, v)| v["program"].as_str()).collect();
     assert!(programs.contains(&"z_cuda_pub") && programs.contains(&"z_cuda_sub"), "{programs:?}");
+
+    // The paths, from the processes' reports: zero-copy between the two, seen from both
+    // ends; then a plain Zenoh subscriber on the key makes the publisher copy each
+    // message out once, and the report says so.
+    let zero_copy_both_ways = |a: &[(String, Value)]| {
+        get(a, &format!("paths/{key}")).is_some_and(|t| {
+            let (p, s) = (&t["publishers"][0]["report"], &t["subscribers"][0]["report"]);
+            p["subscribers"][0]["path"] == "zero-copy"
+                && p["subscribers"][0]["peer"] == s["instance"]
+                && s["publishers"][0]["path"] == "zero-copy"
+                && s["publishers"][0]["peer"] == p["instance"]
+        })
+    };
+    wait_admin(router, http_port, "zero-copy paths in the reports", zero_copy_both_ways);
+    let plain = {
+        use zenoh::Wait;
+        let mut c = zenoh::Config::default();
+        c.insert_json5("mode", "\"client\"").unwrap();
+        c.insert_json5("connect/endpoints", &format!("[\"tcp/127.0.0.1:{zenoh_port}\"]")).unwrap();
+        c.insert_json5("scouting/multicast/enabled", "false").unwrap();
+        let z = zenoh::open(c).wait().expect("plain zenoh session");
+        let sub = z.declare_subscriber(key).wait().expect("plain subscriber");
+        (z, sub)
+    };
+    let admin = wait_admin(router, http_port, "the plain listener in the publisher's report", |a| {
+        get(a, &format!("paths/{key}")).is_some_and(|t| {
+            let p = &t["publishers"][0]["report"];
+            p["plain_listeners"] == true && p["copies_out"].as_u64() > Some(0)
+        })
+    });
+    assert!(zero_copy_both_ways(&admin), "the GPU subscriber stays zero-copy: {admin:#?}");
+    drop(plain);
 
     // Every message arrives, every byte checked, all over the zero-copy path.
     let sub_status = sub.wait(IO);

@@ -21,7 +21,7 @@
 //! ```
 
 use std::future::{IntoFuture, Ready, ready};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::config::{DeviceChoice, ProviderMode, ZcsConfig};
@@ -67,6 +67,48 @@ struct SessionInner {
     providers: Arc<crate::provider::Providers>,
     /// The provider its publishers borrow from (`None` with `provider: off`).
     watch: Option<Arc<ProviderWatch>>,
+    /// What this session reports to its provider (shared with `with_plain_listen`).
+    reports: Arc<Mutex<Reports>>,
+}
+
+type PubReporter = Box<dyn Fn() -> Option<crate::protocol::PublisherReport> + Send + Sync>;
+type SubReporter = Box<dyn Fn() -> Option<crate::protocol::SubscriberReport> + Send + Sync>;
+
+/// The session's publishers and subscribers, as closures that report them while they
+/// exist, and whether the thread that sends the reports runs.
+#[derive(Default)]
+struct Reports {
+    publishers: Vec<PubReporter>,
+    subscribers: Vec<SubReporter>,
+    sending: bool,
+}
+
+fn lock_reports(r: &Mutex<Reports>) -> std::sync::MutexGuard<'_, Reports> {
+    r.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// How often a session reports to its provider.
+const REPORT_PERIOD: Duration = Duration::from_secs(1);
+
+/// Sends the session's report to its provider now and every [`REPORT_PERIOD`], until the
+/// session or its watch is gone.
+fn send_reports(reports: std::sync::Weak<Mutex<Reports>>, watch: std::sync::Weak<ProviderWatch>) {
+    loop {
+        let (Some(reports), Some(watch)) = (reports.upgrade(), watch.upgrade()) else { return };
+        let report = {
+            let mut r = lock_reports(&reports);
+            let mut out = crate::protocol::ProcessReport::default();
+            r.publishers.retain(|f| f().map(|p| out.publishers.push(p)).is_some());
+            r.subscribers.retain(|f| f().map(|s| out.subscribers.push(s)).is_some());
+            out
+        };
+        drop(reports);
+        if let Ok(client) = watch.current() {
+            client.report(report);
+        }
+        drop(watch);
+        std::thread::sleep(REPORT_PERIOD);
+    }
 }
 
 /// A Zenoh session with a GPU (or host-memory) block provider. Cheap to clone.
@@ -153,6 +195,7 @@ impl OpenBuilder {
             why_host,
             providers,
             watch,
+            reports: Arc::default(),
         })))
     }
 }
@@ -180,6 +223,24 @@ impl GpuSession {
     /// blocks are allocated in this process.
     pub fn provider(&self) -> Result<crate::protocol::ProviderRef, String> {
         self.provider_client().map(|c| c.provider().clone())
+    }
+
+    /// Starts the thread that reports this session's publishers and subscribers to its
+    /// provider, once there is one (sessions without a provider run no such thread).
+    fn start_reports(&self) {
+        let Some(watch) = &self.0.watch else { return };
+        if watch.current().is_err() {
+            return;
+        }
+        let mut r = lock_reports(&self.0.reports);
+        if r.sending {
+            return;
+        }
+        let (reports, watch) = (Arc::downgrade(&self.0.reports), Arc::downgrade(watch));
+        match std::thread::Builder::new().name("zcs-report".into()).spawn(move || send_reports(reports, watch)) {
+            Ok(_) => r.sending = true,
+            Err(e) => tracing::warn!(error = %e, "cannot start the thread reporting to the provider"),
+        }
     }
 
     fn provider_client(&self) -> Result<Arc<ProviderClient>, String> {
@@ -239,6 +300,7 @@ impl GpuSession {
             why_host: s.why_host.clone(),
             providers: Arc::clone(&s.providers),
             watch: s.watch.clone(),
+            reports: Arc::clone(&s.reports),
         }))
     }
 }
@@ -316,6 +378,8 @@ impl PublisherBuilder {
             s.cfg.congestion,
             provider.as_ref().map(|c| c.provider().clone()),
         )?;
+        lock_reports(&s.reports).publishers.push(Box::new(core.reporter()));
+        self.session.start_reports();
         Ok(GpuPublisher { core, stream, inline_threshold: s.cfg.inline_threshold })
     }
 }
@@ -666,7 +730,7 @@ impl<H> SubscriberBuilder<H> {
             Some(g) => SubMedium::Cuda(g.clone()),
             None => SubMedium::Host,
         };
-        SubscriberCore::new(
+        let core = SubscriberCore::new(
             &s.zenoh,
             &self.key,
             s.group.clone(),
@@ -675,7 +739,10 @@ impl<H> SubscriberBuilder<H> {
             Duration::from_millis(s.cfg.handshake_timeout_ms),
             deliver,
             Arc::clone(&s.providers),
-        )
+        )?;
+        lock_reports(&s.reports).subscribers.push(Box::new(core.reporter()));
+        self.session.start_reports();
+        Ok(core)
     }
 }
 

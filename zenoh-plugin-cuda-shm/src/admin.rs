@@ -13,7 +13,8 @@
 //! | `instances/<id>` | one publisher or subscriber, by its 16-hex-digit instance id |
 //! | `provider` | the host provider: id, socket, devices, counters (absent when disabled) |
 //! | `provider/devices/<device>` | one device's pool: bytes allocated and lent, live and orphaned loans, GPU |
-//! | `processes/<client>` | one process connected to the provider: program, pid, uid, loans, blocks it maps |
+//! | `processes/<client>` | one process connected to the provider: program, pid, uid, loans, blocks it maps, and its latest report |
+//! | `paths/<key>` | from the reports: each publisher and subscriber on the key, the path to each peer (`zero-copy` or `bytes`, with the reason), copies and counters |
 //!
 //! In `topics/<key>` the key expression is escaped so that the admin key names it
 //! literally: `%` → `%25`, `*` → `%2A`, `$` → `%24`, and a chunk's leading `@` → `%40`
@@ -132,10 +133,49 @@ pub fn entries(
             out.push((format!("provider/devices/{}", d.device), to_json(d)));
         }
         for c in &p.clients {
-            out.push((format!("processes/{}", c.client), to_json(c)));
+            let mut v = to_json(c);
+            hex_ids(&mut v);
+            out.push((format!("processes/{}", c.client), v));
+        }
+        // The reports again by key: each publisher and subscriber with its paths.
+        let mut by_key: std::collections::BTreeMap<&str, (Vec<Value>, Vec<Value>)> = Default::default();
+        for (c, r) in p.clients.iter().filter_map(|c| Some((c, c.report.as_ref()?))) {
+            for x in &r.publishers {
+                let mut v = json!({ "process": c.client, "program": c.program, "pid": c.pid, "report": x });
+                hex_ids(&mut v);
+                by_key.entry(&x.key).or_default().0.push(v);
+            }
+            for x in &r.subscribers {
+                let mut v = json!({ "process": c.client, "program": c.program, "pid": c.pid, "report": x });
+                hex_ids(&mut v);
+                by_key.entry(&x.key).or_default().1.push(v);
+            }
+        }
+        for (key, (publishers, subscribers)) in by_key {
+            out.push((
+                format!("paths/{}", escape_key(key)),
+                json!({ "key": key, "publishers": publishers, "subscribers": subscribers }),
+            ));
         }
     }
     out
+}
+
+/// Instance ids in reports are numbers on the wire; the admin space names them in hex,
+/// as in `instances/<id>`.
+fn hex_ids(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                match (k.as_str(), x.as_u64()) {
+                    ("instance" | "peer", Some(n)) => *x = Value::from(format!("{n:016x}")),
+                    _ => hex_ids(x),
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(hex_ids),
+        _ => {}
+    }
 }
 
 fn to_json<T: Serialize>(v: &T) -> Value {

@@ -199,6 +199,24 @@ impl ProviderClient {
         }
     }
 
+    /// Sends this process's report, trimmed to one frame. Never blocks for long.
+    pub fn report(&self, mut report: crate::protocol::ProcessReport) {
+        loop {
+            let req = ProviderRequest::Report(report);
+            if protocol::encode(&req).len() <= crate::ipc::MAX_FRAME_BYTES {
+                return self.send_quietly(&req);
+            }
+            let ProviderRequest::Report(r) = req else { return };
+            report = r;
+            // Too many entities for one frame: the registry shows the first ones.
+            if report.subscribers.len() >= report.publishers.len() {
+                report.subscribers.pop();
+            } else {
+                report.publishers.pop();
+            }
+        }
+    }
+
     /// Says that this process no longer maps `loan`'s block. Never panics.
     pub fn close(&self, loan: u64) {
         self.send_quietly(&ProviderRequest::Close { loans: vec![loan] });

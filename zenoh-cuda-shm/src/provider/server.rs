@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::cuda::{Gpu, ProbeError};
 use crate::ipc::{AcceptError, AccessPolicy, ControlConn, ControlListener, RecvError, SocketName};
 use crate::pool::{BlockMemory, CudaBackend, HostBackend, Loan, Pool, PoolConfig, PoolError, PoolStats};
-use crate::protocol::{self, Group, ProviderRef, ProviderReply, ProviderRequest, ProviderToken};
+use crate::protocol::{self, Group, ProcessReport, ProviderRef, ProviderReply, ProviderRequest, ProviderToken};
 
 /// Which GPUs a provider serves.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -153,6 +153,7 @@ struct Client {
     since_ms: u64,
     borrowed: u64,
     opened: u64,
+    report: Option<(u64, ProcessReport)>,
 }
 
 /// Counters since start.
@@ -214,6 +215,10 @@ pub struct ClientSnapshot {
     pub borrowed_total: u64,
     /// Opens since it connected.
     pub opened_total: u64,
+    /// Its latest report (publishers, subscribers, paths, copies), if it sent one.
+    pub report: Option<ProcessReport>,
+    /// When that report came (ms since the Unix epoch).
+    pub reported_ms: Option<u64>,
 }
 
 /// Everything a provider can tell about itself (the plugin's admin space shows it).
@@ -409,6 +414,8 @@ impl Provider {
                 mapped: st.loans.values().filter(|l| l.importers.contains(conn)).count(),
                 borrowed_total: c.borrowed,
                 opened_total: c.opened,
+                report: c.report.as_ref().map(|(_, r)| r.clone()),
+                reported_ms: c.report.as_ref().map(|(t, _)| *t),
             })
             .collect();
         clients.sort_by_key(|c| c.since_ms);
@@ -488,7 +495,16 @@ fn serve(sh: &Arc<Shared>, id: u64, conn: ControlConn) {
     }
     sh.state().clients.insert(
         id,
-        Client { client, program, pid: cred.pid, uid: cred.uid, since_ms: now_ms(), borrowed: 0, opened: 0 },
+        Client {
+            client,
+            program,
+            pid: cred.pid,
+            uid: cred.uid,
+            since_ms: now_ms(),
+            borrowed: 0,
+            opened: 0,
+            report: None,
+        },
     );
     tracing::debug!(pid = cred.pid, client = format_args!("{client:016x}"), "provider: client connected");
     while !sh.stop.load(Ordering::Relaxed) {
@@ -513,6 +529,11 @@ fn serve(sh: &Arc<Shared>, id: u64, conn: ControlConn) {
                 let mut st = sh.state();
                 for loan in loans {
                     close(&mut st, id, loan);
+                }
+            }
+            Ok(ProviderRequest::Report(report)) => {
+                if let Some(c) = sh.state().clients.get_mut(&id) {
+                    c.report = Some((now_ms(), report));
                 }
             }
             Ok(ProviderRequest::Hello { .. }) | Err(_) => {

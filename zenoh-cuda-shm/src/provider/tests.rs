@@ -64,6 +64,24 @@ fn lends_opens_and_takes_back() {
     let seen = unsafe { std::slice::from_raw_parts(reader.as_ptr(), size) };
     assert!(seen.iter().all(|&x| x == 0x5a), "the importer sees the borrower's bytes");
 
+    // A report is kept as the client's latest.
+    let report = protocol::ProcessReport {
+        publishers: vec![protocol::PublisherReport {
+            key: "k".into(),
+            instance: 7,
+            device: "host".into(),
+            subscribers: vec![protocol::PathReport { peer: 8, path: "zero-copy".into(), reason: None }],
+            plain_listeners: true,
+            messages: 3,
+            copies_out: 3,
+            copied_bytes: 30,
+            lease_limited: 0,
+        }],
+        subscribers: Vec::new(),
+    };
+    a.report(report.clone());
+    wait_for("the report", || p.snapshot().clients.iter().any(|c| c.report.as_ref() == Some(&report)));
+
     let snap = p.snapshot();
     assert_eq!((snap.devices[0].loans, snap.devices[0].orphaned), (1, 0));
     assert_eq!(snap.devices[0].pool.bytes_in_use, MIB2 as u64);

@@ -147,6 +147,17 @@ pub(crate) struct Shared {
     provider: Option<protocol::ProviderRef>,
 }
 
+/// Why a publisher and a subscriber are not on the zero-copy path, from their groups.
+pub(crate) fn path_reason(ours: &Group, theirs: &Group) -> String {
+    if ours.boot_id != theirs.boot_id {
+        "on another host".to_owned()
+    } else if ours.device != theirs.device {
+        format!("on another device ({} there, {} here)", theirs.device, ours.device)
+    } else {
+        "same device, handshake not complete or failed".to_owned()
+    }
+}
+
 /// Result of one put, for callers and tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PutReport {
@@ -470,6 +481,42 @@ impl PublisherCore {
         }
         drop(published);
         Ok(PutReport { seq, zero_copy, copied_out, plain: to_plain, aware_bytes: aware_need_bytes })
+    }
+
+    /// Reports this publisher while it exists (the session sends such reports to its
+    /// provider); `None` once it is gone.
+    pub(crate) fn reporter(&self) -> impl Fn() -> Option<protocol::PublisherReport> + Send + Sync + 'static {
+        let (shared, plain) = (Arc::downgrade(&self.shared), Arc::clone(&self.plain_matching));
+        move || {
+            let sh = shared.upgrade()?;
+            let subscribers = {
+                let st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.aware
+                    .iter()
+                    .map(|(i, t)| {
+                        let ready = st.ready.values().any(|r| r.subscriber == *i);
+                        protocol::PathReport {
+                            peer: *i,
+                            path: if ready { "zero-copy" } else { "bytes" }.to_owned(),
+                            reason: (!ready).then(|| path_reason(&sh.group, &t.group)),
+                        }
+                    })
+                    .collect()
+            };
+            let c = &sh.counters;
+            let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            Some(protocol::PublisherReport {
+                key: sh.key.clone(),
+                instance: sh.instance,
+                device: sh.group.device.clone(),
+                subscribers,
+                plain_listeners: plain.load(Ordering::Relaxed),
+                messages: l(&c.messages),
+                copies_out: l(&c.copies_out),
+                copied_bytes: l(&c.copied_bytes),
+                lease_limited: l(&c.lease_limited),
+            })
+        }
     }
 
     pub(crate) fn stats(&self) -> PublisherStats {

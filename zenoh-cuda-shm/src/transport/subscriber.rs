@@ -214,6 +214,8 @@ const INBOX_LIMIT: usize = 256;
 struct PubEntry {
     link: Option<Arc<Link>>,
     order: Arc<Order>,
+    /// Why there is no zero-copy link (another group, a failed handshake), if known.
+    why: Option<String>,
 }
 
 /// Keeps one publisher's messages in order across the two ways they arrive: bytes
@@ -439,6 +441,46 @@ impl SubscriberCore {
         st.pubs.iter().map(|(i, e)| (*i, e.link.as_ref().is_some_and(|l| l.alive.load(Ordering::Relaxed)))).collect()
     }
 
+    /// Reports this subscriber while it exists (the session sends such reports to its
+    /// provider); `None` once it is gone.
+    pub(crate) fn reporter(&self) -> impl Fn() -> Option<protocol::SubscriberReport> + Send + Sync + 'static {
+        let shared = Arc::downgrade(&self.shared);
+        move || {
+            let sh = shared.upgrade()?;
+            let publishers = {
+                let st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.pubs
+                    .iter()
+                    .map(|(i, e)| {
+                        let live = e.link.as_ref().is_some_and(|l| l.alive.load(Ordering::Relaxed));
+                        protocol::PathReport {
+                            peer: *i,
+                            path: if live { "zero-copy" } else { "bytes" }.to_owned(),
+                            reason: match (live, &e.why) {
+                                (true, _) => None,
+                                (false, Some(why)) => Some(why.chars().take(200).collect()),
+                                (false, None) => Some("handshake in progress".to_owned()),
+                            },
+                        }
+                    })
+                    .collect()
+            };
+            let c = &sh.counters;
+            let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            Some(protocol::SubscriberReport {
+                key: sh.key.clone(),
+                instance: sh.instance,
+                device: sh.group.device.clone(),
+                publishers,
+                zero_copy: l(&c.zero_copy),
+                cpu_bytes: l(&c.cpu_bytes),
+                bad_descriptors: l(&c.bad_descriptors),
+                import_failures: l(&c.import_failures),
+                lost: l(&c.lost),
+            })
+        }
+    }
+
     pub(crate) fn key(&self) -> &str {
         &self.shared.key
     }
@@ -552,7 +594,8 @@ fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
         if st.pubs.contains_key(&t.instance) {
             return;
         }
-        st.pubs.insert(t.instance, PubEntry { link: None, order: Arc::default() });
+        let why = (t.group != sh.group).then(|| super::publisher::path_reason(&sh.group, &t.group));
+        st.pubs.insert(t.instance, PubEntry { link: None, order: Arc::default(), why });
     }
     if sh.plain_listen == PlainListen::Auto {
         sh.set_plain(false);
@@ -578,6 +621,9 @@ fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str) {
             Err(why) => {
                 inc(&sh.counters.handshake_failures);
                 tracing::info!(publisher = t.instance, why, "no zero-copy path to this publisher; receiving bytes");
+                if let Some(e) = sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get_mut(&t.instance) {
+                    e.why = Some(format!("handshake failed: {why}"));
+                }
                 return;
             }
         };
@@ -853,6 +899,7 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<Arc<Link>, String> {
     o.inbox.clear();
     match sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get_mut(&publisher) {
         Some(e) => {
+            e.why = None;
             if let Some(old) = e.link.replace(Arc::clone(&link)) {
                 // A link that ended while its publisher stayed: its imports go.
                 old.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
