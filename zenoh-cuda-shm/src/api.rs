@@ -74,8 +74,14 @@ struct SessionInner {
 type PubReporter = Box<dyn Fn() -> Option<crate::protocol::PublisherReport> + Send + Sync>;
 type SubReporter = Box<dyn Fn() -> Option<crate::protocol::SubscriberReport> + Send + Sync>;
 
-/// The session's publishers and subscribers, as closures that report them while they
-/// exist, and whether the thread that sends the reports runs.
+/// One publisher or subscriber, as a closure that reports it while it exists.
+enum Reporter {
+    Pub(PubReporter),
+    Sub(SubReporter),
+}
+
+/// The session's publishers and subscribers, and whether the thread that sends their
+/// reports (and forgets those that are gone) runs.
 #[derive(Default)]
 struct Reports {
     publishers: Vec<PubReporter>,
@@ -225,21 +231,25 @@ impl GpuSession {
         self.provider_client().map(|c| c.provider().clone())
     }
 
-    /// Starts the thread that reports this session's publishers and subscribers to its
-    /// provider, once there is one (sessions without a provider run no such thread).
-    fn start_reports(&self) {
+    /// Adds a publisher or subscriber to what this session reports to its provider, and
+    /// starts the thread that sends the reports. Only while a provider is in use: a
+    /// session without one keeps no reporters and runs no such thread.
+    fn report(&self, reporter: Reporter) {
         let Some(watch) = &self.0.watch else { return };
-        if watch.current().is_err() {
-            return;
-        }
         let mut r = lock_reports(&self.0.reports);
-        if r.sending {
-            return;
+        if !r.sending {
+            if watch.current().is_err() {
+                return;
+            }
+            let (reports, watch) = (Arc::downgrade(&self.0.reports), Arc::downgrade(watch));
+            match std::thread::Builder::new().name("zcs-report".into()).spawn(move || send_reports(reports, watch)) {
+                Ok(_) => r.sending = true,
+                Err(e) => return tracing::warn!(error = %e, "cannot start the thread reporting to the provider"),
+            }
         }
-        let (reports, watch) = (Arc::downgrade(&self.0.reports), Arc::downgrade(watch));
-        match std::thread::Builder::new().name("zcs-report".into()).spawn(move || send_reports(reports, watch)) {
-            Ok(_) => r.sending = true,
-            Err(e) => tracing::warn!(error = %e, "cannot start the thread reporting to the provider"),
+        match reporter {
+            Reporter::Pub(f) => r.publishers.push(f),
+            Reporter::Sub(f) => r.subscribers.push(f),
         }
     }
 
@@ -324,13 +334,7 @@ impl PublisherBuilder {
         let medium = match &s.gpu {
             Some(gpu) => PubMedium::Cuda {
                 gpu: gpu.clone(),
-                pool: Pool::new(
-                    match &lender {
-                        Some(l) => CudaBackend::lent_by(gpu.clone(), Arc::clone(l)),
-                        None => CudaBackend::new(gpu.clone()),
-                    },
-                    s.cfg.pool.clone(),
-                )?,
+                pool: Pool::new(CudaBackend::new(gpu.clone()).with_lender(lender), s.cfg.pool.clone())?,
                 signals: {
                     let signals = ReadySignals::create(gpu)?;
                     // One ready slot per block id: more blocks than slots cannot be signalled.
@@ -345,15 +349,9 @@ impl PublisherBuilder {
                 // Idle staging kept: enough for a few 4K RGBA frames.
                 staging: crate::cuda::pinned::PinnedPool::new(gpu, 256 << 20),
             },
-            None => PubMedium::Host {
-                pool: Pool::new(
-                    match &lender {
-                        Some(l) => HostBackend::default().lent_by(Arc::clone(l)),
-                        None => HostBackend::default(),
-                    },
-                    s.cfg.pool.clone(),
-                )?,
-            },
+            None => {
+                PubMedium::Host { pool: Pool::new(HostBackend::default().with_lender(lender), s.cfg.pool.clone())? }
+            }
         };
         let stream = match &s.gpu {
             Some(gpu) => Some(gpu.new_stream().map_err(SignalError::from)?),
@@ -378,8 +376,7 @@ impl PublisherBuilder {
             s.cfg.congestion,
             provider.as_ref().map(|c| c.provider().clone()),
         )?;
-        lock_reports(&s.reports).publishers.push(Box::new(core.reporter()));
-        self.session.start_reports();
+        self.session.report(Reporter::Pub(Box::new(core.reporter())));
         Ok(GpuPublisher { core, stream, inline_threshold: s.cfg.inline_threshold })
     }
 }
@@ -740,8 +737,7 @@ impl<H> SubscriberBuilder<H> {
             deliver,
             Arc::clone(&s.providers),
         )?;
-        lock_reports(&s.reports).subscribers.push(Box::new(core.reporter()));
-        self.session.start_reports();
+        self.session.report(Reporter::Sub(Box::new(core.reporter())));
         Ok(core)
     }
 }

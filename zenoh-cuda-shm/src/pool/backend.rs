@@ -299,10 +299,11 @@ impl CudaBackend {
         Self { gpu, lender: None }
     }
 
-    /// Blocks on `gpu`, borrowed from `lender` while it lends (allocated here when it
-    /// is gone).
-    pub fn lent_by(gpu: Gpu, lender: Arc<dyn Lender>) -> Self {
-        Self { gpu, lender: Some(lender) }
+    /// Blocks borrowed from `lender`, if there is one, while it lends (allocated here
+    /// when it is gone).
+    pub fn with_lender(mut self, lender: Option<Arc<dyn Lender>>) -> Self {
+        self.lender = lender;
+        self
     }
 
     /// The GPU.
@@ -359,9 +360,10 @@ impl HostBackend {
         Self { granularity, name: c"zcs-block".to_owned(), lender: None }
     }
 
-    /// Blocks borrowed from `lender` while it lends (allocated here when it is gone).
-    pub fn lent_by(mut self, lender: Arc<dyn Lender>) -> Self {
-        self.lender = Some(lender);
+    /// Blocks borrowed from `lender`, if there is one, while it lends (allocated here
+    /// when it is gone).
+    pub fn with_lender(mut self, lender: Option<Arc<dyn Lender>>) -> Self {
+        self.lender = lender;
         self
     }
 }

@@ -845,7 +845,8 @@ impl<B: Backend> Pool<B> {
     }
 
     /// The memory of a published block, for handing its FD to a peer that presented
-    /// `capability` for `key`.
+    /// `capability` for `key`. A block lent by the host provider is refused
+    /// ([`StaleError::Lent`]): its FD is opened there, which counts who maps it.
     pub fn handout(&self, key: BlockKey, capability: u64) -> Result<Arc<B::Memory>, StaleError> {
         let st = self.shared.lock();
         let slot = st.slots.get(key.id as usize).and_then(Option::as_ref).ok_or(StaleError::NoBlock(key.id))?;
@@ -857,6 +858,9 @@ impl<B: Backend> Pool<B> {
         }
         if !matches!(slot.phase, Phase::Held) {
             return Err(StaleError::NotPublished(key.id));
+        }
+        if slot.mem.lent().is_some() {
+            return Err(StaleError::Lent);
         }
         Ok(Arc::clone(&slot.mem))
     }

@@ -34,12 +34,14 @@ pub enum ClientError {
 }
 
 /// One connection to a provider, shared by a session's publishers and subscribers.
-/// Requests that are answered (`Borrow`, `Open`) hold the connection for their round
-/// trip; `Return` and `Close` are single frames.
+/// Requests that are answered (`Borrow`, `Open`) take turns receiving (`receiving`);
+/// `Return`, `Close` and `Report` are single frames sent from any thread, never behind
+/// a round trip.
 pub struct ProviderClient {
     provider: ProviderRef,
     devices: Vec<String>,
-    conn: Mutex<ControlConn>,
+    conn: ControlConn,
+    receiving: Mutex<()>,
     next_tag: AtomicU64,
     dead: AtomicBool,
 }
@@ -88,7 +90,8 @@ impl ProviderClient {
             Ok(ProviderReply::Welcome { provider: id, devices }) if id == provider.id => Ok(Arc::new(Self {
                 provider: provider.clone(),
                 devices,
-                conn: Mutex::new(conn),
+                conn,
+                receiving: Mutex::new(()),
                 next_tag: AtomicU64::new(1),
                 dead: AtomicBool::new(false),
             })),
@@ -131,7 +134,8 @@ impl ProviderClient {
         if self.is_dead() {
             return Err(ClientError::Unreachable("connection lost earlier".into()));
         }
-        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let _turn = self.receiving.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = &self.conn;
         conn.send(&protocol::encode(req), &[]).map_err(|e| self.unreachable(e))?;
         let deadline = Instant::now() + timeout;
         loop {
@@ -226,8 +230,7 @@ impl ProviderClient {
         if self.is_dead() {
             return;
         }
-        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(e) = conn.send_timeout(&protocol::encode(req), &[], Duration::from_millis(100)) {
+        if let Err(e) = self.conn.send_timeout(&protocol::encode(req), &[], Duration::from_millis(100)) {
             // The provider counts a dead connection as closing everything it held.
             tracing::debug!(error = %e, "provider unreachable; its end of the loan is settled on disconnect");
             self.dead.store(true, Ordering::Relaxed);

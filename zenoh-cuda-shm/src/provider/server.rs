@@ -566,9 +566,11 @@ fn borrow(sh: &Shared, id: u64, conn: &ControlConn, tag: u64, device: &str, size
             break l;
         }
     };
-    let reply = ProviderReply::Lent { tag, loan, size: block.size() as u64 };
-    // Recorded before the FD leaves, so a Return racing the reply finds it.
+    // Recorded before the FD leaves: the borrower may name the loan in a descriptor at
+    // once, and its subscriber open it here on another connection. The FD is sent from a
+    // duplicate, without the state lock.
     let fd = block.fd().try_clone_to_owned();
+    let size = block.size() as u64;
     {
         let mut st = sh.state();
         st.loans.insert(
@@ -583,7 +585,7 @@ fn borrow(sh: &Shared, id: u64, conn: &ControlConn, tag: u64, device: &str, size
     match fd {
         Ok(fd) => {
             use std::os::fd::AsFd;
-            send(conn, &reply, &[fd.as_fd()])
+            send(conn, &ProviderReply::Lent { tag, loan, size }, &[fd.as_fd()])
         }
         Err(e) => {
             sh.state().loans.remove(&loan);
@@ -593,22 +595,40 @@ fn borrow(sh: &Shared, id: u64, conn: &ControlConn, tag: u64, device: &str, size
 }
 
 fn open(sh: &Shared, id: u64, conn: &ControlConn, tag: u64, loan: u64) -> bool {
-    let mut st = sh.state();
-    let Some(entry) = st.loans.get_mut(&loan) else {
-        st.counters.open_refused += 1;
-        drop(st);
-        let reason = "no such loan (given back or reclaimed)".into();
-        return send(conn, &ProviderReply::Refused { tag, reason, permanent: true }, &[]);
+    let opened = {
+        let mut st = sh.state();
+        let opened = st.loans.get_mut(&loan).map(|e| {
+            // Counted as mapping it from here on, so the block cannot be reclaimed while
+            // its FD is on the way (this connection's end closes it).
+            e.importers.insert(id);
+            (e.block.size() as u64, e.block.fd().try_clone_to_owned())
+        });
+        match opened {
+            Some(_) => {
+                st.counters.opened += 1;
+                if let Some(c) = st.clients.get_mut(&id) {
+                    c.opened += 1;
+                }
+            }
+            None => st.counters.open_refused += 1,
+        }
+        opened
     };
-    entry.importers.insert(id);
-    let size = entry.block.size() as u64;
-    // The FD is sent with the state locked, so the loan cannot be reclaimed in between.
-    let ok = send(conn, &ProviderReply::Opened { tag, size }, &[entry.block.fd()]);
-    st.counters.opened += 1;
-    if let Some(c) = st.clients.get_mut(&id) {
-        c.opened += 1;
+    // Sent without the state lock: a client that does not read cannot stall the others.
+    match opened {
+        Some((size, Ok(fd))) => {
+            use std::os::fd::AsFd;
+            send(conn, &ProviderReply::Opened { tag, size }, &[fd.as_fd()])
+        }
+        Some((_, Err(e))) => {
+            close(&mut sh.state(), id, loan);
+            send(conn, &ProviderReply::Refused { tag, reason: format!("dup: {e}"), permanent: false }, &[])
+        }
+        None => {
+            let reason = "no such loan (given back or reclaimed)".into();
+            send(conn, &ProviderReply::Refused { tag, reason, permanent: true }, &[])
+        }
     }
-    ok
 }
 
 fn give_back(sh: &Shared, id: u64, loan: u64) {

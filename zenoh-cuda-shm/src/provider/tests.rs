@@ -202,3 +202,32 @@ fn nothing_to_lend_is_an_error() {
     let cfg = ProviderConfig { gpus: GpuSelection::None, host: false, ..ProviderConfig::default() };
     assert!(matches!(Provider::start(&cfg, &s), Err(ProviderError::Empty)));
 }
+
+#[test]
+fn a_pool_borrows_recycles_and_gives_back_and_never_hands_a_lent_fd_out() {
+    use crate::pool::{BlockMemory, HolderId, HostBackend, Lender, Pool, StaleError};
+    let s = session();
+    let p = host_provider(&s, 8);
+    let client = ProviderClient::connect(p.provider(), 1, IO).unwrap();
+    let lender: std::sync::Arc<dyn Lender> = std::sync::Arc::new(DeviceLender::new(client, "host".into(), IO));
+    let pool = Pool::new(HostBackend::default().with_lender(Some(lender)), PoolConfig::default()).unwrap();
+    let loan = pool.loan(MIB2).unwrap();
+    let lent = loan.memory().lent().expect("the block is lent by the provider");
+    let published = loan.publish();
+    published.lease(HolderId::new(5)).unwrap();
+    let key = published.key();
+    // Its FD is opened at the provider, never handed out by the publisher's pool.
+    assert!(matches!(pool.handout(key, published.capability()), Err(StaleError::Lent)));
+    drop(published);
+    pool.release(key, HolderId::new(5)).unwrap();
+    // Recycled locally: the next loan reuses the same lent block, no new borrow.
+    let again = pool.loan(MIB2).unwrap();
+    assert_eq!(again.memory().lent(), Some(lent));
+    assert_eq!(p.snapshot().counters.lent, 1);
+    drop(again);
+    wait_for("the loan to come back to the pool", || pool.stats().blocks_in_use == 0);
+    // Freeing the idle block gives it back to the provider.
+    assert_eq!(pool.trim(), 1);
+    wait_for("the block to be given back", || p.snapshot().counters.returned == 1);
+    assert_eq!(p.snapshot().devices[0].pool.bytes_in_use, 0);
+}

@@ -57,20 +57,9 @@ impl PubMedium {
         capability: u64,
         f: impl FnOnce(BorrowedFd<'_>, usize) -> R,
     ) -> Result<R, crate::pool::StaleError> {
-        // A lent block's FD is opened at the provider, which counts who maps it; handing
-        // it out here would hide a reader from it.
-        fn give<M: BlockMemory, R>(
-            m: Arc<M>,
-            f: impl FnOnce(BorrowedFd<'_>, usize) -> R,
-        ) -> Result<R, crate::pool::StaleError> {
-            match m.lent() {
-                Some(_) => Err(crate::pool::StaleError::Lent),
-                None => Ok(f(m.fd(), m.size())),
-            }
-        }
         match self {
-            Self::Cuda { pool, .. } => pool.handout(key, capability).and_then(|m| give(m, f)),
-            Self::Host { pool } => pool.handout(key, capability).and_then(|m| give(m, f)),
+            Self::Cuda { pool, .. } => pool.handout(key, capability).map(|m| f(m.fd(), m.size())),
+            Self::Host { pool } => pool.handout(key, capability).map(|m| f(m.fd(), m.size())),
         }
     }
 
