@@ -331,7 +331,7 @@ impl ProviderToken {
 }
 
 /// Requests to the host provider (client → provider). `Borrow` and `Open` are answered
-/// with the request's `tag`; `Return` and `Close` are not answered.
+/// with the request's `tag`; `Return`, `Close` and `Report` are not answered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ProviderRequest {
     /// First message on a connection.
