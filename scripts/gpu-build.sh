@@ -55,3 +55,36 @@ python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:
   -d .gpu-pack/ros-wheels eclipse-zenoh==1.10.2 rosbags==0.11.9
 ls -l .gpu-pack/wheels .gpu-pack/ros-wheels
 du -sh .gpu-pack
+# The second pack, `.gpu-pack-extra` (carried on its own: with it the first would pass
+# 64 MiB): stock zenohd 1.10.2 and its REST plugin (release, scripts/zenohd.sh), our
+# plugin, the plugin test binary laid out as it expects (`<dir>/deps/plugin-*` with the
+# plugin's .so beside it, `<dir>/examples/`, `<dir>/zenoh-bridge-cuda-shm`), zcs_latency
+# for the row with the zenohd plugin as provider, and zcs_soak.
+# `ZCS_GPU_PART=extra scripts/gpu-run.sh` runs it.
+zenohd_dir=$(ZCS_ZENOHD_PROFILE=release ./scripts/zenohd.sh)
+extra=.gpu-extra
+rm -rf "$extra" .gpu-pack-extra
+mkdir -p "$extra/zenohd" "$extra/gpu/deps" "$extra/gpu/examples" .gpu-pack-extra
+grep -qx '/.gpu-extra/' .git/info/exclude || echo '/.gpu-extra/' >> .git/info/exclude
+grep -qx '/.gpu-pack-extra/' .git/info/exclude || echo '/.gpu-pack-extra/' >> .git/info/exclude
+cp -r "$zenohd_dir/bin" "$zenohd_dir/lib" "$zenohd_dir/FEATURES" "$zenohd_dir/VERSION" "$extra/zenohd/"
+strip "$extra/zenohd/bin/zenohd" "$extra/zenohd/lib/libzenoh_plugin_rest.so"
+cargo test --profile gpu -p zcs-tests --test plugin --no-run --message-format=json 2>/dev/null \
+  | python3 -c '
+import json, shutil, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "plugin":
+        shutil.copy2(m["executable"], sys.argv[1] + "/deps/plugin-test")
+' "$extra/gpu"
+# The plugin's .so as the test build left it (a later build of the bridge, which links
+# the plugin statically without `dynamic_plugin`, may write another over it).
+cp target/gpu/deps/libzenoh_plugin_cuda_shm.so "$extra/gpu/deps/"
+cargo build --profile gpu -p zenoh-bridge-cuda-shm 2>/dev/null
+cargo build --profile gpu -p zcs-tests --bin zcs_soak 2>/dev/null
+cargo build --profile gpu -p zcs-examples --example z_cuda_pub --example z_cuda_sub 2>/dev/null
+cp target/gpu/zenoh-bridge-cuda-shm "$extra/gpu/"
+cp target/gpu/examples/z_cuda_pub target/gpu/examples/z_cuda_sub "$extra/gpu/examples/"
+cp target/gpu/zcs_soak .gpu-bin/zcs_latency "$extra/"
+tar -C "$extra" -cf - . | xz -T2 -6 > .gpu-pack-extra/extra.tar.xz
+du -sh "$extra" .gpu-pack-extra

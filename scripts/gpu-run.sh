@@ -2,7 +2,9 @@
 # Runs on the GPU machine from the repository root, with .gpu-pack/ (or .gpu-bin/)
 # carried over:
 # every test binary with ZCS_REQUIRE_GPU=1 (a missing GPU fails), the demo, then the
-# benchmarks. Logs go to $OUT (or ./gpu-out); the last lines are a summary.
+# benchmarks. With .gpu-pack-extra/ carried instead, ZCS_GPU_PART=extra runs the plugin
+# suite in zenohd, latency with the zenohd plugin as provider, and the soak.
+# Logs go to $OUT (or ./gpu-out); the last lines are a summary.
 set -uo pipefail
 out=${OUT:-gpu-out}
 mkdir -p "$out"
@@ -73,13 +75,39 @@ if want bench && [ -d bench/python ]; then
     timeout 150 python3 "$py" >"$out/$(basename "$py" .py).jsonl" 2>>"$out/bench.log" || { echo "FAILED: $py" | tee -a "$out/bench.log"; fail=1; }
   done
 fi
+# The second pack (.gpu-pack-extra, carried alone): the plugin suite in stock zenohd on
+# the GPU, latency with the zenohd plugin as provider against own pools (alternating
+# runs), then the soak in the time left of one device call.
+if [ "$part" = extra ]; then
+  begin=$SECONDS
+  rm -rf .gpu-extra && mkdir -p .gpu-extra && xz -dc .gpu-pack-extra/extra.tar.xz | tar -C .gpu-extra -xf -
+  export ZCS_ZENOHD_DIR=$PWD/.gpu-extra/zenohd
+  echo "== plugin tests in zenohd" | tee -a "$out/plugin-tests.log"
+  timeout 300 .gpu-extra/gpu/deps/plugin-test --test-threads=1 --nocapture >>"$out/plugin-tests.log" 2>&1 \
+    || { echo "FAILED: plugin tests" | tee -a "$out/plugin-tests.log"; fail=1; }
+  for i in 1 2; do
+    for lender in own zenohd; do
+      extra_args=()
+      [ "$lender" = zenohd ] && extra_args=(--zenohd .gpu-extra/zenohd/bin/zenohd --plugin .gpu-extra/gpu/deps/libzenoh_plugin_cuda_shm.so)
+      echo "== zcs_latency $lender run $i" | tee -a "$out/bench.log"
+      timeout 120 .gpu-extra/zcs_latency --backend cuda --sizes 4KiB,1MiB,32MiB,256MiB --iters 1000 "${extra_args[@]}" \
+        >"$out/zcs_latency_${lender}_$i.jsonl" 2>>"$out/bench.log" || { echo "FAILED: zcs_latency $lender" | tee -a "$out/bench.log"; fail=1; }
+    done
+  done
+  left=$((540 - (SECONDS - begin)))
+  echo "== zcs_soak for at most ${left}s" | tee -a "$out/soak.log"
+  timeout $((left + 30)) .gpu-extra/zcs_soak --backend cuda --messages 1000000 --secs "$left" --sample-secs 20 \
+    >"$out/soak.jsonl" 2>>"$out/soak.log" || { echo "FAILED: zcs_soak" | tee -a "$out/soak.log"; fail=1; }
+fi
 echo "== summary"
 head -2 "$out/machine.txt"
 grep -E "^test result|^FAILED|SKIPPED|panicked" "$out/gpu-tests.log" | sort | uniq -c
 grep -E "^ROS2 " "$out/gpu-tests.log"
 grep -E "^(PASSED|FAILED|SKIPPED)|slow producer|[0-9]+ (passed|failed)" "$out/python-tests.log" 2>/dev/null
 grep -E "^\[(demo|sub|zcs)\]" "$out/demo.log" 2>/dev/null | tail -4
-cat "$out"/*.jsonl 2>/dev/null
+grep -E "^test result|^FAILED|SKIPPED|panicked|loans at the kill" "$out/plugin-tests.log" 2>/dev/null
+grep -h '"summary"' "$out/soak.jsonl" 2>/dev/null
+cat "$out"/*.jsonl 2>/dev/null | grep -v '"rss_kib"' 
 # The device tool brings back only a few files: with $OUT set, everything goes back as
 # one archive (unpack it and run scripts/bench-report.sh on the folder).
 if [ -n "${OUT:-}" ]; then

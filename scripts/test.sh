@@ -47,6 +47,8 @@ smoke=$(mktemp -d)
 trap 'rm -f "$log"; rm -rf "$smoke"' EXIT
 cargo run -q --locked -p zcs-bench --bin zcs_pool_bench -- --backend host --iters 200 --warmup 10 | tee "$smoke/zcs_pool_bench.jsonl"
 cargo run -q --locked -p zcs-bench --bin zcs_latency -- --backend host --sizes 4KiB,1MiB --iters 20 --warmup 5 | tee "$smoke/zcs_latency.jsonl"
+cargo run -q --locked -p zcs-bench --bin zcs_latency -- --backend host --sizes 4KiB --iters 20 --warmup 5 \
+  --zenohd "$ZCS_ZENOHD_DIR/bin/zenohd" --plugin target/debug/deps/libzenoh_plugin_cuda_shm.so | tee "$smoke/zcs_latency_zenohd.jsonl"
 cargo run -q --locked -p zcs-bench --bin zcs_throughput -- --backend host --sizes 64KiB --subscribers 1 --frames 20 --first-subs 2 | tee "$smoke/zcs_throughput.jsonl"
 cargo run -q --locked -p zcs-bench --bin zcs_report -- "$smoke" "$smoke/report"
 # One closing line for the whole run: Rust test binaries, doc tests and pytest added up

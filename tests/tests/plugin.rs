@@ -12,6 +12,11 @@
 //! a live change of `max_entries` through the admin space is applied and one of
 //! `__path__` refused.
 //!
+//! With zenohd's plugin as the host's provider, a publisher that borrows its blocks
+//! there is SIGKILLed mid-stream while two subscribers hold its blocks: the scenario of
+//! `support/provider.rs`, read through the admin space (host memfd blocks here, CUDA
+//! VMM blocks in `gpu_zenohd_provider_publisher_killed_two_readers` on a GPU machine).
+//!
 //! zenohd must also refuse, with zenoh's message and an exit status rather than a crash,
 //! a plugin built with another zenoh feature set (`ZCS_MISMATCH_PLUGIN`, built by
 //! `scripts/plugin-mismatch.sh`) and a bad `plugins/cuda_shm` section.
@@ -29,6 +34,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use zcs_tests::{free_tcp_port, watchdog_guard};
+use zenoh_cuda_shm::cuda::kernels::Kernels;
+
+#[path = "support/provider.rs"]
+mod provider;
 
 const ZENOHD_DIR_ENV: &str = "ZCS_ZENOHD_DIR";
 const MISMATCH_ENV: &str = "ZCS_MISMATCH_PLUGIN";
@@ -288,6 +297,15 @@ fn pubsub_through(router: &mut Proc, dir: &Path, zenoh_port: u16, http_port: u16
     sub.wait_for_output("path zero-copy");
     // Both printed which memory their blocks use; the registry must show the same.
     let device = if publ.output().contains("blocks: cuda-vmm") { "cuda" } else { "host" };
+    if zcs_tests::gpu_required() {
+        assert_eq!(
+            device,
+            "cuda",
+            "{} is set: the examples must use the GPU\n{}",
+            zcs_tests::REQUIRE_GPU_ENV,
+            publ.dump()
+        );
+    }
 
     // While both run: the topic lists exactly this publisher and this subscriber.
     let admin = wait_admin(router, http_port, "the publisher and subscriber", |a| {
@@ -356,10 +374,18 @@ fn pubsub_through(router: &mut Proc, dir: &Path, zenoh_port: u16, http_port: u16
     let admin = wait_admin(router, http_port, "the plain listener in the publisher's report", |a| {
         get(a, &format!("paths/{key}")).is_some_and(|t| {
             let p = &t["publishers"][0]["report"];
-            p["plain_listeners"] == true && p["copies_out"].as_u64() > Some(0)
+            p["plain_listeners"] == true
+                && p["copies_out"].as_u64() > Some(0)
+                && t["plain_subscribers"][0]["copies_out"].as_u64() > Some(0)
         })
     });
     assert!(zero_copy_both_ways(&admin), "the GPU subscriber stays zero-copy: {admin:#?}");
+    let paths = get(&admin, &format!("paths/{key}")).unwrap();
+    let plain_path = &paths["plain_subscribers"][0];
+    assert_eq!(plain_path["path"], "bytes", "{paths}");
+    assert_eq!(plain_path["reason"], zenoh_plugin_cuda_shm::admin::PLAIN_SUBSCRIBER_REASON, "{paths}");
+    assert_eq!(plain_path["publisher"], paths["publishers"][0]["report"]["instance"], "{paths}");
+    println!("{key}: admin space paths/{key} with a plain subscriber: {paths:#}");
     drop(plain);
 
     // Every message arrives, every byte checked, all over the zero-copy path.
@@ -449,6 +475,80 @@ fn bridge_links_the_plugin_and_lists_pubsub() {
     let mut router = Proc::spawn("zenoh-bridge-cuda-shm", &scratch.0, &bridge, &args);
     pubsub_through(&mut router, &scratch.0, zenoh_port, http_port, "zcs/plugin-test/bridge");
     assert!(router.exited().is_none(), "the bridge exited\n{}", router.dump());
+}
+
+/// The provider's state for `mode`'s device, from the admin space; waits while the
+/// router does not answer.
+fn provider_view(router: &mut Proc, http_port: u16, mode: provider::Mode) -> provider::View {
+    let admin = wait_admin(router, http_port, "the provider's entries", |a| {
+        get(a, "provider").is_some() && a.iter().any(|(k, _)| k.starts_with("provider/devices/"))
+    });
+    let dev = admin
+        .iter()
+        .find(|(k, _)| {
+            k.strip_prefix("provider/devices/")
+                .is_some_and(|d| if mode == provider::Mode::Host { d == "host" } else { d.starts_with("cuda-") })
+        })
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("the provider lends no {mode:?} blocks: {admin:#?}"));
+    let counters = &get(&admin, "provider").unwrap()["counters"];
+    let procs = || admin.iter().filter(|(k, _)| k.starts_with("processes/")).map(|(_, v)| v);
+    let n = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("not a count: {v} in {admin:#?}"));
+    provider::View {
+        loans: n(&dev["loans"]),
+        orphaned: n(&dev["orphaned"]),
+        bytes_in_use: n(&dev["pool"]["bytes_in_use"]),
+        orphaned_total: n(&counters["orphaned"]),
+        reclaimed_total: n(&counters["reclaimed"]),
+        borrowers: procs().filter(|c| c["loans"].as_u64() > Some(0)).count(),
+        importers: procs().filter(|c| c["mapped"].as_u64() > Some(0)).count(),
+    }
+}
+
+/// zenohd with the plugin as the host's provider: a borrowing publisher SIGKILLed while
+/// two subscribers hold its blocks (`support/provider.rs`), every state read from the
+/// admin space over REST.
+fn zenohd_provider_scenario(test: &str, mode: provider::Mode, kernels: Option<Kernels>) {
+    let Some(zenohd) = zenohd_dir(test) else { return };
+    let _watchdog = watchdog_guard("zenohd provider scenario", TEST_LIMIT);
+    let scratch = Scratch::new(test);
+    let (zenoh_port, http_port) = (free_tcp_port(), free_tcp_port());
+    let mut args = zenohd_args(zenoh_port, http_port, &zenohd);
+    args.extend(["-P".into(), format!("cuda_shm:{}", plugin_so().display())]);
+    let router = std::cell::RefCell::new(Proc::spawn("zenohd", &scratch.0, &zenohd.join("bin/zenohd"), &args));
+    let id = {
+        let admin = wait_admin(&mut router.borrow_mut(), http_port, "the provider", |a| get(a, "provider").is_some());
+        let id = get(&admin, "provider").unwrap()["id"].as_str().unwrap_or_default().to_owned();
+        u64::from_str_radix(&id, 16).unwrap_or_else(|e| panic!("provider id {id:?}: {e}"))
+    };
+    let view = || provider_view(&mut router.borrow_mut(), http_port, mode);
+    provider::publisher_killed_at(mode, kernels, test, &provider::ProviderHost { port: zenoh_port, id, view: &view });
+    let mut router = router.into_inner();
+    assert!(router.exited().is_none(), "zenohd exited\n{}", router.dump());
+}
+
+#[test]
+fn zenohd_provider_publisher_killed_two_readers() {
+    let test = "zenohd_provider_publisher_killed_two_readers";
+    zenohd_provider_scenario(test, provider::Mode::Host, None);
+}
+
+/// The same on CUDA VMM blocks of the router's provider, filled and checked by kernels.
+#[test]
+fn gpu_zenohd_provider_publisher_killed_two_readers() {
+    let test = "gpu_zenohd_provider_publisher_killed_two_readers";
+    if let Some(gpu) = zcs_tests::gpu_or_skip(test) {
+        let kernels = Kernels::load(&gpu).expect("load kernels");
+        zenohd_provider_scenario(test, provider::Mode::Cuda, Some(kernels));
+    }
+}
+
+/// Entry point of the re-executed test binary (the provider scenario's publisher); a
+/// no-op in a normal run.
+#[test]
+#[ignore = "child-process entry, run by the zenohd provider scenarios"]
+fn child_entry() {
+    provider::child_entry();
 }
 
 /// Runs zenohd until it exits by itself (within `IO`) and returns its status.

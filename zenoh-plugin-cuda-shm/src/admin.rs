@@ -14,7 +14,7 @@
 //! | `provider` | the host provider: id, socket, devices, counters (absent when disabled) |
 //! | `provider/devices/<device>` | one device's pool: bytes allocated and lent, live and orphaned loans, GPU |
 //! | `processes/<client>` | one process connected to the provider: program, pid, uid, loans, blocks it maps, and its latest report |
-//! | `paths/<key>` | from the reports: each publisher and subscriber on the key, the path to each peer (`zero-copy` or `bytes`, with the reason), copies and counters |
+//! | `paths/<key>` | from the reports: each publisher and subscriber on the key, the path to each peer (`zero-copy` or `bytes`, with the reason), copies and counters; `plain_subscribers`: the `bytes` path (with its reason and copies) of each publisher that plain Zenoh subscribers match |
 //!
 //! In `topics/<key>` the key expression is escaped so that the admin key names it
 //! literally: `%` → `%25`, `*` → `%2A`, `$` → `%24`, and a chunk's leading `@` → `%40`
@@ -92,6 +92,10 @@ pub fn escape_key(key: &str) -> String {
     out
 }
 
+/// Why plain Zenoh subscribers of a key are served bytes.
+pub const PLAIN_SUBSCRIBER_REASON: &str = "plain Zenoh subscriber (no GPU channel): the publisher copies each message \
+     out of its block once and puts the bytes on the key";
+
 /// Every entry of the plugin's admin space, keys relative to its status key.
 pub fn entries(
     snapshot: &Snapshot,
@@ -137,24 +141,43 @@ pub fn entries(
             hex_ids(&mut v);
             out.push((format!("processes/{}", c.client), v));
         }
-        // The reports again by key: each publisher and subscriber with its paths.
-        let mut by_key: std::collections::BTreeMap<&str, (Vec<Value>, Vec<Value>)> = Default::default();
+        // The reports again by key: each publisher and subscriber with its paths, and
+        // the path plain Zenoh subscribers get (they send no reports: the publishers
+        // that serve them say so).
+        #[derive(Default)]
+        struct ByKey {
+            publishers: Vec<Value>,
+            subscribers: Vec<Value>,
+            plain: Vec<Value>,
+        }
+        let mut by_key: std::collections::BTreeMap<&str, ByKey> = Default::default();
         for (c, r) in p.clients.iter().filter_map(|c| Some((c, c.report.as_ref()?))) {
             for x in &r.publishers {
                 let mut v = json!({ "process": c.client, "program": c.program, "pid": c.pid, "report": x });
                 hex_ids(&mut v);
-                by_key.entry(&x.key).or_default().0.push(v);
+                let entry = by_key.entry(&x.key).or_default();
+                entry.publishers.push(v);
+                if x.plain_listeners {
+                    entry.plain.push(json!({
+                        "publisher": format!("{:016x}", x.instance),
+                        "path": "bytes",
+                        "reason": PLAIN_SUBSCRIBER_REASON,
+                        "copies_out": x.copies_out,
+                        "copied_bytes": x.copied_bytes,
+                    }));
+                }
             }
             for x in &r.subscribers {
                 let mut v = json!({ "process": c.client, "program": c.program, "pid": c.pid, "report": x });
                 hex_ids(&mut v);
-                by_key.entry(&x.key).or_default().1.push(v);
+                by_key.entry(&x.key).or_default().subscribers.push(v);
             }
         }
-        for (key, (publishers, subscribers)) in by_key {
+        for (key, k) in by_key {
             out.push((
                 format!("paths/{}", escape_key(key)),
-                json!({ "key": key, "publishers": publishers, "subscribers": subscribers }),
+                json!({ "key": key, "publishers": k.publishers, "subscribers": k.subscribers,
+                        "plain_subscribers": k.plain }),
             ));
         }
     }

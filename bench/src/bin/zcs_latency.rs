@@ -22,6 +22,9 @@
 //! With `--provider`, a third process runs a host provider (what the zenohd plugin
 //! runs in the router) and every session borrows its blocks from it: the zero-copy row
 //! is then `zero-copy-provider`, to compare with `zero-copy` from a run without it.
+//! With `--zenohd <zenohd> --plugin <libzenoh_plugin_cuda_shm.so>`, that third process
+//! is stock zenohd running our plugin (connected to the ping as a router), and the row
+//! is `zero-copy-zenohd`.
 //!
 //! The ping writes nothing into the blocks (no kernel before `put`): the figures are
 //! the transport's, not a producer's. Both processes talk over loopback TCP, with
@@ -32,6 +35,7 @@
 //! zcs_latency --backend cuda                       # H100/H200: all rows
 //! zcs_latency --backend host --iters 50            # CI smoke, no GPU: host memfd blocks
 //! zcs_latency --backend cuda --provider            # blocks lent by a provider process
+//! zcs_latency --backend cuda --zenohd bin/zenohd --plugin libzenoh_plugin_cuda_shm.so
 //! ```
 
 use std::hint::black_box;
@@ -74,6 +78,68 @@ struct Args {
     /// publishers (the zero-copy row becomes `zero-copy-provider`).
     #[arg(long)]
     provider: bool,
+    /// Blocks lent by the zenohd plugin: the zenohd binary to start (with `--plugin`;
+    /// the zero-copy row becomes `zero-copy-zenohd`).
+    #[arg(long, requires = "plugin", conflicts_with = "provider")]
+    zenohd: Option<std::path::PathBuf>,
+    /// The plugin's shared library for `--zenohd`.
+    #[arg(long, requires = "zenohd")]
+    plugin: Option<std::path::PathBuf>,
+}
+
+/// Where the blocks come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lender {
+    /// Each publisher's own pool.
+    Own,
+    /// A provider in a child process (the library's `Provider`).
+    Process,
+    /// The zenohd plugin.
+    Zenohd,
+}
+
+impl Lender {
+    fn row(self) -> &'static str {
+        match self {
+            Lender::Own => "zero-copy",
+            Lender::Process => "zero-copy-provider",
+            Lender::Zenohd => "zero-copy-zenohd",
+        }
+    }
+    fn blocks(self) -> &'static str {
+        match self {
+            Lender::Own => "the publishers' own pools",
+            Lender::Process => "lent by a provider process",
+            Lender::Zenohd => "lent by the zenohd plugin",
+        }
+    }
+}
+
+/// Starts zenohd with our plugin as the host's provider, listening on `router_port` and
+/// connected to the ping's Zenoh endpoint; stdout and stderr go to
+/// `zcs_latency-zenohd.log` in the temp directory.
+fn start_zenohd(
+    zenohd: &std::path::Path,
+    plugin: &std::path::Path,
+    port: u16,
+    router_port: u16,
+    cuda: bool,
+) -> std::process::Child {
+    let log_path = std::env::temp_dir().join("zcs_latency-zenohd.log");
+    let log = std::fs::File::create(&log_path).unwrap_or_else(|e| panic!("{}: {e}", log_path.display()));
+    let gpus = if cuda { "[0]" } else { "\"none\"" };
+    std::process::Command::new(zenohd)
+        .args(["--no-multicast-scouting", "-l", &format!("tcp/127.0.0.1:{router_port}")])
+        .args(["-e", &format!("tcp/127.0.0.1:{port}")])
+        .arg("-P")
+        .arg(format!("cuda_shm:{}", plugin.display()))
+        .args(["--cfg", &format!("plugins/cuda_shm/provider/gpus:{gpus}")])
+        .args(["--cfg", &format!("plugins/cuda_shm/provider/host:{}", !cuda)])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().expect("log handle"))
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", zenohd.display()))
 }
 
 const PREFIX: &str = "zcs-lat";
@@ -87,6 +153,9 @@ const PORT_ENV: &str = "ZCS_LAT_PORT";
 const SOCK_ENV: &str = "ZCS_LAT_SOCK";
 const BACKEND_ENV: &str = "ZCS_LAT_BACKEND";
 const PROVIDER_ENV: &str = "ZCS_LAT_PROVIDER";
+/// zenohd's port, which the pong connects to as well: a peer does not relay another
+/// node's liveliness tokens, so the pong must see the router's provider itself.
+const ROUTER_PORT_ENV: &str = "ZCS_LAT_ROUTER_PORT";
 const IO: Duration = Duration::from_secs(60);
 const REPLY_TIMEOUT: Duration = Duration::from_secs(20);
 /// Zenoh's default `transport/link/rx/max_message_size`: larger messages are dropped.
@@ -164,7 +233,12 @@ fn pong() {
     let cuda = var(BACKEND_ENV) == "cuda";
     let lent = std::env::var_os(PROVIDER_ENV).is_some();
     let conn = ControlConn::connect(&SocketName::from_key_chunk(&var(SOCK_ENV)).expect("socket"), IO).expect("ctl");
-    let z = zenoh::open(loopback_zenoh_config(None, Some(port), Some(PREFIX))).wait().expect("open zenoh");
+    let mut cfg = loopback_zenoh_config(None, Some(port), Some(PREFIX));
+    if let Ok(router) = std::env::var(ROUTER_PORT_ENV) {
+        cfg.insert_json5("connect/endpoints", &format!("[\"tcp/127.0.0.1:{port}\", \"tcp/127.0.0.1:{router}\"]"))
+            .expect("connect endpoints");
+    }
+    let z = zenoh::open(cfg).wait().expect("open zenoh");
     let session =
         GpuSession::from_zenoh(z.clone(), zcs_config(if cuda { DeviceChoice::Cuda } else { DeviceChoice::Host }, lent))
             .wait()
@@ -413,13 +487,25 @@ fn main() {
     };
     let port = free_tcp_port();
     let z = zenoh::open(loopback_zenoh_config(Some(port), None, Some(PREFIX))).wait().expect("open zenoh");
-    let provider = args.provider.then(|| {
-        let child = spawn_child_bin("provider", &[(PORT_ENV, port.to_string()), (BACKEND_ENV, args.backend.clone())]);
+    let lender = match (&args.zenohd, args.provider) {
+        (Some(_), _) => Lender::Zenohd,
+        (None, true) => Lender::Process,
+        (None, false) => Lender::Own,
+    };
+    let router_port = args.zenohd.is_some().then(free_tcp_port);
+    let provider = match (&args.zenohd, &args.plugin, router_port) {
+        (Some(zenohd), Some(plugin), Some(router_port)) => Some(start_zenohd(zenohd, plugin, port, router_port, cuda)),
+        _ if args.provider => {
+            Some(spawn_child_bin("provider", &[(PORT_ENV, port.to_string()), (BACKEND_ENV, args.backend.clone())]))
+        }
+        _ => None,
+    };
+    if provider.is_some() {
         wait_provider(&z);
-        child
-    });
+    }
+    let lent = lender != Lender::Own;
     let device = if cuda { DeviceChoice::Cuda } else { DeviceChoice::Host };
-    let session = GpuSession::from_zenoh(z, zcs_config(device, args.provider))
+    let session = GpuSession::from_zenoh(z, zcs_config(device, lent))
         .wait()
         .unwrap_or_else(|e| panic!("--backend {}: {e}", args.backend));
     let backend = session.backend().to_string();
@@ -436,8 +522,11 @@ fn main() {
     let listener = ControlListener::bind(&name).expect("bind");
     let mut env =
         vec![(PORT_ENV, port.to_string()), (SOCK_ENV, name.to_key_chunk()), (BACKEND_ENV, args.backend.clone())];
-    if args.provider {
+    if lent {
         env.push((PROVIDER_ENV, "1".to_owned()));
+    }
+    if let Some(p) = router_port {
+        env.push((ROUTER_PORT_ENV, p.to_string()));
     }
     let child = spawn_child_bin("pong", &env);
     let conn = listener.accept_timeout(IO).expect("pong connects");
@@ -453,7 +542,7 @@ fn main() {
         std::thread::sleep(Duration::from_millis(5));
     }
 
-    let blocks = if args.provider { "lent by a provider process" } else { "the publishers' own pools" };
+    let blocks = lender.blocks();
     let mut setup = json!({"bench": "latency-setup", "backend": backend, "iters": args.iters, "warmup": args.warmup,
         "max_secs_per_row": args.max_secs, "transport": "zenoh peer, tcp 127.0.0.1, congestion control block",
         "blocks": blocks});
@@ -468,7 +557,7 @@ fn main() {
         let before = zc_pub.stats().copies_out;
         let rtt = rounds(&args, || block_round(&zc_pub, &replies_zc, PATH_ZC, size));
         let copies = zc_pub.stats().copies_out - before;
-        let path = if args.provider { "zero-copy-provider" } else { "zero-copy" };
+        let path = lender.row();
         row(path, &backend, size, &rtt, json!({"ready": ready, "copies_out_with_warmup": copies, "blocks": blocks}));
     }
     if let Some(p) = &cpu_pub {

@@ -60,6 +60,7 @@ const PLAIN_SIZE: u64 = 64;
 const COPY_SIZE: u64 = 32 << 20;
 const ZERO_COPY: &str = "zero-copy";
 const ZERO_COPY_PROVIDER: &str = "zero-copy-provider";
+const ZERO_COPY_ZENOHD: &str = "zero-copy-zenohd";
 const PLAIN: &str = "zenoh-plain";
 
 /// Zero-copy p50 ÷ 64-byte plain Zenoh p50, at most.
@@ -535,12 +536,18 @@ fn goal_flat(d: &Data, stat: Stat, goal: &str, max: f64) -> Goal {
     Goal::new(goal, &target, format!("{} (÷ {} µs)", parts.join(", "), fmt_num(plain)), Status::of(&checks))
 }
 
-/// Zero-copy with lent blocks ÷ with own blocks, p50 (RTT/2), at every size both rows have.
+/// Zero-copy with lent blocks ÷ with own blocks, p50 (RTT/2), at every size both rows
+/// have: blocks of the zenohd plugin if the run has them, else of a provider process.
 fn goal_provider(d: &Data) -> Goal {
     let goal = "Zero-copy with a provider's blocks ÷ own pool, p50, one way = RTT/2";
     let target = format!("≤ {GOAL_PROVIDER_RATIO}× at every size");
-    let (Some(own), Some(lent)) = (d.lat(ZERO_COPY, false), d.lat(ZERO_COPY_PROVIDER, false)) else {
-        return Goal::not_measured(goal, &target, "needs `zero-copy` and `zero-copy-provider` rows");
+    let lent = d.lat(ZERO_COPY_ZENOHD, false).or_else(|| d.lat(ZERO_COPY_PROVIDER, false));
+    let (Some(own), Some(lent)) = (d.lat(ZERO_COPY, false), lent) else {
+        return Goal::not_measured(
+            goal,
+            &target,
+            "needs `zero-copy` and `zero-copy-zenohd` or `zero-copy-provider` rows",
+        );
     };
     let (mut parts, mut checks) = (Vec::new(), Vec::new());
     for (&size, l) in &lent.cells {
@@ -553,7 +560,7 @@ fn goal_provider(d: &Data) -> Goal {
     if checks.is_empty() {
         return Goal::not_measured(goal, &target, "no size in both rows");
     }
-    Goal::new(goal, &target, parts.join(", "), Status::of(&checks))
+    Goal::new(goal, &target, format!("`{}`: {}", lent.path, parts.join(", ")), Status::of(&checks))
 }
 
 /// The best copy path at 32 MiB ÷ zero-copy at 32 MiB (p50, RTT/2).
@@ -566,7 +573,7 @@ fn goal_copy(d: &Data) -> Goal {
     let best = d
         .latency
         .iter()
-        .filter(|r| !r.anchor && r.path != ZERO_COPY && r.path != PLAIN)
+        .filter(|r| !r.anchor && !r.path.starts_with(ZERO_COPY) && r.path != PLAIN)
         .filter_map(|r| r.cells.get(&COPY_SIZE).map(|c| (r.path.as_str(), c.p50)))
         .min_by(|a, b| a.1.total_cmp(&b.1));
     let Some((path, copy)) = best else {

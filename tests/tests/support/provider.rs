@@ -2,8 +2,9 @@
 //! shared by `provider.rs` (host memfd blocks, CI) and `gpu_provider.rs` (CUDA VMM
 //! blocks, the GPU machine); included with `#[path]`.
 //!
-//! The provider runs in the test process (as it would in the router), a publisher in a
-//! child process borrows its blocks (`provider: required`), and two subscriber
+//! The provider runs in the test process (`provider.rs`, `gpu_provider.rs`) or in zenohd
+//! through the plugin (`plugin.rs`, which reads its state from the admin space); a
+//! publisher in a child process borrows its blocks (`provider: required`), and two subscriber
 //! sessions (two provider clients) read them zero-copy. Each subscriber keeps the first
 //! samples it receives. The publisher is SIGKILLed mid-stream; then:
 //! - the dead publisher's loans are orphaned, not reused: the blocks the subscribers
@@ -94,11 +95,54 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) -> Duration {
     t.elapsed()
 }
 
-fn device_of(snap: &ProviderSnapshot, mode: Mode) -> &zenoh_cuda_shm::provider::DeviceSnapshot {
-    snap.devices
-        .iter()
-        .find(|d| (mode == Mode::Host) == (d.device == "host"))
-        .expect("the provider lends this mode's device")
+/// What the scenario reads of the provider: from its snapshot when it runs in this
+/// process, or from the router's admin space when the zenohd plugin runs it.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    /// Live loans of the mode's device.
+    pub loans: u64,
+    /// Orphaned loans of that device still mapped by someone.
+    pub orphaned: u64,
+    /// Bytes of that device's pool not in its free lists.
+    pub bytes_in_use: u64,
+    /// Loans orphaned since the provider started.
+    pub orphaned_total: u64,
+    /// Orphaned loans taken back since the provider started.
+    pub reclaimed_total: u64,
+    /// Connected processes holding loans.
+    pub borrowers: usize,
+    /// Connected processes mapping lent blocks.
+    pub importers: usize,
+}
+
+impl View {
+    /// From a snapshot of a provider in this process.
+    pub fn of(snap: &ProviderSnapshot, mode: Mode) -> Self {
+        let dev = snap
+            .devices
+            .iter()
+            .find(|d| (mode == Mode::Host) == (d.device == "host"))
+            .expect("the provider lends this mode's device");
+        Self {
+            loans: dev.loans as u64,
+            orphaned: dev.orphaned as u64,
+            bytes_in_use: dev.pool.bytes_in_use as u64,
+            orphaned_total: snap.counters.orphaned,
+            reclaimed_total: snap.counters.reclaimed,
+            borrowers: snap.clients.iter().filter(|c| c.loans > 0).count(),
+            importers: snap.clients.iter().filter(|c| c.mapped > 0).count(),
+        }
+    }
+}
+
+/// The provider the scenario runs against.
+pub struct ProviderHost<'a> {
+    /// The Zenoh port the scenario's sessions connect to.
+    pub port: u16,
+    /// The provider's id, as its token announces it.
+    pub id: u64,
+    /// Its state now.
+    pub view: &'a dyn Fn() -> View,
 }
 
 /// A subscriber that keeps its first [`HELD`] samples and checks and drops the rest.
@@ -141,11 +185,9 @@ impl Reader {
     }
 }
 
-/// The scenario in the module docs.
+/// The scenario in the module docs, with the provider in this process.
 pub fn publisher_killed(mode: Mode, kernels: Option<Kernels>, test: &str) {
-    let _w = watchdog_guard("provider test", Duration::from_secs(120));
     let port = free_tcp_port();
-    let key = format!("{KEY_ROOT}/{}/{}", std::process::id(), mode.name());
     let router = zenoh::open(loopback_zenoh_config(Some(port), None, Some(KEY_ROOT))).wait().expect("provider session");
     let cfg = ProviderConfig {
         gpus: if mode == Mode::Cuda { GpuSelection::Ordinals(vec![0]) } else { GpuSelection::None },
@@ -153,8 +195,18 @@ pub fn publisher_killed(mode: Mode, kernels: Option<Kernels>, test: &str) {
         ..ProviderConfig::default()
     };
     let provider = Provider::start(&cfg, &router).expect("start the provider");
+    let view = || View::of(&provider.snapshot(), mode);
+    publisher_killed_at(mode, kernels, test, &ProviderHost { port, id: provider.provider().id, view: &view });
+}
+
+/// The scenario in the module docs, against the provider of `host` (in this process or
+/// in a router).
+pub fn publisher_killed_at(mode: Mode, kernels: Option<Kernels>, test: &str, host: &ProviderHost<'_>) {
+    let _w = watchdog_guard("provider test", Duration::from_secs(120));
+    let port = host.port;
+    let key = format!("{KEY_ROOT}/{}/{}", std::process::id(), mode.name());
     let (s1, s2) = (session(mode, port, ProviderMode::Auto), session(mode, port, ProviderMode::Auto));
-    assert_eq!(s1.provider().as_ref(), Ok(provider.provider()), "subscriber sessions find the provider");
+    assert_eq!(s1.provider().map(|p| p.id), Ok(host.id), "subscriber sessions find the provider");
     let mut readers = [Reader::start(&s1, &key, "subscriber 1"), Reader::start(&s2, &key, "subscriber 2")];
 
     let victim = spawn_child(
@@ -165,13 +217,9 @@ pub fn publisher_killed(mode: Mode, kernels: Option<Kernels>, test: &str) {
     wait_until("both subscribers to hold their samples and read on", || {
         readers.iter().all(|r| r.got.load(Ordering::Acquire) > 3 * HELD as u64)
     });
-    let before = provider.snapshot();
-    let dev = device_of(&before, mode);
-    assert!(dev.loans > 0, "the publisher borrowed its blocks: {before:#?}");
-    assert!(
-        before.clients.iter().any(|c| c.loans > 0) && before.clients.iter().filter(|c| c.mapped > 0).count() >= 2,
-        "one borrower, two importers: {before:#?}"
-    );
+    let before = (host.view)();
+    assert!(before.loans > 0, "the publisher borrowed its blocks: {before:#?}");
+    assert!(before.borrowers >= 1 && before.importers >= 2, "one borrower, two importers: {before:#?}");
 
     let mut child = victim;
     child.kill().expect("SIGKILL the publisher");
@@ -179,16 +227,15 @@ pub fn publisher_killed(mode: Mode, kernels: Option<Kernels>, test: &str) {
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(status.signal(), Some(libc::SIGKILL), "the publisher died on its own: {status:?}");
     let killed = Instant::now();
-    let lent_at_kill = dev.loans as u64;
-    wait_until("the dead publisher's loans to be orphaned", || provider.snapshot().counters.orphaned >= lent_at_kill);
+    let lent_at_kill = before.loans;
+    wait_until("the dead publisher's loans to be orphaned", || (host.view)().orphaned_total >= lent_at_kill);
     for r in &mut readers {
         r.stop();
     }
-    let mid = provider.snapshot();
-    let dev = device_of(&mid, mode);
-    assert!(dev.orphaned >= 1, "blocks the subscribers map are kept, not reused: {mid:#?}");
-    assert_eq!(dev.loans, 0, "nothing is lent to the dead publisher any more: {mid:#?}");
-    assert!(dev.pool.bytes_in_use > 0, "kept blocks are not in the free lists: {mid:#?}");
+    let mid = (host.view)();
+    assert!(mid.orphaned >= 1, "blocks the subscribers map are kept, not reused: {mid:#?}");
+    assert_eq!(mid.loans, 0, "nothing is lent to the dead publisher any more: {mid:#?}");
+    assert!(mid.bytes_in_use > 0, "kept blocks are not in the free lists: {mid:#?}");
 
     // The samples held across the kill still read what was written for them.
     for (i, r) in readers.iter().enumerate() {
@@ -209,18 +256,17 @@ pub fn publisher_killed(mode: Mode, kernels: Option<Kernels>, test: &str) {
         readers.iter().all(|r| r.sub.publishers().is_empty())
     });
     let reclaim = wait_until("every orphaned block to be reclaimed", || {
-        let s = provider.snapshot();
-        let d = device_of(&s, mode);
-        d.orphaned == 0 && d.loans == 0 && d.pool.bytes_in_use == 0
+        let v = (host.view)();
+        v.orphaned == 0 && v.loans == 0 && v.bytes_in_use == 0
     });
-    let after = provider.snapshot();
-    assert_eq!(after.counters.reclaimed, after.counters.orphaned, "{after:#?}");
+    let after = (host.view)();
+    assert_eq!(after.reclaimed_total, after.orphaned_total, "{after:#?}");
     println!(
         "{test}: {} loans at the kill, {} orphaned, {} kept while mapped; after the samples were dropped the dead \
          publisher was forgotten in {:.0} ms and the last block reclaimed {:.0} ms later ({:.0} ms after the kill)",
         lent_at_kill,
-        after.counters.orphaned,
-        dev.orphaned,
+        after.orphaned_total,
+        mid.orphaned,
         forget.as_secs_f64() * 1e3,
         reclaim.as_secs_f64() * 1e3,
         killed.elapsed().as_secs_f64() * 1e3,
@@ -243,9 +289,9 @@ pub fn publisher_killed(mode: Mode, kernels: Option<Kernels>, test: &str) {
             check(&s, "new publisher");
         }
     }
-    assert!(device_of(&provider.snapshot(), mode).loans > 0);
+    assert!((host.view)().loans > 0);
     drop(p);
-    wait_until("the new publisher's loans to come back", || device_of(&provider.snapshot(), mode).loans == 0);
+    wait_until("the new publisher's loans to come back", || (host.view)().loans == 0);
 }
 
 /// Entry point of the re-executed test binary (the publisher).
