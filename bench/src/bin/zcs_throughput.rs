@@ -197,6 +197,11 @@ enum Msg {
         zero_copy_net_us: Option<f64>,
         first_path: String,
         samples_before_zero_copy: u64,
+        /// Milestones after the declaration (µs): `declare_subscriber` returned, the
+        /// publisher's token seen, the zero-copy link up (handshake done).
+        declared_us: f64,
+        seen_us: Option<f64>,
+        linked_us: Option<f64>,
     },
 }
 
@@ -511,7 +516,28 @@ fn first_child() {
     let session = env.gpu_session();
     let mut checker = Checker::new(session.gpu().cloned());
     let (t, t0_ns) = (Instant::now(), now_ns());
-    let sub = session.declare_subscriber(env.key.clone()).wait().expect("subscriber");
+    let sub = Arc::new(session.declare_subscriber(env.key.clone()).wait().expect("subscriber"));
+    let declared_us = t.elapsed().as_secs_f64() * 1e6;
+    // Where the time goes: a thread polls the subscriber's view of its publishers
+    // (every ~20 µs) for the moment the token is seen and the moment the link is up.
+    let milestones = {
+        let sub = Arc::clone(&sub);
+        std::thread::spawn(move || {
+            let (mut seen, mut linked) = (None, None);
+            while linked.is_none() && t.elapsed() < Duration::from_secs(10) {
+                let pubs = sub.publishers();
+                let now = t.elapsed().as_secs_f64() * 1e6;
+                if seen.is_none() && !pubs.is_empty() {
+                    seen = Some(now);
+                }
+                if pubs.iter().any(|&(_, zero_copy)| zero_copy) {
+                    linked = Some(now);
+                }
+                std::thread::sleep(Duration::from_micros(20));
+            }
+            (seen, linked)
+        })
+    };
     // The part of a delay spent waiting for a frame published after the declaration.
     let waited_us = |s: &GpuSample| s.info().timestamp_ns.saturating_sub(t0_ns) as f64 / 1e3;
     let (mut any, mut first_path, mut before) = (None, String::new(), 0u64);
@@ -529,6 +555,7 @@ fn first_child() {
     };
     assert_eq!(checker.errors(), 0, "joining subscriber: content mismatch");
     let (any_us, any_net_us) = any.expect("no sample within 10 s");
+    let (seen_us, linked_us) = milestones.join().expect("milestone thread");
     let msg = Msg::First {
         any_us,
         any_net_us,
@@ -536,6 +563,9 @@ fn first_child() {
         zero_copy_net_us: zero_copy.map(|z| z.1),
         first_path,
         samples_before_zero_copy: before,
+        declared_us,
+        seen_us,
+        linked_us,
     };
     send_msg(&env.conn, &msg, &[]);
     std::process::exit(0);
@@ -819,6 +849,7 @@ impl Ctx {
         };
         let (mut any, mut zc, mut paths) = (Vec::new(), Vec::new(), Vec::new());
         let (mut any_net, mut zc_net) = (Vec::new(), Vec::new());
+        let (mut declared, mut seen, mut linked) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..args.first_subs {
             let c = Children::spawn("first", 1, self.port, &args.backend, route, &key, 0);
             for m in c.recv_each() {
@@ -829,10 +860,16 @@ impl Ctx {
                     zero_copy_net_us,
                     first_path,
                     samples_before_zero_copy,
+                    declared_us,
+                    seen_us,
+                    linked_us,
                 } = m
                 else {
                     panic!("unexpected {m:?}")
                 };
+                declared.push(declared_us);
+                seen.extend(seen_us);
+                linked.extend(linked_us);
                 any.push(any_us);
                 any_net.push(any_net_us);
                 zc.extend(zero_copy_us);
@@ -843,7 +880,7 @@ impl Ctx {
         }
         stop.store(true, Ordering::Relaxed);
         feeder.join().expect("feeder");
-        for v in [&mut any, &mut zc, &mut any_net, &mut zc_net] {
+        for v in [&mut any, &mut zc, &mut any_net, &mut zc_net, &mut declared, &mut seen, &mut linked] {
             v.sort_by(f64::total_cmp);
         }
         println!(
@@ -864,11 +901,19 @@ impl Ctx {
                 "first_zero_copy_net_p50_us": percentile(&zc_net, 50.0),
                 "first_zero_copy_net_max_us": zc_net.last(),
                 "zero_copy_reached": zc.len(),
+                "declared_p50_us": percentile(&declared, 50.0),
+                "publisher_seen_p50_us": percentile(&seen, 50.0),
+                "publisher_seen_max_us": seen.last(),
+                "linked_p50_us": percentile(&linked, 50.0),
+                "linked_max_us": linked.last(),
                 "per_subscriber": paths,
                 "note": "declare_subscriber → first sample checked and ready on the subscriber's stream \
                          (handshake + first import); first_ready counts any path, first_zero_copy the first \
                          sample read in place; *_net_* leave out the time spent waiting for a frame \
-                         published after the declaration (the publisher runs at rate_hz)",
+                         published after the declaration (the publisher runs at rate_hz); milestones after \
+                         the declaration: declared (declare_subscriber returned), publisher_seen (its \
+                         liveliness token reached the subscriber), linked (handshake done, zero-copy link up), \
+                         polled every ~20 µs",
             })
         );
     }
