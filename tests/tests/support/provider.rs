@@ -126,7 +126,7 @@ impl View {
         Self {
             loans: dev.loans as u64,
             orphaned: dev.orphaned as u64,
-            bytes_in_use: dev.pool.bytes_in_use as u64,
+            bytes_in_use: dev.pool.bytes_in_use,
             orphaned_total: snap.counters.orphaned,
             reclaimed_total: snap.counters.reclaimed,
             borrowers: snap.clients.iter().filter(|c| c.loans > 0).count(),
