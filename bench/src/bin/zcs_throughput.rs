@@ -23,9 +23,12 @@
 //! Rows (one JSON object per line): `throughput-setup`, then `throughput` per path,
 //! size and subscriber count (msgs/s, GB/s, errors, lost frames, publish→checked
 //! latency p50/p99, CPU µs per message of the publisher and of a subscriber, pool bytes
-//! and the device-wide GPU memory delta); `first-message` (declare → first sample
-//! ready, and → first zero-copy sample, over `--first-subs` fresh subscriber processes
-//! joining a publisher at `--first-rate` Hz); `d2d-copy` (one `cuMemcpyDtoDAsync` +
+//! and the device-wide GPU memory delta; on our paths also where each frame's host time
+//! goes: the publisher's `loan` / `fill_launch` / `put`, the subscriber's `recv` (waiting
+//! for the frame) / `read` / `check_launch` / `end` / `synchronize` / `drop`, means in
+//! µs); `first-message` (declare → first sample ready, and → first zero-copy sample, over
+//! `--first-subs` fresh subscriber processes joining a publisher at `--first-rate` Hz,
+//! with the milestones before it); `d2d-copy` (one `cuMemcpyDtoDAsync` +
 //! synchronize per size: the physical reference).
 //!
 //! ```text
@@ -217,6 +220,45 @@ struct SubReport {
     cpu_s: f64,
     zero_copy: u64,
     cpu_bytes: u64,
+    /// Mean host time per frame in each step of the receive loop (µs).
+    stages_us: Stages,
+}
+
+/// Mean host time per frame in each step (µs): where a frame's time goes.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+struct Stages(std::collections::BTreeMap<String, f64>);
+
+/// Accumulates the host time of named steps over frames.
+#[derive(Debug)]
+struct StageClock {
+    ns: std::collections::BTreeMap<&'static str, u64>,
+    frames: u64,
+    mark: Instant,
+}
+
+impl Default for StageClock {
+    fn default() -> Self {
+        Self { ns: Default::default(), frames: 0, mark: Instant::now() }
+    }
+}
+
+impl StageClock {
+    /// Starts timing a frame's first step.
+    fn start(&mut self) {
+        self.mark = Instant::now();
+    }
+
+    /// Adds the time since the last mark to `step` and moves the mark to now.
+    fn lap(&mut self, step: &'static str) {
+        let now = Instant::now();
+        *self.ns.entry(step).or_default() += now.duration_since(self.mark).as_nanos() as u64;
+        self.mark = now;
+    }
+
+    fn means(&self) -> Stages {
+        let n = self.frames.max(1) as f64;
+        Stages(self.ns.iter().map(|(k, v)| ((*k).to_owned(), *v as f64 / n / 1e3)).collect())
+    }
 }
 
 fn now_ns() -> u64 {
@@ -288,6 +330,7 @@ struct DevCheck {
 struct Checker {
     dev: Option<DevCheck>,
     cpu_errors: u64,
+    clock: StageClock,
 }
 
 impl Checker {
@@ -301,7 +344,7 @@ impl Checker {
             unsafe { sys::memset_d8_async(counter.device_ptr(), 0, 4, stream.cu_stream()) }.expect("memset");
             DevCheck { gpu, kernels, stream, counter, staging: None }
         });
-        Self { dev, cpu_errors: 0 }
+        Self { dev, cpu_errors: 0, clock: StageClock::default() }
     }
 
     /// A frame in host memory: host→device into the staging buffer, then the kernel
@@ -330,9 +373,13 @@ impl Checker {
         }
         let d = self.dev.as_ref().expect("a device sample needs a CUDA session");
         let read = s.read(&d.stream).expect("read");
+        self.clock.lap("read");
         d.check(read.device_ptr(), read.len(), s.seq());
+        self.clock.lap("check_launch");
         read.end().expect("end");
+        self.clock.lap("end");
         d.sync();
+        self.clock.lap("synchronize");
     }
 
     /// Bytes that differed from the pattern, over every frame checked.
@@ -440,6 +487,7 @@ fn receive_loop(
     }
     t.lat_us.sort_by(f64::total_cmp);
     SubReport {
+        stages_us: checker.clock.means(),
         received: t.received,
         errors: checker.errors(),
         lat_p50_us: percentile(&t.lat_us, 50.0),
@@ -469,9 +517,16 @@ fn sub_child() {
         let (target, warmup) = (Arc::clone(&target), env.warmup);
         std::thread::spawn(move || {
             let mut rep = receive_loop(&target, warmup, &mut Checker::new(gpu), |c, t| {
+                c.clock.start();
                 let s = sub.recv_timeout(t).ok()?;
+                c.clock.lap("recv");
                 c.sample(&s);
-                Some((s.seq(), s.info().timestamp_ns))
+                c.clock.lap("host_check");
+                let r = Some((s.seq(), s.info().timestamp_ns));
+                drop(s);
+                c.clock.lap("drop");
+                c.clock.frames += 1;
+                r
             });
             let st = sub.stats();
             (rep.zero_copy, rep.cpu_bytes) = (st.zero_copy, st.cpu_bytes);
@@ -617,6 +672,8 @@ enum Sink {
 struct Producer {
     sink: Sink,
     sent: u64,
+    /// Host time per message in each step of `send` (ours only).
+    clock: StageClock,
 }
 
 impl Producer {
@@ -637,14 +694,16 @@ impl Producer {
             });
             Sink::Plain(p, frame)
         };
-        Self { sink, sent: 0 }
+        Self { sink, sent: 0, clock: StageClock::default() }
     }
 
     fn send(&mut self, size: usize) {
         let seq = self.sent + 1;
         match &self.sink {
             Sink::Ours(p, kernels) => {
+                self.clock.start();
                 let mut loan = loan_waiting(p, size);
+                self.clock.lap("loan");
                 match (kernels, loan.device_ptr()) {
                     (Some(k), Some(ptr)) => {
                         // SAFETY: the loan owns ≥ size mapped bytes until `put`, which
@@ -653,7 +712,10 @@ impl Producer {
                     }
                     _ => fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seq),
                 }
+                self.clock.lap("fill_launch");
                 let r = p.put(loan).expect("put");
+                self.clock.lap("put");
+                self.clock.frames += 1;
                 assert_eq!(r.seq, seq, "the publisher's sequence numbers start at 1");
             }
             Sink::Plain(p, frame) => {
@@ -766,6 +828,7 @@ impl Ctx {
         for _ in 0..args.warmup {
             producer.send(size);
         }
+        producer.clock = StageClock::default();
         let (start_ns, t, cpu0) = (now_ns(), Instant::now(), cpu_secs());
         let budget = Duration::from_secs_f64(args.max_secs);
         let mut timed = 0u64;
@@ -818,6 +881,8 @@ impl Ctx {
                 "sub_cpu_us_per_msg": r0.cpu_s / r0.received.max(1) as f64 * 1e6,
                 "sub_zero_copy_samples": route.ours().then_some(r0.zero_copy),
                 "sub_cpu_bytes_samples": route.ours().then_some(r0.cpu_bytes),
+                "pub_stages_us": route.ours().then(|| producer.clock.means()),
+                "sub_stages_us": route.ours().then_some(&r0.stages_us),
                 "copies_out": copies_out,
                 "pool_bytes": pool_bytes,
                 "gpu_mem_delta_bytes": mem_delta,
