@@ -21,6 +21,13 @@ fn crash_matrix_publisher_killed() {
     crash::publisher_killed(Mode::Host, "crash_matrix_publisher_killed");
 }
 
+/// The Zenoh router between this process's publisher and subscriber dies at random
+/// moments.
+#[test]
+fn crash_matrix_relay_killed() {
+    crash::relay_killed(Mode::Host, "crash_matrix_relay_killed");
+}
+
 /// Entry point of the re-executed test binary (the victims); a no-op in a normal run.
 #[test]
 #[ignore = "child-process entry, run by the crash_matrix_* tests"]

@@ -25,6 +25,14 @@ fn gpu_crash_matrix_publisher_killed() {
     }
 }
 
+#[test]
+fn gpu_crash_matrix_relay_killed() {
+    const TEST: &str = "gpu_crash_matrix_relay_killed";
+    if zcs_tests::gpu_or_skip(TEST).is_some() {
+        crash::relay_killed(Mode::Cuda, TEST);
+    }
+}
+
 /// Entry point of the re-executed test binary (the victims); a no-op in a normal run.
 #[test]
 #[ignore = "child-process entry, run by the gpu_crash_matrix_* tests"]

@@ -109,6 +109,11 @@ pub(crate) struct Link {
     /// replaced, which unmaps the old import once no sample reads it any more.
     cache: Mutex<HashMap<u32, (u64, Imported)>>,
     alive: AtomicBool,
+    /// The publisher's liveliness token vanished while this link was open: the Zenoh
+    /// route between us is down (a router between us died), not the publisher, which
+    /// keeps serving us here. Cleared when the token comes back; if the link ends
+    /// first, its end forgets the publisher (`link_thread`).
+    token_gone: AtomicBool,
     /// The publisher process (0 when in another PID namespace: unknown).
     peer_pid: i32,
     /// Highest generation handed to samples, per ready-signal slot (CUDA only): what
@@ -591,7 +596,11 @@ impl Shared {
 fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
     {
         let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
-        if st.pubs.contains_key(&t.instance) {
+        if let Some(e) = st.pubs.get(&t.instance) {
+            // Back after a Zenoh outage that its link outlived.
+            if let Some(link) = &e.link {
+                link.token_gone.store(false, Ordering::Relaxed);
+            }
             return;
         }
         let why = (t.group != sh.group).then(|| super::publisher::path_reason(&sh.group, &t.group));
@@ -632,10 +641,11 @@ fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str) {
         // The ended link stays in the publisher's entry, marked dead, until a new
         // handshake replaces it or the publisher's token vanishes, which evicts its
         // imports and, if the process died, releases streams waiting on its signals.
+        // If the token vanished while the link was open, the publisher goes now.
         link.alive.store(false, Ordering::Relaxed);
-        let still_there = {
+        let (still_there, gone) = {
             let mut o = link.order.lock();
-            let st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
             let entry = st.pubs.get(&link.publisher);
             if entry.and_then(|e| e.link.as_ref()).is_some_and(|l| Arc::ptr_eq(l, &link)) {
                 // From here on, bytes are delivered as they arrive.
@@ -643,8 +653,17 @@ fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str) {
                 o.switched = false;
                 o.inbox.clear();
             }
-            entry.is_some()
+            let still_there = entry.is_some();
+            // Its token vanished while the link was open; with the link gone too,
+            // nothing says the publisher is there any more.
+            let gone =
+                (still_there && link.token_gone.load(Ordering::Relaxed)).then(|| forget(&mut st, link.publisher));
+            (still_there && gone.is_none(), gone)
         };
+        if let Some((ended, none_left)) = gone {
+            forgotten(sh, link.publisher, ended, none_left);
+            return;
+        }
         if sh.closed.load(Ordering::Relaxed) || !still_there || !matches!(end, LinkEnd::Dropped) {
             return;
         }
@@ -774,41 +793,91 @@ const DEAD_PUBLISHER_WATCH: Duration = Duration::from_secs(600);
 fn publisher_vanished(sh: &Arc<Shared>, instance: u64) {
     let (link, none_left) = {
         let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
-        let e = st.pubs.remove(&instance);
-        st.seen.remove(&instance);
-        (e.and_then(|e| e.link), st.pubs.is_empty())
+        // The token came through Zenoh; the link does not. While the link is open its
+        // publisher is alive and routing to us (descriptors, leases and releases all
+        // go over it), so the token vanishing means the Zenoh route between us is down
+        // — a router died — and the link stays. If the link ends before the token is
+        // back, its end forgets the publisher (`link_thread`). `alive` is stored false
+        // by the link thread before it takes this lock, so under the lock exactly one
+        // of the two sees the other's mark.
+        let open = st.pubs.get(&instance).and_then(|e| e.link.clone()).filter(|l| l.alive.load(Ordering::Relaxed));
+        match open {
+            Some(link) => {
+                link.token_gone.store(true, Ordering::Relaxed);
+                drop(st);
+                tracing::debug!(
+                    publisher = instance,
+                    "publisher's token gone while its link is open; keeping the link"
+                );
+                // The token also goes first when the publisher's process dies with a
+                // kernel running (its Zenoh sockets close before its control socket):
+                // watch it, so that none of our streams waits on a signal never written.
+                return watch_publisher_process(&link);
+            }
+            None => forget(&mut st, instance),
+        }
     };
+    forgotten(sh, instance, link, none_left);
+}
+
+/// Removes a publisher's entry; [`forgotten`] finishes the job outside the lock.
+fn forget(st: &mut State, instance: u64) -> (Option<Arc<Link>>, bool) {
+    let e = st.pubs.remove(&instance);
+    st.seen.remove(&instance);
+    (e.and_then(|e| e.link), st.pubs.is_empty())
+}
+
+/// A forgotten publisher's link goes: its imports are evicted and, on CUDA, its process
+/// is watched; with no publisher left, the plain key is listened on again (`auto`).
+fn forgotten(sh: &Arc<Shared>, instance: u64, link: Option<Arc<Link>>, none_left: bool) {
     if let Some(link) = link {
         link.alive.store(false, Ordering::Relaxed);
         // Mappings still read by samples stay alive through their Arcs.
         link.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
         inc(&sh.counters.evictions);
         tracing::debug!(publisher = instance, "publisher gone; its imports evicted");
-        if link.signals.is_some() && link.peer_pid > 0 {
-            // A token vanishes as soon as the process's sockets close, which can be long
-            // before it has exited: a killed process with a kernel still running stays in
-            // the driver's context teardown for seconds. The token also vanishes when the
-            // publisher is merely dropped (then its signals still come). So watch the
-            // process, off Zenoh's callback thread, for up to DEAD_PUBLISHER_WATCH.
-            let spawned = std::thread::Builder::new().name("zcs-dead-publisher".into()).spawn(move || {
-                let t = std::time::Instant::now();
-                let mut nap = Duration::from_millis(5);
-                while t.elapsed() < DEAD_PUBLISHER_WATCH {
-                    if crate::host::process_gone(link.peer_pid) {
-                        link.release_waiters_of_dead_publisher();
-                        return;
-                    }
-                    std::thread::sleep(nap);
-                    nap = (nap * 2).min(Duration::from_millis(100));
-                }
-            });
-            if let Err(e) = spawned {
-                tracing::warn!(error = %e, "cannot watch a vanished publisher's process");
-            }
+        // A link whose token vanished while it was open is watched since then.
+        if !link.token_gone.load(Ordering::Relaxed) {
+            watch_publisher_process(&link);
         }
     }
     if none_left && sh.plain_listen == PlainListen::Auto {
         sh.set_plain(true);
+    }
+}
+
+/// Watches the process behind a CUDA link whose publisher's token vanished, and once
+/// it has exited releases our streams' waits on the ready signals it never wrote.
+///
+/// A token vanishes as soon as the process's Zenoh sockets close, which can be long
+/// before it has exited: a killed process with a kernel still running stays in the
+/// driver's context teardown for seconds. It also vanishes when the publisher is merely
+/// dropped (then its signals still come), or while a router between us is down. So
+/// watch off Zenoh's callback thread, for up to `DEAD_PUBLISHER_WATCH`, or until the
+/// token is back on a link that is still open.
+fn watch_publisher_process(link: &Arc<Link>) {
+    if link.signals.is_none() || link.peer_pid <= 0 {
+        return;
+    }
+    let link = Arc::clone(link);
+    let spawned = std::thread::Builder::new().name("zcs-dead-publisher".into()).spawn(move || {
+        let t = std::time::Instant::now();
+        let mut nap = Duration::from_millis(5);
+        while t.elapsed() < DEAD_PUBLISHER_WATCH {
+            if crate::host::process_gone(link.peer_pid) {
+                link.release_waiters_of_dead_publisher();
+                return;
+            }
+            if link.alive.load(Ordering::Relaxed) && !link.token_gone.load(Ordering::Relaxed) {
+                // Seen again; a later vanishing starts a new watch.
+                return;
+            }
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(100));
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot watch a vanished publisher's process");
     }
 }
 
@@ -887,6 +956,7 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<Arc<Link>, String> {
         signals: link_signals,
         cache: Mutex::new(HashMap::new()),
         alive: AtomicBool::new(true),
+        token_gone: AtomicBool::new(false),
         peer_pid,
         awaited: Mutex::new(HashMap::new()),
         unready: Mutex::new(std::collections::HashSet::new()),
