@@ -35,6 +35,17 @@ for line in sys.stdin:
         shutil.copy2(m["executable"], sys.argv[1] + "/")
         print(m["target"]["name"])
 ' "$out"
+# Zenoh's own SHM benchmark: Zenoh's `shared-memory` feature is for this binary only
+# (bench/Cargo.toml), so it has a cargo invocation of its own.
+cargo build --profile gpu -p zcs-bench --features zenoh-shm --bin zcs_zenoh_shm --message-format=json 2>/dev/null \
+  | python3 -c '
+import json, shutil, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        shutil.copy2(m["executable"], sys.argv[1] + "/")
+        print(m["target"]["name"])
+' "$out"
 du -sh "$out"
 # The Python package: one abi3 wheel (gpu profile, stripped), carried as it is (a wheel
 # is already compressed); scripts/gpu-run.sh installs it offline.

@@ -40,7 +40,7 @@ if want tests && [ -x .gpu-bin/zcs_demo ]; then
   echo "== demo" | tee -a "$out/demo.log"
   timeout 120 .gpu-bin/zcs_demo -n 200 -s 33554432 >>"$out/demo.log" 2>&1 || { echo "FAILED: demo" | tee -a "$out/demo.log"; fail=1; }
 fi
-want bench && for b in .gpu-bin/zcs_*bench .gpu-bin/zcs_latency .gpu-bin/zcs_throughput; do
+want bench && for b in .gpu-bin/zcs_*bench .gpu-bin/zcs_latency .gpu-bin/zcs_throughput .gpu-bin/zcs_zenoh_shm; do
   [ -x "$b" ] || continue
   echo "== $b" | tee -a "$out/bench.log"
   timeout 300 "$b" --backend cuda >"$out/$(basename "$b").jsonl" 2>>"$out/bench.log" || { echo "FAILED: $b" | tee -a "$out/bench.log"; fail=1; }

@@ -50,6 +50,10 @@ cargo run -q --locked -p zcs-bench --bin zcs_latency -- --backend host --sizes 4
 cargo run -q --locked -p zcs-bench --bin zcs_latency -- --backend host --sizes 4KiB --iters 20 --warmup 5 \
   --zenohd "$ZCS_ZENOHD_DIR/bin/zenohd" --plugin target/debug/deps/libzenoh_plugin_cuda_shm.so | tee "$smoke/zcs_latency_zenohd.jsonl"
 cargo run -q --locked -p zcs-bench --bin zcs_throughput -- --backend host --sizes 64KiB --subscribers 1 --frames 20 --first-subs 2 | tee "$smoke/zcs_throughput.jsonl"
+# Zenoh's own shared memory with user copies: Zenoh's `shared-memory` feature is on for
+# this one binary only (bench/Cargo.toml), hence a cargo invocation of its own.
+cargo run -q --locked -p zcs-bench --features zenoh-shm --bin zcs_zenoh_shm -- --backend host --sizes 4KiB,1MiB \
+  --iters 20 --warmup 5 --frame-sizes 64KiB --subscribers 1 --frames 20 | tee "$smoke/zcs_zenoh_shm.jsonl"
 cargo run -q --locked -p zcs-bench --bin zcs_report -- "$smoke" "$smoke/report"
 # One closing line for the whole run: Rust test binaries, doc tests and pytest added up
 # (child processes that re-run a test binary for one entry test report "N filtered out"

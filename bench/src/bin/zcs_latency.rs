@@ -45,9 +45,9 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use zcs_tests::{
-    child_role, free_tcp_port, loopback_zenoh_config, parse_size, percentile, recv_msg, send_msg, spawn_child_bin,
-};
+use zcs_bench::latency::{rounds, row};
+use zcs_bench::now_ns;
+use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, parse_size, recv_msg, send_msg, spawn_child_bin};
 use zenoh::Wait;
 use zenoh_cuda_shm::config::{DeviceChoice, ProviderMode};
 use zenoh_cuda_shm::cuda::{DeviceBlock, sys};
@@ -170,11 +170,6 @@ const PATH_BASE: u8 = 2;
 enum Msg {
     Ready,
     Stop,
-}
-
-/// Nanoseconds since the Unix epoch (the clock publication timestamps use).
-fn now_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// A reply: the row, the sequence number, and the one-way latency the pong measured.
@@ -381,59 +376,6 @@ fn wait_reply(replies: &Replies, path: u8, seq: u64) -> f64 {
     }
 }
 
-/// Round trips and pong-measured one-way latencies of a row, sorted, in µs.
-struct Samples {
-    rtt: Vec<f64>,
-    one_way: Vec<f64>,
-}
-
-/// Runs `one` for the warm-up, then the timed round trips.
-fn rounds(args: &Args, mut one: impl FnMut() -> (Duration, f64)) -> Samples {
-    let budget = Duration::from_secs_f64(args.max_secs);
-    let t = Instant::now();
-    for _ in 0..args.warmup {
-        one();
-        if t.elapsed() > budget / 4 {
-            break;
-        }
-    }
-    let t = Instant::now();
-    let mut out = Samples { rtt: Vec::with_capacity(args.iters), one_way: Vec::with_capacity(args.iters) };
-    for i in 0..args.iters {
-        let (rtt, one_way) = one();
-        out.rtt.push(rtt.as_secs_f64() * 1e6);
-        out.one_way.push(one_way);
-        if i + 1 >= 5 && t.elapsed() > budget {
-            break;
-        }
-    }
-    out.rtt.sort_by(f64::total_cmp);
-    out.one_way.sort_by(f64::total_cmp);
-    out
-}
-
-fn row(path: &str, backend: &str, size: usize, s: &Samples, extra: serde_json::Value) {
-    let (rtt, ow) = (&s.rtt, &s.one_way);
-    let mut out = json!({
-        "bench": "latency",
-        "path": path,
-        "backend": backend,
-        "size": size,
-        "n": rtt.len(),
-        "one_way_p50_us": percentile(rtt, 50.0) / 2.0,
-        "one_way_p99_us": percentile(rtt, 99.0) / 2.0,
-        "one_way_max_us": rtt.last().copied().unwrap_or(f64::NAN) / 2.0,
-        "rtt_p50_us": percentile(rtt, 50.0),
-        "measured_one_way_p50_us": percentile(ow, 50.0),
-        "measured_one_way_p99_us": percentile(ow, 99.0),
-        "measured_one_way_max_us": ow.last().copied().unwrap_or(f64::NAN),
-    });
-    if let (Some(o), Some(e)) = (out.as_object_mut(), extra.as_object()) {
-        o.extend(e.clone());
-    }
-    println!("{out}");
-}
-
 /// Waits until `p` serves exactly `zero_copy` subscribers in place and, if `aware`,
 /// one GPU-aware subscriber by bytes, with nobody on the plain key.
 fn wait_route(p: &GpuPublisher, zero_copy: usize, aware: usize) {
@@ -555,7 +497,7 @@ fn main() {
     let ready = if cuda { "read on the pong's stream, then stream synchronized" } else { "host bytes mapped" };
     for &size in &args.sizes {
         let before = zc_pub.stats().copies_out;
-        let rtt = rounds(&args, || block_round(&zc_pub, &replies_zc, PATH_ZC, size));
+        let rtt = rounds(args.warmup, args.iters, args.max_secs, || block_round(&zc_pub, &replies_zc, PATH_ZC, size));
         let copies = zc_pub.stats().copies_out - before;
         let path = lender.row();
         row(path, &backend, size, &rtt, json!({"ready": ready, "copies_out_with_warmup": copies, "blocks": blocks}));
@@ -572,7 +514,7 @@ fn main() {
                 continue;
             }
             let before = p.stats().copies_out;
-            let rtt = rounds(&args, || block_round(p, &replies_cpu, PATH_CPU, size));
+            let rtt = rounds(args.warmup, args.iters, args.max_secs, || block_round(p, &replies_cpu, PATH_CPU, size));
             let copies = p.stats().copies_out - before;
             row(
                 "cpu-bytes",
@@ -586,7 +528,7 @@ fn main() {
     }
     let mut seq = 0u64;
     let payload_size = 64;
-    let rtt = rounds(&args, || {
+    let rtt = rounds(args.warmup, args.iters, args.max_secs, || {
         seq += 1;
         let mut payload = vec![0u8; payload_size];
         payload[..8].copy_from_slice(&seq.to_le_bytes());

@@ -1,9 +1,9 @@
 //! The report of one benchmark run, built from the JSON lines the benchmarks printed.
 //!
 //! Reads every `*.jsonl` file of a run folder (`scripts/gpu-run.sh` writes one per
-//! program: `zcs_pool_bench`, `zcs_latency`, `zcs_throughput` and the Python anchors of
-//! `bench/python/`) and an optional `machine.txt` (nvidia-smi CSV), then writes into an
-//! output folder:
+//! program: `zcs_pool_bench`, `zcs_latency`, `zcs_throughput`, `zcs_zenoh_shm` and the
+//! Python anchors of `bench/python/`) and an optional `machine.txt` (nvidia-smi CSV),
+//! then writes into an output folder:
 //!
 //! - `report.md`: the goals of the benchmark suite, each computed from this run and
 //!   marked met / not met / not measured, then Markdown tables: latency per path and
@@ -17,8 +17,10 @@
 //!   computed `goals` and the `warnings`).
 //!
 //! A line that is not a JSON object (a `SKIPPED …` line, a cut-off write) is skipped
-//! with a warning, on stderr and in the report. A figure the run does not hold is
-//! reported as not measured, never filled in.
+//! with a warning, on stderr and in the report. A row a benchmark skipped on purpose
+//! (a `skipped` field with the reason) is listed under its table. A figure the run does
+//! not hold is reported as not measured, never filled in. Paths named `zenoh-…` are
+//! Zenoh's own (plain or its shared memory), the others ours.
 //!
 //! ```text
 //! zcs_report gpu-out                        # writes gpu-out/report/
@@ -62,6 +64,11 @@ const ZERO_COPY: &str = "zero-copy";
 const ZERO_COPY_PROVIDER: &str = "zero-copy-provider";
 const ZERO_COPY_ZENOHD: &str = "zero-copy-zenohd";
 const PLAIN: &str = "zenoh-plain";
+
+/// Whether a path is ours, not Zenoh's own (`zenoh-plain`, `zenoh-shm`, `zenoh-pinned`, …).
+fn is_ours(path: &str) -> bool {
+    !path.starts_with("zenoh-")
+}
 
 /// Zero-copy p50 ÷ 64-byte plain Zenoh p50, at most.
 const GOAL_FLAT_P50: f64 = 1.2;
@@ -290,6 +297,8 @@ struct Data {
     setups: Vec<Record>,
     /// Rows a benchmark printed for an error (`*-error`).
     errors: Vec<Record>,
+    /// `latency` and `throughput` rows a benchmark skipped, with a `skipped` reason.
+    skipped: Vec<Record>,
 }
 
 impl Data {
@@ -338,6 +347,10 @@ fn aggregate(records: &[Record], warnings: &mut Vec<String>) -> Data {
         let size = r.uint("size");
         let path = r.str("path").unwrap_or("").to_owned();
         let missing = |what: &str| format!("{}: a `{bench}` row without {what}, skipped", r.file);
+        if matches!(bench, "latency" | "throughput") && r.str("skipped").is_some() {
+            d.skipped.push(r.clone());
+            continue;
+        }
         match bench {
             "latency" => {
                 let (Some(size), Some(p50)) = (size, r.num("one_way_p50_us")) else {
@@ -789,7 +802,18 @@ const DASH_LEGEND: &str = "— : not measured.";
 
 fn setup_summary(d: &Data, bench: &str) -> Option<String> {
     let s = d.setups.iter().find(|s| s.bench() == bench && !s.fields.contains_key("script"))?;
-    let keys = ["backend", "gpu", "iters", "warmup", "frames", "max_secs_per_row", "transport", "subscriber_work"];
+    let keys = [
+        "backend",
+        "gpu",
+        "iters",
+        "warmup",
+        "frames",
+        "max_secs_per_row",
+        "transport",
+        "shm",
+        "host_registered",
+        "subscriber_work",
+    ];
     let parts: Vec<String> = keys
         .iter()
         .filter_map(|k| {
@@ -800,15 +824,33 @@ fn setup_summary(d: &Data, bench: &str) -> Option<String> {
     Some(format!("Setup ({}): {}.\n\n", s.file, parts.join("; ")))
 }
 
+/// The rows of `bench` a benchmark skipped, one line each, or nothing.
+fn skipped_lines(d: &Data, bench: &str) -> String {
+    let lines: Vec<String> = d
+        .skipped
+        .iter()
+        .filter(|r| r.bench() == bench)
+        .map(|r| {
+            let size = r.uint("size").map_or("?".into(), human_size);
+            let subs = r.uint("subscribers").map_or(String::new(), |n| format!(", {n} sub(s)"));
+            format!("- `{}` {size}{subs}: {}\n", r.str("path").unwrap_or("?"), r.str("skipped").unwrap_or(""))
+        })
+        .collect();
+    if lines.is_empty() { String::new() } else { format!("Skipped by the benchmark:\n\n{}\n", lines.concat()) }
+}
+
 fn latency_section(out: &mut String, d: &Data) {
-    out.push_str("## Publish → subscriber-ready latency (`zcs_latency`)\n\n");
+    out.push_str("## Publish → subscriber-ready latency (`zcs_latency`, `zcs_zenoh_shm`)\n\n");
     let rows: Vec<&LatRow> = d.latency.iter().filter(|r| !r.anchor).collect();
     if rows.is_empty() {
-        out.push_str("Not measured in this run (no `latency` rows from `zcs_latency`).\n\n");
+        out.push_str("Not measured in this run (no `latency` rows from `zcs_latency` or `zcs_zenoh_shm`).\n\n");
+        out.push_str(&skipped_lines(d, "latency"));
         return;
     }
-    if let Some(s) = setup_summary(d, "latency-setup") {
-        out.push_str(&s);
+    for bench in ["latency-setup", "zenoh-shm-setup"] {
+        if let Some(s) = setup_summary(d, bench) {
+            out.push_str(&s);
+        }
     }
     let sizes: BTreeSet<u64> = rows.iter().flat_map(|r| r.cells.keys().copied()).collect();
     let mut header = vec!["Path, figure (µs, p50 / p99)".to_owned()];
@@ -835,6 +877,7 @@ fn latency_section(out: &mut String, d: &Data) {
          publication to ready{}.\n",
         if measured { "" } else { " (not measured in this run: its rows carry no `measured_one_way_*` fields)" }
     );
+    out.push_str(&skipped_lines(d, "latency"));
 }
 
 fn anchors_section(out: &mut String, d: &Data) {
@@ -889,13 +932,16 @@ fn d2d_section(out: &mut String, d: &Data) {
 }
 
 fn throughput_section(out: &mut String, d: &Data) {
-    out.push_str("## Throughput (`zcs_throughput`)\n\n");
+    out.push_str("## Throughput (`zcs_throughput`, `zcs_zenoh_shm`)\n\n");
     if d.throughput.is_empty() {
         out.push_str("Not measured in this run (no `throughput` rows).\n\n");
+        out.push_str(&skipped_lines(d, "throughput"));
         return;
     }
-    if let Some(s) = setup_summary(d, "throughput-setup") {
-        out.push_str(&s);
+    for bench in ["throughput-setup", "zenoh-shm-setup"] {
+        if let Some(s) = setup_summary(d, bench) {
+            out.push_str(&s);
+        }
     }
     let cols: BTreeSet<(u64, u64)> = d.throughput.iter().flat_map(|r| r.cells.keys().copied()).collect();
     let col_name =
@@ -955,6 +1001,7 @@ fn throughput_section(out: &mut String, d: &Data) {
         notes.push(format!("{unknown} row(s) do not report errors and lost frames."));
     }
     let _ = writeln!(out, "{}\n", notes.join(" "));
+    out.push_str(&skipped_lines(d, "throughput"));
 }
 
 fn first_section(out: &mut String, d: &Data) {
@@ -1171,7 +1218,7 @@ fn latency_series(d: &Data) -> Vec<Series> {
     let ours = d.latency.iter().filter(|r| !r.anchor && r.path != PLAIN);
     for r in ours.chain(d.latency.iter().filter(|r| r.anchor)) {
         let sized = || r.cells.iter().filter(|(s, _)| **s > 0);
-        let who = if r.anchor { "" } else { "ours, " };
+        let who = if r.anchor || !is_ours(&r.path) { "" } else { "ours, " };
         let rtt: Vec<(f64, f64)> = sized().map(|(&s, c)| (s as f64, c.p50)).collect();
         push(format!("{who}{} (RTT/2)", r.path), rtt, false);
         if !r.anchor {
@@ -1623,6 +1670,40 @@ mod tests {
         let j = run_json(&Run::default(), &g);
         assert_eq!(j["machine"], Value::Null);
         assert!(j["goals"].as_array().unwrap().iter().all(|x| x["status"] == "not measured"));
+    }
+
+    #[test]
+    fn zenoh_shm_rows_join_the_tables_and_plots_as_zenohs_own() {
+        let shm = format!(
+            r#"{{"bench":"zenoh-shm-setup","backend":"cuda","gpu":"G","host_registered":true,"shm":"posix"}}
+{{"bench":"latency","path":"zenoh-shm","backend":"cuda","size":33554432,"n":100,"one_way_p50_us":1500.0,"one_way_p99_us":1900.0,"rtt_p50_us":3000.0,"measured_one_way_p50_us":1400.0,"measured_one_way_p99_us":1800.0}}
+{{"bench":"latency","path":"zenoh-shm","backend":"cuda","size":1073741824,"skipped":"the SHM pool for this size could not be created: no room"}}
+{{"bench":"throughput","path":"zenoh-shm-user-copies","backend":"cuda","size":{FRAME_4K_RGBA},"subscribers":1,"msgs_per_s":300.0,"gb_per_s":9.95,"errors":0,"lost":0}}"#
+        );
+        // A provider run's zero-copy row is not a copy path.
+        let provider = r#"{"bench":"latency","path":"zero-copy-provider","backend":"cuda-vmm","size":33554432,"one_way_p50_us":49.0,"rtt_p50_us":98.0}"#;
+        let (_, d, warnings) = data_of(&[
+            ("zcs_latency.jsonl", LATENCY),
+            ("zcs_latency_provider.jsonl", provider),
+            ("zcs_zenoh_shm.jsonl", &shm),
+        ]);
+        assert!(warnings.is_empty(), "a skipped row is not a warning: {warnings:?}");
+        let g = goals(&d);
+        // 1500 / 50 = 30×: zenoh-shm is now the best copy path, and it falls short.
+        let copy = goal(&g, "Best copy path");
+        assert_eq!(copy.status, Status::NotMet, "{}", copy.measured);
+        assert!(copy.measured.contains("`zenoh-shm` 1,500 µs") && copy.measured.contains("30.0×"), "{}", copy.measured);
+        let md = report_md(&Run::default(), &d, &g);
+        assert!(md.contains("| `zenoh-shm` (cuda), one way = RTT/2 |"), "{md}");
+        assert!(md.contains("- `zenoh-shm` 1 GiB: the SHM pool for this size could not be created: no room"), "{md}");
+        assert!(md.contains("| `zenoh-shm-user-copies` | 300 (9.95) |"), "{md}");
+        assert!(
+            md.contains("Setup (zcs_zenoh_shm.jsonl): backend cuda; gpu G; shm posix; host_registered true."),
+            "{md}"
+        );
+        let labels: Vec<String> = latency_series(&d).into_iter().map(|s| s.label).collect();
+        assert!(labels.contains(&"zenoh-shm (RTT/2)".to_owned()), "{labels:?}");
+        assert!(labels.contains(&"ours, zero-copy-provider (RTT/2)".to_owned()), "{labels:?}");
     }
 
     #[test]

@@ -38,11 +38,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use zcs_bench::check::{Checker, StageClock, Stages};
+use zcs_bench::{cpu_secs, now_ns, parse_stamp, stamp};
 use zcs_tests::{
     child_role, free_tcp_port, loopback_zenoh_config, parse_size, percentile, recv_msg, send_msg, spawn_child_bin,
     wait_child, watchdog_guard,
@@ -50,7 +52,7 @@ use zcs_tests::{
 use zenoh::Wait;
 use zenoh::bytes::ZBytes;
 use zenoh_cuda_shm::config::DeviceChoice;
-use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
+use zenoh_cuda_shm::cuda::kernels::fill_pattern;
 use zenoh_cuda_shm::cuda::pinned::PinnedPool;
 use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
 use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
@@ -224,75 +226,12 @@ struct SubReport {
     stages_us: Stages,
 }
 
-/// Mean host time per frame in each step (µs): where a frame's time goes.
-#[derive(Debug, Default, Clone, Serialize, Deserialize)]
-struct Stages(std::collections::BTreeMap<String, f64>);
-
-/// Accumulates the host time of named steps over frames.
-#[derive(Debug)]
-struct StageClock {
-    ns: std::collections::BTreeMap<&'static str, u64>,
-    frames: u64,
-    mark: Instant,
-}
-
-impl Default for StageClock {
-    fn default() -> Self {
-        Self { ns: Default::default(), frames: 0, mark: Instant::now() }
-    }
-}
-
-impl StageClock {
-    /// Starts timing a frame's first step.
-    fn start(&mut self) {
-        self.mark = Instant::now();
-    }
-
-    /// Adds the time since the last mark to `step` and moves the mark to now.
-    fn lap(&mut self, step: &'static str) {
-        let now = Instant::now();
-        *self.ns.entry(step).or_default() += now.duration_since(self.mark).as_nanos() as u64;
-        self.mark = now;
-    }
-
-    fn means(&self) -> Stages {
-        let n = self.frames.max(1) as f64;
-        Stages(self.ns.iter().map(|(k, v)| ((*k).to_owned(), *v as f64 / n / 1e3)).collect())
-    }
-}
-
-fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-}
-
-/// User + system CPU time of this process, in seconds.
-fn cpu_secs() -> f64 {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: `ru` is a valid, writable rusage; RUSAGE_SELF is a valid `who`.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
-    assert_eq!(rc, 0, "getrusage");
-    // SAFETY: getrusage succeeded, so it initialised the struct (zeroed before anyway).
-    let ru = unsafe { ru.assume_init() };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 fn zcs_config(device: DeviceChoice) -> ZcsConfig {
     ZcsConfig { device, ..ZcsConfig::default() }
 }
 
 fn device_choice(cuda: bool) -> DeviceChoice {
     if cuda { DeviceChoice::Cuda } else { DeviceChoice::Host }
-}
-
-/// The 16-byte attachment of plain puts: sequence number (the pattern's seed) and the
-/// time the frame's production started.
-fn stamp(seq: u64, ts_ns: u64) -> Vec<u8> {
-    [seq.to_le_bytes(), ts_ns.to_le_bytes()].concat()
-}
-
-fn parse_stamp(b: &[u8]) -> Option<(u64, u64)> {
-    Some((u64::from_le_bytes(b.get(..8)?.try_into().ok()?), u64::from_le_bytes(b.get(8..16)?.try_into().ok()?)))
 }
 
 /// Polls `ok` every 5 ms until it has held for 200 ms; panics after `ROUTE_TIMEOUT`.
@@ -313,101 +252,6 @@ fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
 // ---------------------------------------------------------------------------------
 // Subscriber side: making a frame ready on the GPU and checking it
 // ---------------------------------------------------------------------------------
-
-/// The GPU half of a [`Checker`].
-struct DevCheck {
-    gpu: Gpu,
-    kernels: Kernels,
-    stream: Stream,
-    /// One `u32` error counter, accumulated over every frame.
-    counter: DeviceBlock,
-    /// Reused destination of host→device copies (bytes paths).
-    staging: Option<DeviceBlock>,
-}
-
-/// Runs the check on every frame: `Kernels::check` on the GPU, or the CPU pattern
-/// check without one (`--backend host`).
-struct Checker {
-    dev: Option<DevCheck>,
-    cpu_errors: u64,
-    clock: StageClock,
-}
-
-impl Checker {
-    fn new(gpu: Option<Gpu>) -> Self {
-        let dev = gpu.map(|gpu| {
-            let kernels = Kernels::load(&gpu).expect("load kernels");
-            let stream = gpu.new_stream().expect("stream");
-            let counter = DeviceBlock::allocate(&gpu, 4).expect("counter");
-            gpu.bind().expect("bind");
-            // SAFETY: the counter block is mapped with ≥ 4 bytes; a stream of the context.
-            unsafe { sys::memset_d8_async(counter.device_ptr(), 0, 4, stream.cu_stream()) }.expect("memset");
-            DevCheck { gpu, kernels, stream, counter, staging: None }
-        });
-        Self { dev, cpu_errors: 0, clock: StageClock::default() }
-    }
-
-    /// A frame in host memory: host→device into the staging buffer, then the kernel
-    /// (GPU); or the CPU check.
-    fn host(&mut self, bytes: &[u8], seed: u64) {
-        let Some(d) = &mut self.dev else {
-            self.cpu_errors += check_pattern(bytes, 0, seed).map_or(0, |(_, bad)| bad);
-            return;
-        };
-        if d.staging.as_ref().is_none_or(|s| s.size() < bytes.len()) {
-            d.staging = Some(DeviceBlock::allocate(&d.gpu, bytes.len().max(1)).expect("staging block"));
-        }
-        let dst = d.staging.as_ref().expect("staging").device_ptr();
-        d.gpu.bind().expect("bind");
-        // SAFETY: `dst` has ≥ len bytes (allocated above); pageable `bytes` is staged by
-        // the driver before the call returns.
-        unsafe { sys::memcpy_htod_async(dst, bytes.as_ptr(), bytes.len(), d.stream.cu_stream()) }.expect("H2D");
-        d.check(dst, bytes.len(), seed);
-        d.sync();
-    }
-
-    /// A sample of ours: read in place when it is a device block, else as host bytes.
-    fn sample(&mut self, s: &GpuSample) {
-        if let Some(b) = s.host_bytes() {
-            return self.host(&b, s.seq());
-        }
-        let d = self.dev.as_ref().expect("a device sample needs a CUDA session");
-        let read = s.read(&d.stream).expect("read");
-        self.clock.lap("read");
-        d.check(read.device_ptr(), read.len(), s.seq());
-        self.clock.lap("check_launch");
-        read.end().expect("end");
-        self.clock.lap("end");
-        d.sync();
-        self.clock.lap("synchronize");
-    }
-
-    /// Bytes that differed from the pattern, over every frame checked.
-    fn errors(&self) -> u64 {
-        let Some(d) = &self.dev else { return self.cpu_errors };
-        let mut errs = [0u8; 4];
-        d.gpu.bind().expect("bind");
-        // SAFETY: `errs` has 4 bytes and lives until the synchronize; the counter is mapped.
-        unsafe { sys::memcpy_dtoh_async(errs.as_mut_ptr(), d.counter.device_ptr(), 4, d.stream.cu_stream()) }
-            .expect("D2H");
-        d.sync();
-        u64::from(u32::from_le_bytes(errs))
-    }
-}
-
-impl DevCheck {
-    fn check(&self, ptr: u64, len: usize, seed: u64) {
-        // SAFETY: `ptr..ptr+len` is mapped (a read in progress or the staging block) and
-        // stays so until the synchronize that follows; the counter is a mapped u32.
-        unsafe { self.kernels.check(&self.stream, ptr, len as u64, seed, self.counter.device_ptr()) }.expect("check");
-    }
-
-    fn sync(&self) {
-        self.gpu.bind().expect("bind");
-        // SAFETY: a stream of the current context.
-        unsafe { sys::stream_synchronize(self.stream.cu_stream()) }.expect("synchronize");
-    }
-}
 
 /// What a subscriber child needs from its environment.
 struct ChildEnv {

@@ -4,6 +4,10 @@
 //! H100, against 6–13 GB/s into pageable memory). The filled buffer becomes a Zenoh
 //! payload without another copy (`bytes::Bytes::from_owner`); when Zenoh drops the
 //! payload, the buffer goes back to the pool.
+//!
+//! [`HostRegistration`] does the same for host memory allocated elsewhere (a
+//! shared-memory segment another library mapped): it page-locks and registers the
+//! range with CUDA for as long as it lives.
 
 use std::sync::{Arc, Mutex};
 
@@ -128,5 +132,74 @@ impl PinnedPool {
         // SAFETY: a stream of the current context.
         unsafe { sys::stream_synchronize(stream.cu_stream()) }?;
         Ok(PinnedBuf { buf: Some(buf), len, pool: Arc::clone(&self.inner) })
+    }
+}
+
+/// Host memory allocated by someone else (an `mmap`ed shared-memory segment, say),
+/// page-locked and registered with CUDA while this value lives, so that copies to and
+/// from it are pinned copies. Dropping it unregisters the range (`cuMemHostUnregister`).
+pub struct HostRegistration {
+    ptr: *mut u8,
+    len: usize,
+    gpu: Gpu,
+}
+
+// SAFETY: the value only holds the address of a registration, which belongs to the
+// process, not to a thread; `Drop` binds the context itself. Nothing reads or writes
+// the memory through it.
+unsafe impl Send for HostRegistration {}
+// SAFETY: shared references only read `ptr` and `len`.
+unsafe impl Sync for HostRegistration {}
+
+impl std::fmt::Debug for HostRegistration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostRegistration").field("ptr", &self.ptr).field("len", &self.len).finish()
+    }
+}
+
+impl HostRegistration {
+    /// Registers `ptr..ptr+len` with `gpu`'s driver (`cuMemHostRegister`, portable).
+    ///
+    /// # Safety
+    /// The range is mapped host memory that stays mapped until this value is dropped,
+    /// and overlaps no range registered before; every copy queued on it has completed
+    /// before this value is dropped.
+    pub unsafe fn new(gpu: &Gpu, ptr: *mut u8, len: usize) -> Result<Self, CudaError> {
+        gpu.bind()?;
+        // SAFETY: a context is current (bound above); the range and its lifetime are
+        // the caller's contract.
+        unsafe { sys::mem_host_register(ptr, len) }?;
+        Ok(Self { ptr, len, gpu: gpu.clone() })
+    }
+
+    /// Whether `p..p+len` lies inside the registered range.
+    pub fn contains(&self, p: *const u8, len: usize) -> bool {
+        let (start, end) = (self.ptr as usize, self.ptr as usize + self.len);
+        (p as usize) >= start && (p as usize).checked_add(len).is_some_and(|e| e <= end)
+    }
+
+    /// The registered length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the registered range is empty (never: the driver refuses empty ranges).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        if self.gpu.bind().is_err() {
+            tracing::warn!("cannot bind the CUDA context to unregister host memory; leaving it registered");
+            return;
+        }
+        // SAFETY: `ptr` was registered by `new` and is unregistered once, here; the
+        // contract of `new` keeps it mapped until now and has every copy involving it
+        // completed.
+        if let Err(e) = unsafe { sys::mem_host_unregister(self.ptr) } {
+            tracing::warn!(error = %e, "cuMemHostUnregister failed in drop");
+        }
     }
 }

@@ -516,3 +516,31 @@ pub unsafe fn mem_free_host(p: *mut u8) -> Result<(), CudaError> {
     let rc = unsafe { sys::cuMemFreeHost(p.cast()) };
     check("cuMemFreeHost", rc)
 }
+
+/// `cuMemHostRegister_v2(p, size, CU_MEMHOSTREGISTER_PORTABLE)`: page-locks an
+/// existing host range and registers it with CUDA (for every context), so copies to
+/// and from it run as pinned-memory copies.
+///
+/// # Safety
+/// A context is current on this thread; `p..p+size` is mapped host memory that stays
+/// mapped until [`mem_host_unregister`] is called with the same `p`, and overlaps no
+/// range registered before.
+pub unsafe fn mem_host_register(p: *mut u8, size: usize) -> Result<(), CudaError> {
+    let flags = sys::CU_MEMHOSTREGISTER_PORTABLE;
+    // SAFETY: the caller guarantees the range and its lifetime.
+    let rc = unsafe { sys::cuMemHostRegister_v2(p.cast(), size, flags) };
+    tracing::trace!(?p, size, flags, ?rc, "cuMemHostRegister");
+    check("cuMemHostRegister", rc)
+}
+
+/// `cuMemHostUnregister`.
+///
+/// # Safety
+/// `p` is the start of a range registered with [`mem_host_register`], unregistered
+/// once, and no copy into or out of it is still queued.
+pub unsafe fn mem_host_unregister(p: *mut u8) -> Result<(), CudaError> {
+    // SAFETY: the caller guarantees `p` is a live registration.
+    let rc = unsafe { sys::cuMemHostUnregister(p.cast()) };
+    tracing::trace!(?p, ?rc, "cuMemHostUnregister");
+    check("cuMemHostUnregister", rc)
+}
