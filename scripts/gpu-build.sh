@@ -54,10 +54,16 @@ venv=target/py-venv
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.9.4,<2"
 rm -rf .gpu-pack/wheels
 "$venv/bin/maturin" build --profile gpu --locked -m python/Cargo.toml -i "$venv/bin/python" -o .gpu-pack/wheels
-# The device tool carries at most 64 MiB: ship the binaries as one xz archive (about a
-# quarter of their size); scripts/gpu-run.sh unpacks it. Carry `.gpu-pack`.
+# The device tool carries at most 64 MiB: ship the binaries as xz archives (about a
+# quarter of their size), one for the tests and one for the benchmarks, so that each
+# device call carries what it runs; scripts/gpu-run.sh unpacks what it finds.
+# Tests: carry `.gpu-pack` (all of it, or without bench.tar.xz if it is over the limit);
+# benchmarks: `.gpu-pack/bench.tar.xz` and `.gpu-pack/wheels`.
 mkdir -p .gpu-pack
-tar -C "$out" -cf - . | xz -T2 -6 > .gpu-pack/bins.tar.xz
+rm -f .gpu-pack/*.tar.xz
+bench_bins=(zcs_pool_bench zcs_latency zcs_throughput zcs_zenoh_shm zcs_report)
+(cd "$out" && tar -cf - --ignore-failed-read "${bench_bins[@]}" 2>/dev/null) | xz -T2 -6 > .gpu-pack/bench.tar.xz
+(cd "$out" && tar -cf - $(printf -- "--exclude=./%s " "${bench_bins[@]}") .) | xz -T2 -6 > .gpu-pack/tests.tar.xz
 # The ROS 2 GPU test's Python peer needs eclipse-zenoh and rosbags; the GPU machine has
 # no network. Both wheels run on any CPython >= 3.9 (abi3 / pure); numpy, the only
 # dependency the peer imports, comes with the machine's PyTorch.

@@ -9,9 +9,10 @@ set -uo pipefail
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 export ZCS_REQUIRE_GPU=1 RUST_BACKTRACE=1
-if [ -f .gpu-pack/bins.tar.xz ]; then
-  mkdir -p .gpu-bin && xz -dc .gpu-pack/bins.tar.xz | tar -C .gpu-bin -xf -
-fi
+for archive in .gpu-pack/*.tar.xz; do
+  [ -f "$archive" ] || continue
+  mkdir -p .gpu-bin && xz -dc "$archive" | tar -C .gpu-bin -xf -
+done
 { nvidia-smi --query-gpu=name,memory.total,driver_version,uuid --format=csv; nvidia-smi | head -5; uname -r; } > "$out/machine.txt" 2>&1
 # The ROS 2 test's Python peer: the carried wheels (abi3 / pure Python) unpacked onto
 # PYTHONPATH; no pip, venv or network needed. numpy comes with the machine's PyTorch.

@@ -441,7 +441,8 @@ fn main() {
             Some(spawn_child_bin("provider", &[(PORT_ENV, port.to_string()), (BACKEND_ENV, args.backend.clone())]))
         }
         _ => None,
-    };
+    }
+    .map(KillOnDrop);
     if provider.is_some() {
         wait_provider(&z);
     }
@@ -542,8 +543,16 @@ fn main() {
 
     send_msg(&conn, &Msg::Stop, &[]);
     zcs_tests::wait_child(child, "pong", IO);
-    if let Some(mut p) = provider {
-        let _ = p.kill();
-        let _ = p.wait();
+    drop(provider);
+}
+
+/// The provider process (zenohd or a child of ours), killed and reaped when dropped, so
+/// that a run stopped by a panic leaves no lender behind.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
