@@ -164,9 +164,10 @@ impl Rig {
             .expect("subscriber session");
         let sub: GpuSubscriber<flume::Receiver<GpuSample>> =
             s.declare_subscriber(self.key.clone()).wait().expect("declare subscriber");
-        let before = self.publisher.zero_copy_subscribers();
+        // Its own view (a count of the publisher's would also include hostile clients
+        // whose connection threads have not yet seen their end).
         wait_until("the real subscriber's handshake", IO, || {
-            self.publisher.zero_copy_subscribers() > before && !self.publisher.plain_subscribers()
+            sub.publishers().iter().any(|&(_, zero_copy)| zero_copy) && !self.publisher.plain_subscribers()
         });
         let len = MIB + 5;
         for seq in first_seq..first_seq + n {

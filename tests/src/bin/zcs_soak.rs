@@ -236,8 +236,22 @@ fn main() {
     let (stop3, len, cuda) = (Arc::clone(&stop), args.len, args.cuda);
     let joined = Arc::new(AtomicU64::new(0));
     let killed = Arc::new(AtomicU64::new(0));
+    // Churning processes that exited with an error status (a subscriber child exits with
+    // status 1 when a sample's bytes were not written for it).
+    let child_failures = Arc::new(AtomicU64::new(0));
     let (joined2, killed2, key2, churn_ms) = (Arc::clone(&joined), Arc::clone(&killed), key.clone(), args.churn_ms);
+    let (failures2, failed2) = (Arc::clone(&child_failures), Arc::clone(&failed));
     let churn = std::thread::spawn(move || {
+        // A child that ended by itself with an error status (not by our SIGKILL).
+        let judge = |status: std::io::Result<std::process::ExitStatus>| {
+            if let Ok(st) = status
+                && st.code().is_some_and(|c| c != 0)
+            {
+                eprintln!("soak: a churning process failed: {st}");
+                failures2.fetch_add(1, Ordering::Relaxed);
+                failed2.store(true, Ordering::Relaxed);
+            }
+        };
         let mut kids: Vec<(Child, Instant, bool)> = Vec::new();
         let mut k = 0u64;
         while !stop3.load(Ordering::Relaxed) {
@@ -261,16 +275,22 @@ fn main() {
             kids.retain_mut(|(c, kill_at, kill)| {
                 if *kill && Instant::now() >= *kill_at {
                     let _ = c.kill();
-                    let _ = c.wait();
+                    judge(c.wait());
                     killed2.fetch_add(1, Ordering::Relaxed);
                     return false;
                 }
-                !matches!(c.try_wait(), Ok(Some(_)))
+                match c.try_wait() {
+                    Ok(Some(st)) => {
+                        judge(Ok(st));
+                        false
+                    }
+                    _ => true,
+                }
             });
         }
         for (mut c, _, _) in kids {
             let _ = c.kill();
-            let _ = c.wait();
+            judge(c.wait());
         }
     });
 
@@ -317,7 +337,7 @@ fn main() {
         println!(
             "{{\"summary\":true,\"ok\":{ok},\"backend\":\"{}\",\"messages\":{seq},\"received\":{},\"secs\":{:.1},\
              \"msgs_per_s\":{:.0},\"loan_retries\":{refused_loans},\"processes_joined\":{},\"processes_killed\":{},\
-             \"rss_kib_growth\":{},\"rss_kib_max\":{max_rss},\"fds_growth\":{},\"threads_growth\":{},\
+             \"child_failures\":{},\"rss_kib_growth\":{},\"rss_kib_max\":{max_rss},\"fds_growth\":{},\"threads_growth\":{},\
              \"gpu_free_mib_change\":{},\"pool_blocks_first\":{},\"pool_blocks_last\":{}}}",
             if args.cuda { "cuda" } else { "host" },
             received.load(Ordering::Relaxed),
@@ -325,6 +345,7 @@ fn main() {
             seq as f64 / start.elapsed().as_secs_f64(),
             joined.load(Ordering::Relaxed),
             killed.load(Ordering::Relaxed),
+            child_failures.load(Ordering::Relaxed),
             b.rss_kib as i64 - a.rss_kib as i64,
             b.fds as i64 - a.fds as i64,
             b.threads as i64 - a.threads as i64,

@@ -479,6 +479,17 @@ impl ControlConn {
         Ok(revents & (libc::POLLRDHUP | libc::POLLHUP) != 0)
     }
 
+    /// Shuts down the sending direction only (`SHUT_WR`): the peer reads the end of the
+    /// stream, while what it still sends here can be read.
+    pub fn shutdown_write(&self) {
+        tracing::trace!(fd = self.fd.as_raw_fd(), "shutdown(SHUT_WR)");
+        if let Err(e) = shutdown(self.fd.as_raw_fd(), Shutdown::Write)
+            && e != Errno::ENOTCONN
+        {
+            tracing::debug!(fd = self.fd.as_raw_fd(), error = %e, "shutdown failed");
+        }
+    }
+
     /// Shut the connection down in both directions without closing the descriptor (so
     /// pollers holding it see a hang-up, not a reused fd number). The peer sees
     /// `Closed`; later calls here fail with `Closed`. Errors are logged, not returned.

@@ -21,9 +21,11 @@ use crate::pool::{HolderId, LeaseError};
 use crate::protocol::{self, BytesHeader, Descriptor, Group, Reply, Request, Role, Token};
 
 /// How long a put waits for room in a subscriber's control socket. A subscriber that
-/// has not read for this long (its handler is full) is disconnected: its leases are
-/// released, it receives bytes, and it handshakes again. One slow reader never stalls
-/// the publisher for longer than this.
+/// has not read for this long (its handler is full) is disconnected: nothing more is
+/// routed to it (it receives bytes, and it handshakes again on a new connection), but
+/// the leases of that connection stay until the subscriber releases them or closes it,
+/// so no block is reused under samples it holds or has queued (gap G14). One slow
+/// reader never stalls the publisher for longer than this.
 const PUSH_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Counters of one publisher. All monotonic.
@@ -108,15 +110,16 @@ struct State {
 }
 
 impl State {
-    /// Sends `frame` to ready holder `h`; on failure disconnects it (its connection
-    /// thread then releases its leases) and returns false.
+    /// Sends `frame` to ready holder `h`; on failure stops routing to it, ends the
+    /// stream it reads (it then reconnects) and returns false. Its connection thread
+    /// keeps taking its releases, and releases the rest when the subscriber closes.
     fn push(&mut self, h: u64, frame: &[u8], c: &Counters) -> bool {
         let Some(r) = self.ready.get(&h) else { return false };
         match r.conn.send_timeout(frame, &[], PUSH_TIMEOUT) {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(holder = h, error = %e, "subscriber not reading its control socket; disconnecting it");
-                r.conn.shutdown();
+                r.conn.shutdown_write();
                 self.ready.remove(&h);
                 inc(&c.slow_disconnects);
                 false
@@ -678,13 +681,19 @@ fn connection(sh: Arc<Shared>, conn: ControlConn) {
                 let sent = sh.medium.with_handout(block, capability, |fd, size| {
                     send_reply(&conn, &Reply::Fd { block, size: size as u64 }, &[fd])
                 });
+                // After a slow disconnect our side no longer sends (SHUT_WR): a request
+                // it still makes cannot be answered, and must not end the connection,
+                // whose leases stay until the subscriber releases them or closes.
+                let disconnected = || !sh.state.lock().unwrap_or_else(|p| p.into_inner()).ready.contains_key(&holder);
                 match sent {
                     Ok(true) => inc(&c.fd_handouts),
+                    Ok(false) if disconnected() => {}
                     Ok(false) => break,
                     Err(e) => {
                         inc(&c.fd_denied);
                         sh.bad_input.warn("FD request denied", &e);
-                        if !send_reply(&conn, &Reply::FdDenied { block, reason: e.to_string() }, &[]) {
+                        if !send_reply(&conn, &Reply::FdDenied { block, reason: e.to_string() }, &[]) && !disconnected()
+                        {
                             break;
                         }
                     }

@@ -168,11 +168,10 @@ impl Link {
         }
     }
 
-    /// Sends a release; a dead link needs none (the publisher released on close).
+    /// Sends a release, also on a link that ended: a publisher that disconnected us as
+    /// slow still reads them (it keeps our leases until we release them or close);
+    /// one that died or closed does not, and the send fails harmlessly.
     pub(crate) fn release(&self, key: BlockKey) {
-        if !self.alive.load(Ordering::Relaxed) {
-            return;
-        }
         let msg = protocol::encode(&Request::Release { blocks: vec![key] });
         if let Err(e) = self.conn.send(&msg, &[]) {
             tracing::debug!(error = %e, "release not sent (publisher gone?)");
@@ -250,6 +249,10 @@ struct OrderState {
     switched: bool,
     /// Bytes of messages the link routes, waiting for their turn.
     inbox: BTreeMap<u64, GpuSample>,
+    /// Highest sequence number whose bytes were dropped from a full inbox: a notice for
+    /// it, or for anything before it that is not in the inbox, waits for nothing (the
+    /// bytes of one publisher arrive in order).
+    inbox_dropped: u64,
 }
 
 impl Order {
@@ -652,6 +655,7 @@ fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str) {
                 o.first_seq = None;
                 o.switched = false;
                 o.inbox.clear();
+                o.inbox_dropped = 0;
             }
             let still_there = entry.is_some();
             // Its token vanished while the link was open; with the link gone too,
@@ -770,7 +774,7 @@ fn on_via_bytes(sh: &Shared, link: &Link, seq: u64) {
         if sh.closed.load(Ordering::Relaxed) || sh.seen(link.publisher, seq) {
             break None;
         }
-        let (o2, more) = order.wait(o, deadline);
+        let (o2, more) = if seq <= o.inbox_dropped { (o, false) } else { order.wait(o, deadline) };
         o = o2;
         if !more {
             inc(&sh.counters.lost);
@@ -967,6 +971,7 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<Arc<Link>, String> {
     o.first_seq = Some(first_seq);
     o.switched = false;
     o.inbox.clear();
+    o.inbox_dropped = 0;
     match sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get_mut(&publisher) {
         Some(e) => {
             e.why = None;
@@ -1059,7 +1064,9 @@ fn on_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
             }
             o.inbox.insert(seq, sample);
             while o.inbox.len() > INBOX_LIMIT {
-                o.inbox.pop_first();
+                if let Some((dropped, _)) = o.inbox.pop_first() {
+                    o.inbox_dropped = o.inbox_dropped.max(dropped);
+                }
             }
             order.cv.notify_all();
         }
