@@ -698,9 +698,11 @@ impl Ctx {
         let secs = end_ns.saturating_sub(start_ns) as f64 / 1e9;
         let msgs_per_s = timed as f64 / secs;
         let worst = |f: fn(&SubReport) -> f64| reports.iter().map(f).fold(f64::NAN, f64::max);
-        let (pool_bytes, copies_out) = match &producer.sink {
-            Sink::Ours(p, _) => (Some(p.pool_stats().bytes), Some(p.stats().copies_out)),
-            Sink::Plain(..) => (None, None),
+        // The publisher's counters say why frames went as bytes (lease limit, slow
+        // disconnects, a subscriber not yet handshaken).
+        let (pool_bytes, copies_out, pub_stats) = match &producer.sink {
+            Sink::Ours(p, _) => (Some(p.pool_stats().bytes), Some(p.stats().copies_out), Some(p.stats())),
+            Sink::Plain(..) => (None, None, None),
         };
         let r0 = &reports[0];
         println!(
@@ -728,6 +730,7 @@ impl Ctx {
                 "pub_stages_us": route.ours().then(|| producer.clock.means()),
                 "sub_stages_us": route.ours().then_some(&r0.stages_us),
                 "copies_out": copies_out,
+                "pub_stats": pub_stats,
                 "pool_bytes": pool_bytes,
                 "gpu_mem_delta_bytes": mem_delta,
                 "gpu_mem_delta_scope": "device-wide drop of free memory from subscribers ready to end of row: \
