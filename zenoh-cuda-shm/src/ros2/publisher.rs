@@ -73,8 +73,11 @@ pub struct RosPublisherStats {
 }
 
 /// A publisher of `M` on a ROS topic. See the module docs for the routing.
+///
+/// The node (a session handle) is declared after the Zenoh entities so that it drops
+/// after them: a base publisher undeclared once the node's drop has closed the session
+/// would keep the closed session's memory alive (see `transport::publisher::PublisherCore`).
 pub struct RosPublisher<M: RosDataMessage> {
-    node: RosNode,
     key: String,
     token: String,
     gid: [u8; 16],
@@ -86,6 +89,7 @@ pub struct RosPublisher<M: RosDataMessage> {
     base_puts: AtomicU64,
     d2h: AtomicU64,
     _token: zenoh::liveliness::LivelinessToken,
+    node: RosNode,
     _m: PhantomData<fn(M)>,
 }
 
@@ -132,7 +136,6 @@ impl<M: RosDataMessage> RosPublisher<M> {
         };
         let tok = z.liveliness().declare_token(token.clone()).wait()?;
         Ok(Self {
-            node,
             key,
             token,
             gid,
@@ -144,6 +147,7 @@ impl<M: RosDataMessage> RosPublisher<M> {
             base_puts: AtomicU64::new(0),
             d2h: AtomicU64::new(0),
             _token: tok,
+            node,
             _m: PhantomData,
         })
     }

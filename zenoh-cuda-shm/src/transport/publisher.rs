@@ -191,17 +191,20 @@ pub enum PutError {
 }
 
 /// Fields drop in declaration order: the matching listener before the publisher it
-/// listens on, the token before the server thread is stopped (in `Drop`).
+/// listens on, the token before the server thread is stopped (in `Drop`), and the session
+/// handle last. When it is the session's last handle its drop closes the session, and a
+/// Zenoh publisher undeclared after that stays in the closed session's tables, holding
+/// the session: its memory would never be freed (`tests/tests/drop_order.rs`).
 pub(crate) struct PublisherCore {
     _matching: zenoh::matching::MatchingListener<()>,
     _token: zenoh::liveliness::LivelinessToken,
     _sub_tokens: zenoh::pubsub::Subscriber<()>,
     pub(crate) shared: Arc<Shared>,
-    session: zenoh::Session,
     plain: zenoh::pubsub::Publisher<'static>,
     aware_bytes: zenoh::pubsub::Publisher<'static>,
     plain_matching: Arc<AtomicBool>,
     server: Option<std::thread::JoinHandle<()>>,
+    session: zenoh::Session,
 }
 
 /// Creating a publisher failed.
