@@ -255,6 +255,17 @@ struct OrderState {
     inbox_dropped: u64,
 }
 
+impl OrderState {
+    /// A new link's routing starts at `first_seq`, or (`None`) the link ended and bytes
+    /// are delivered as they arrive: nothing waits for the old link's notices any more.
+    fn restart(&mut self, first_seq: Option<u64>) {
+        self.first_seq = first_seq;
+        self.switched = false;
+        self.inbox.clear();
+        self.inbox_dropped = 0;
+    }
+}
+
 impl Order {
     fn lock(&self) -> MutexGuard<'_, OrderState> {
         self.m.lock().unwrap_or_else(|p| p.into_inner())
@@ -652,10 +663,7 @@ fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str) {
             let entry = st.pubs.get(&link.publisher);
             if entry.and_then(|e| e.link.as_ref()).is_some_and(|l| Arc::ptr_eq(l, &link)) {
                 // From here on, bytes are delivered as they arrive.
-                o.first_seq = None;
-                o.switched = false;
-                o.inbox.clear();
-                o.inbox_dropped = 0;
+                o.restart(None);
             }
             let still_there = entry.is_some();
             // Its token vanished while the link was open; with the link gone too,
@@ -968,10 +976,7 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<Arc<Link>, String> {
         provider,
     });
     let mut o = order.lock();
-    o.first_seq = Some(first_seq);
-    o.switched = false;
-    o.inbox.clear();
-    o.inbox_dropped = 0;
+    o.restart(Some(first_seq));
     match sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get_mut(&publisher) {
         Some(e) => {
             e.why = None;
