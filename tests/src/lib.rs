@@ -14,6 +14,41 @@ use serde::{Serialize, de::DeserializeOwned};
 use zenoh_cuda_shm::cuda::Gpu;
 use zenoh_cuda_shm::ipc::{ControlConn, Frame};
 
+/// Which memory a multi-process test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Sealed memfd blocks (CI).
+    Host,
+    /// CUDA VMM blocks (the GPU machine).
+    Cuda,
+}
+
+impl Mode {
+    /// `host` or `cuda`, as a child process reads it back with [`Mode::from_env`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Host => "host",
+            Mode::Cuda => "cuda",
+        }
+    }
+
+    /// The session's device choice.
+    pub fn device(self) -> zenoh_cuda_shm::config::DeviceChoice {
+        match self {
+            Mode::Host => zenoh_cuda_shm::config::DeviceChoice::Host,
+            Mode::Cuda => zenoh_cuda_shm::config::DeviceChoice::Cuda,
+        }
+    }
+
+    /// The mode a parent named in environment variable `var` (host when unset).
+    pub fn from_env(var: &str) -> Self {
+        match std::env::var(var).as_deref() {
+            Ok("cuda") => Mode::Cuda,
+            _ => Mode::Host,
+        }
+    }
+}
+
 /// Environment variable that turns a missing GPU into a test failure.
 pub const REQUIRE_GPU_ENV: &str = "ZCS_REQUIRE_GPU";
 /// Environment variable naming the role a re-executed test binary plays.

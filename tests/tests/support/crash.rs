@@ -44,7 +44,6 @@ use std::time::{Duration, Instant};
 use zenoh::Wait;
 
 use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, spawn_child, watchdog_guard};
-use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern, fill_pattern};
 use zenoh_cuda_shm::host::{open_fd_count, thread_count};
 use zenoh_cuda_shm::{GpuLoan, GpuSample, GpuSession, GpuSubscriber, ReadError, ZcsConfig};
@@ -86,49 +85,21 @@ fn iterations() -> usize {
     std::env::var(ITERS_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(200)
 }
 
-/// Which memory the cells run on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Sealed memfd blocks (CI).
-    Host,
-    /// CUDA VMM blocks (the GPU machine).
-    Cuda,
-}
+pub use zcs_tests::Mode;
 
-impl Mode {
-    fn name(self) -> &'static str {
-        match self {
-            Mode::Host => "host",
-            Mode::Cuda => "cuda",
-        }
-    }
-    fn from_env() -> Self {
-        match std::env::var(MODE_ENV).as_deref() {
-            Ok("cuda") => Mode::Cuda,
-            _ => Mode::Host,
-        }
-    }
-    /// Descriptors this process keeps per pool block it publishes: the memfd, or the
-    /// exported VMM handle.
-    fn fds_per_published_block(self) -> u64 {
-        1
-    }
-    /// Descriptors this process keeps per block it imported: a host mapping keeps its
-    /// memfd; a CUDA import closes the fd right after `cuMemImportFromShareableHandle`.
-    fn fds_per_imported_block(self) -> u64 {
-        match self {
-            Mode::Host => 1,
-            Mode::Cuda => 0,
-        }
+/// Descriptors this process keeps per block it publishes and per block it imported: the
+/// memfd or the exported VMM handle; a host mapping keeps its memfd, a CUDA import
+/// closes its fd right after `cuMemImportFromShareableHandle`.
+fn fds_per_block(mode: Mode) -> u64 {
+    match mode {
+        Mode::Host => 2,
+        Mode::Cuda => 1,
     }
 }
 
 fn session(mode: Mode, port: u16, listen: bool) -> GpuSession {
     let (l, c) = if listen { (Some(port), None) } else { (None, Some(port)) };
-    let device = match mode {
-        Mode::Host => DeviceChoice::Host,
-        Mode::Cuda => DeviceChoice::Cuda,
-    };
+    let device = mode.device();
     GpuSession::open(loopback_zenoh_config(l, c, Some(KEY_ROOT)), ZcsConfig { device, ..Default::default() })
         .wait()
         .expect("open session")
@@ -448,7 +419,7 @@ pub fn subscriber_killed(mode: Mode, test: &'static str) {
     let mut foreign = BTreeSet::new();
     let pool_blocks = || publisher.pool_stats().allocations;
     // This process publishes every block and (the survivor) imports every one.
-    let per_block = mode.fds_per_published_block() + mode.fds_per_imported_block();
+    let per_block = fds_per_block(mode);
     let (base_free, base_pool_bytes) = (gpu_free(&pub_session), publisher.pool_stats().bytes);
     let mut gpu_settle = Duration::ZERO;
 
@@ -814,10 +785,7 @@ pub fn relay_killed(mode: Mode, test: &'static str) {
     let t_all = Instant::now();
     let mut rng = Rng::new();
     let (port, key) = (free_tcp_port(), format!("{KEY_ROOT}/{}/{}/relay", std::process::id(), mode.name()));
-    let device = match mode {
-        Mode::Host => DeviceChoice::Host,
-        Mode::Cuda => DeviceChoice::Cuda,
-    };
+    let device = mode.device();
     let client = || GpuSession::open(client_config(port), ZcsConfig { device, ..Default::default() }).wait();
     let mut router = Router::spawn(port, &mut rng);
     let pub_session = client().expect("open the publisher's session");
@@ -853,7 +821,7 @@ pub fn relay_killed(mode: Mode, test: &'static str) {
     let mut foreign = BTreeSet::new();
     let pool_blocks = || publisher.pool_stats().allocations;
     // This process publishes every block and (the subscriber) imports every one.
-    let per_block = mode.fds_per_published_block() + mode.fds_per_imported_block();
+    let per_block = fds_per_block(mode);
     let (base_free, base_pool_bytes) = (gpu_free(&pub_session), publisher.pool_stats().bytes);
     let mut gpu_settle = Duration::ZERO;
     // The warm-up router dies too: every router of the loop is a re-spawned one.
@@ -1006,7 +974,7 @@ pub fn relay_killed(mode: Mode, test: &'static str) {
 /// The victims' side: call from the test binary's `child_entry` (an ignored test).
 pub fn child_entry() {
     let Some(role) = child_role() else { return };
-    let mode = Mode::from_env();
+    let mode = Mode::from_env(MODE_ENV);
     // Killed long before; never outlive a parent that died.
     let _w = watchdog_guard("crash victim", Duration::from_secs(30));
     let port: u16 = std::env::var(PORT_ENV).expect("port").parse().expect("port number");

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, spawn_child, watchdog_guard};
 use zenoh::Wait;
-use zenoh_cuda_shm::config::{DeviceChoice, ProviderMode};
+use zenoh_cuda_shm::config::ProviderMode;
 use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern, fill_pattern};
 use zenoh_cuda_shm::provider::{GpuSelection, Provider, ProviderConfig, ProviderSnapshot};
 use zenoh_cuda_shm::{GpuLoan, GpuSample, GpuSession, GpuSubscriber, Path, ZcsConfig};
@@ -38,29 +38,7 @@ const IO: Duration = Duration::from_secs(20);
 
 type Sub = GpuSubscriber<flume::Receiver<GpuSample>>;
 
-/// Which memory the test runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Sealed memfd blocks (CI).
-    Host,
-    /// CUDA VMM blocks (the GPU machine).
-    Cuda,
-}
-
-impl Mode {
-    fn name(self) -> &'static str {
-        match self {
-            Mode::Host => "host",
-            Mode::Cuda => "cuda",
-        }
-    }
-    fn device(self) -> DeviceChoice {
-        match self {
-            Mode::Host => DeviceChoice::Host,
-            Mode::Cuda => DeviceChoice::Cuda,
-        }
-    }
-}
+pub use zcs_tests::Mode;
 
 fn session(mode: Mode, port: u16, provider: ProviderMode) -> GpuSession {
     let cfg = ZcsConfig { device: mode.device(), provider, provider_discovery_ms: 2000, ..Default::default() };
@@ -299,10 +277,7 @@ pub fn child_entry() {
     let Some(role) = child_role() else { return };
     assert_eq!(role, "provider-pub");
     let _w = watchdog_guard("provider test publisher", Duration::from_secs(60));
-    let mode = match std::env::var(MODE_ENV).as_deref() {
-        Ok("cuda") => Mode::Cuda,
-        _ => Mode::Host,
-    };
+    let mode = Mode::from_env(MODE_ENV);
     let port: u16 = std::env::var(PORT_ENV).expect("port").parse().expect("port number");
     let key = std::env::var(KEY_ENV).expect("key");
     let s = session(mode, port, ProviderMode::Required);
