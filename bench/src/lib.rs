@@ -5,12 +5,33 @@
 //! - [`check`]: the consumer that makes each received frame ready on the GPU and runs
 //!   the check kernel on it (or the CPU check without a GPU);
 //! - clocks ([`now_ns`], [`cpu_secs`]) and the 16-byte stamp plain Zenoh puts carry
-//!   ([`stamp`], [`parse_stamp`]).
+//!   ([`stamp`], [`parse_stamp`]);
+//! - the throughput rows' frames, queues and bounds ([`frames`]), so that every
+//!   program's throughput rows move the same frames the same way.
 //!
 //! ```text
 //! zcs_latency / zcs_zenoh_shm   → latency::rounds + latency::row
 //! zcs_throughput / zcs_zenoh_shm → check::Checker on every received frame
 //! ```
+
+pub mod frames {
+    //! What every throughput row uses (`zcs_throughput`, `zcs_zenoh_shm`, `zcs_report`).
+    use std::time::Duration;
+
+    /// A 1080p RGB frame, in bytes.
+    pub const FRAME_1080P_RGB: usize = 1920 * 1080 * 3;
+    /// A 4K RGBA frame, in bytes.
+    pub const FRAME_4K_RGBA: usize = 3840 * 2160 * 4;
+    /// Channel capacity of every throughput subscriber (ours and plain): bounds the
+    /// frames queued in a subscriber process.
+    pub const SUB_FIFO: usize = 32;
+    /// A subscriber that saw nothing for this long after the publisher finished gives up.
+    pub const DRAIN_IDLE: Duration = Duration::from_secs(10);
+    /// Longest life of a subscriber child process.
+    pub const CHILD_LIMIT: Duration = Duration::from_secs(180);
+    /// Bound on waiting for subscribers to be on a row's path.
+    pub const ROUTE_TIMEOUT: Duration = Duration::from_secs(30);
+}
 
 /// Nanoseconds since the Unix epoch (the clock publication timestamps use; every
 /// process on the host reads the same one).

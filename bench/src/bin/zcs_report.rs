@@ -54,8 +54,8 @@ struct Args {
 }
 
 const DEFAULT_FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
-const FRAME_1080P_RGB: u64 = 1920 * 1080 * 3;
-const FRAME_4K_RGBA: u64 = 3840 * 2160 * 4;
+const FRAME_1080P_RGB: u64 = zcs_bench::frames::FRAME_1080P_RGB as u64;
+const FRAME_4K_RGBA: u64 = zcs_bench::frames::FRAME_4K_RGBA as u64;
 /// The payload of `zcs_latency`'s plain Zenoh row.
 const PLAIN_SIZE: u64 = 64;
 /// The size at which the copy paths are compared with zero-copy.

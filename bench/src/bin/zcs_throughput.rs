@@ -44,6 +44,7 @@ use clap::Parser;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use zcs_bench::check::{Checker, StageClock, Stages};
+use zcs_bench::frames::{CHILD_LIMIT, DRAIN_IDLE, FRAME_4K_RGBA, FRAME_1080P_RGB, ROUTE_TIMEOUT, SUB_FIFO};
 use zcs_bench::{cpu_secs, now_ns, parse_stamp, stamp};
 use zcs_tests::{
     child_role, free_tcp_port, loopback_zenoh_config, parse_size, percentile, recv_msg, send_msg, spawn_child_bin,
@@ -111,15 +112,6 @@ const PATH_ENV: &str = "ZCS_TPUT_PATH";
 const KEY_ENV: &str = "ZCS_TPUT_KEY";
 const WARMUP_ENV: &str = "ZCS_TPUT_WARMUP";
 const IO: Duration = Duration::from_secs(60);
-const ROUTE_TIMEOUT: Duration = Duration::from_secs(30);
-/// A subscriber that saw nothing for this long after the publisher finished gives up.
-const DRAIN_IDLE: Duration = Duration::from_secs(10);
-const CHILD_LIMIT: Duration = Duration::from_secs(180);
-/// Channel capacity of every subscriber (ours and plain): bounds the frames queued in
-/// a subscriber process.
-const SUB_FIFO: usize = 32;
-const FRAME_1080P_RGB: usize = 1920 * 1080 * 3;
-const FRAME_4K_RGBA: usize = 3840 * 2160 * 4;
 
 /// A way of moving frames from the publisher to the subscribers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

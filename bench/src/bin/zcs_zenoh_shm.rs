@@ -52,6 +52,7 @@ use clap::Parser;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use zcs_bench::check::Checker;
+use zcs_bench::frames::{CHILD_LIMIT, DRAIN_IDLE, FRAME_4K_RGBA, FRAME_1080P_RGB, ROUTE_TIMEOUT, SUB_FIFO};
 use zcs_bench::latency::{Samples, rounds, row};
 use zcs_bench::{cpu_secs, now_ns, parse_stamp, stamp};
 use zcs_tests::{
@@ -125,14 +126,6 @@ const KEY_ENV: &str = "ZCS_ZSHM_KEY";
 const WARMUP_ENV: &str = "ZCS_ZSHM_WARMUP";
 const IO: Duration = Duration::from_secs(60);
 const REPLY_TIMEOUT: Duration = Duration::from_secs(20);
-const ROUTE_TIMEOUT: Duration = Duration::from_secs(30);
-/// A subscriber that saw nothing for this long after the publisher finished gives up.
-const DRAIN_IDLE: Duration = Duration::from_secs(10);
-const CHILD_LIMIT: Duration = Duration::from_secs(180);
-/// Channel capacity of every throughput subscriber (as in `zcs_throughput`).
-const SUB_FIFO: usize = 32;
-const FRAME_1080P_RGB: usize = 1920 * 1080 * 3;
-const FRAME_4K_RGBA: usize = 3840 * 2160 * 4;
 /// SHM chunks are page-aligned (2^12): copies start on a page boundary.
 const CHUNK_ALIGN_POW: u8 = 12;
 const PAGE: usize = 1 << CHUNK_ALIGN_POW;
