@@ -80,6 +80,30 @@ pub mod latency {
         pub one_way: Vec<f64>,
     }
 
+    /// The latency rows' sizes and rounds: the same flags in every ping-pong program.
+    #[derive(clap::Args, Debug, Clone)]
+    pub struct Plan {
+        /// Payload sizes of the latency rows (bytes, or with a KiB/MiB/GiB suffix).
+        #[arg(long, value_delimiter = ',', default_value = "4KiB,64KiB,1MiB,8MiB,32MiB,256MiB,1GiB", value_parser = zcs_tests::parse_size)]
+        pub sizes: Vec<usize>,
+        /// Timed round trips per row (fewer if a row reaches --max-secs).
+        #[arg(long, default_value_t = 1000)]
+        pub iters: usize,
+        /// Untimed round trips first (fewer if they take a quarter of --max-secs).
+        #[arg(long, default_value_t = 50)]
+        pub warmup: usize,
+        /// Time budget per row, in seconds (at least 5 timed round trips are made).
+        #[arg(long, default_value_t = 8.0)]
+        pub max_secs: f64,
+    }
+
+    impl Plan {
+        /// [`rounds`] with this plan's warm-up, rounds and budget.
+        pub fn rounds(&self, one: impl FnMut() -> (Duration, f64)) -> Samples {
+            rounds(self.warmup, self.iters, self.max_secs, one)
+        }
+    }
+
     /// Runs `one` `warmup` times (stopping early after a quarter of `max_secs`), then
     /// `iters` timed rounds (stopping early after `max_secs`, with at least 5). `one`
     /// returns the round trip and the one-way latency the pong measured, in µs.

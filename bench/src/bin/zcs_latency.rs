@@ -45,9 +45,9 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use zcs_bench::latency::{rounds, row};
+use zcs_bench::latency::{Plan, row};
 use zcs_bench::now_ns;
-use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, parse_size, recv_msg, send_msg, spawn_child_bin};
+use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, recv_msg, send_msg, spawn_child_bin};
 use zenoh::Wait;
 use zenoh_cuda_shm::config::{DeviceChoice, ProviderMode};
 use zenoh_cuda_shm::cuda::{DeviceBlock, sys};
@@ -62,18 +62,8 @@ struct Args {
     /// zero-copy over memfd blocks and the plain row).
     #[arg(long, default_value = "cuda")]
     backend: String,
-    /// Payload sizes (bytes, or with a KiB/MiB/GiB suffix).
-    #[arg(long, value_delimiter = ',', default_value = "4KiB,64KiB,1MiB,8MiB,32MiB,256MiB,1GiB", value_parser = parse_size)]
-    sizes: Vec<usize>,
-    /// Timed round trips per row (fewer if a row reaches --max-secs).
-    #[arg(long, default_value_t = 1000)]
-    iters: usize,
-    /// Untimed round trips first (fewer if they take a quarter of --max-secs).
-    #[arg(long, default_value_t = 50)]
-    warmup: usize,
-    /// Time budget per row, in seconds (at least 5 timed round trips are made).
-    #[arg(long, default_value_t = 8.0)]
-    max_secs: f64,
+    #[command(flatten)]
+    plan: Plan,
     /// Blocks lent by a host provider in a third process, not allocated by the
     /// publishers (the zero-copy row becomes `zero-copy-provider`).
     #[arg(long)]
@@ -486,8 +476,8 @@ fn main() {
     }
 
     let blocks = lender.blocks();
-    let mut setup = json!({"bench": "latency-setup", "backend": backend, "iters": args.iters, "warmup": args.warmup,
-        "max_secs_per_row": args.max_secs, "transport": "zenoh peer, tcp 127.0.0.1, congestion control block",
+    let mut setup = json!({"bench": "latency-setup", "backend": backend, "iters": args.plan.iters, "warmup": args.plan.warmup,
+        "max_secs_per_row": args.plan.max_secs, "transport": "zenoh peer, tcp 127.0.0.1, congestion control block",
         "blocks": blocks});
     if let (Some(g), Some(o)) = (session.gpu(), setup.as_object_mut()) {
         o.insert("gpu".into(), json!(g.name()));
@@ -496,15 +486,15 @@ fn main() {
     println!("{setup}");
 
     let ready = if cuda { "read on the pong's stream, then stream synchronized" } else { "host bytes mapped" };
-    for &size in &args.sizes {
+    for &size in &args.plan.sizes {
         let before = zc_pub.stats().copies_out;
-        let rtt = rounds(args.warmup, args.iters, args.max_secs, || block_round(&zc_pub, &replies_zc, PATH_ZC, size));
+        let rtt = args.plan.rounds(|| block_round(&zc_pub, &replies_zc, PATH_ZC, size));
         let copies = zc_pub.stats().copies_out - before;
         let path = lender.row();
         row(path, &backend, size, &rtt, json!({"ready": ready, "copies_out_with_warmup": copies, "blocks": blocks}));
     }
     if let Some(p) = &cpu_pub {
-        for &size in &args.sizes {
+        for &size in &args.plan.sizes {
             if size >= ZENOH_MAX_MESSAGE {
                 // Zenoh drops a message above its receive limit: no reply would come.
                 println!(
@@ -515,7 +505,7 @@ fn main() {
                 continue;
             }
             let before = p.stats().copies_out;
-            let rtt = rounds(args.warmup, args.iters, args.max_secs, || block_round(p, &replies_cpu, PATH_CPU, size));
+            let rtt = args.plan.rounds(|| block_round(p, &replies_cpu, PATH_CPU, size));
             let copies = p.stats().copies_out - before;
             row(
                 "cpu-bytes",
@@ -529,7 +519,7 @@ fn main() {
     }
     let mut seq = 0u64;
     let payload_size = 64;
-    let rtt = rounds(args.warmup, args.iters, args.max_secs, || {
+    let rtt = args.plan.rounds(|| {
         seq += 1;
         let mut payload = vec![0u8; payload_size];
         payload[..8].copy_from_slice(&seq.to_le_bytes());

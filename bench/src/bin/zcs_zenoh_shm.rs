@@ -53,7 +53,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use zcs_bench::check::Checker;
 use zcs_bench::frames::{CHILD_LIMIT, DRAIN_IDLE, FRAME_4K_RGBA, FRAME_1080P_RGB, ROUTE_TIMEOUT, SUB_FIFO};
-use zcs_bench::latency::{Samples, rounds, row};
+use zcs_bench::latency::{Plan, Samples, row};
 use zcs_bench::{cpu_secs, now_ns, parse_stamp, stamp};
 use zcs_tests::{
     child_role, free_tcp_port, loopback_zenoh_config, parse_size, percentile, recv_msg, send_msg, spawn_child_bin,
@@ -79,18 +79,8 @@ struct Args {
     /// Which rows: `latency`, `throughput`.
     #[arg(long, value_delimiter = ',', default_value = "latency,throughput")]
     rows: Vec<String>,
-    /// Latency payload sizes (bytes, or with a KiB/MiB/GiB suffix).
-    #[arg(long, value_delimiter = ',', default_value = "4KiB,64KiB,1MiB,8MiB,32MiB,256MiB,1GiB", value_parser = parse_size)]
-    sizes: Vec<usize>,
-    /// Timed round trips per latency row (fewer if a row reaches --max-secs).
-    #[arg(long, default_value_t = 1000)]
-    iters: usize,
-    /// Untimed round trips first (fewer if they take a quarter of --max-secs).
-    #[arg(long, default_value_t = 50)]
-    warmup: usize,
-    /// Time budget per latency row, in seconds (at least 5 timed round trips are made).
-    #[arg(long, default_value_t = 8.0)]
-    max_secs: f64,
+    #[command(flatten)]
+    plan: Plan,
     /// Throughput frame sizes. Default: 1080p RGB and 4K RGBA (cuda), 64KiB,1MiB (host).
     #[arg(long, value_delimiter = ',', value_parser = parse_size)]
     frame_sizes: Option<Vec<usize>>,
@@ -541,7 +531,7 @@ fn latency_pool(sizes: &[usize], gpu: Option<&Gpu>) -> (Option<ShmPool>, Vec<(us
 
 fn latency_rows(ctx: &Ctx) {
     let args = &ctx.args;
-    let (pool, skipped) = latency_pool(&args.sizes, ctx.pool_gpu());
+    let (pool, skipped) = latency_pool(&args.plan.sizes, ctx.pool_gpu());
     let path = if args.pageable { "zenoh-shm-pageable" } else { "zenoh-shm" };
     for (size, why) in &skipped {
         println!(
@@ -550,7 +540,7 @@ fn latency_rows(ctx: &Ctx) {
         );
     }
     let Some(pool) = pool else { return };
-    let sizes: Vec<usize> = args.sizes.iter().copied().filter(|s| !skipped.iter().any(|(k, _)| k == s)).collect();
+    let sizes: Vec<usize> = args.plan.sizes.iter().copied().filter(|s| !skipped.iter().any(|(k, _)| k == s)).collect();
     let max = sizes.iter().copied().max().unwrap_or(1);
     let source = Source::new(ctx.gpu.as_ref(), max);
     let z = &ctx.z;
@@ -577,7 +567,7 @@ fn latency_rows(ctx: &Ctx) {
     let mut seq = 0u64;
     for &size in &sizes {
         let (mut shm, mut registered, mut rounds_all) = (0u64, 0u64, 0u64);
-        let s: Samples = rounds(args.warmup, args.iters, args.max_secs, || {
+        let s: Samples = args.plan.rounds(|| {
             seq += 1;
             // Untimed, like a loan: the previous round's buffer is back by now (the pong
             // drops it before replying), so this collects it and reuses the space.
@@ -915,9 +905,9 @@ fn main() {
     let mut setup = json!({
         "bench": "zenoh-shm-setup",
         "backend": &ctx.backend,
-        "iters": args.iters,
-        "warmup": args.warmup,
-        "max_secs_per_row": args.max_secs,
+        "iters": args.plan.iters,
+        "warmup": args.plan.warmup,
+        "max_secs_per_row": args.plan.max_secs,
         "frames": args.frames,
         "frame_warmup": args.frame_warmup,
         "frame_max_secs_per_row": args.frame_max_secs,
