@@ -71,21 +71,15 @@ struct SessionInner {
     reports: Arc<Mutex<Reports>>,
 }
 
-type PubReporter = Box<dyn Fn() -> Option<crate::protocol::PublisherReport> + Send + Sync>;
-type SubReporter = Box<dyn Fn() -> Option<crate::protocol::SubscriberReport> + Send + Sync>;
-
-/// One publisher or subscriber, as a closure that reports it while it exists.
-enum Reporter {
-    Pub(PubReporter),
-    Sub(SubReporter),
-}
+/// One publisher or subscriber: adds its entry to the process's report while it
+/// exists, and returns whether it still does.
+type Reporter = Box<dyn Fn(&mut crate::protocol::ProcessReport) -> bool + Send + Sync>;
 
 /// The session's publishers and subscribers, and whether the thread that sends their
 /// reports (and forgets those that are gone) runs.
 #[derive(Default)]
 struct Reports {
-    publishers: Vec<PubReporter>,
-    subscribers: Vec<SubReporter>,
+    reporters: Vec<Reporter>,
     sending: bool,
 }
 
@@ -104,8 +98,7 @@ fn send_reports(reports: std::sync::Weak<Mutex<Reports>>, watch: std::sync::Weak
         let report = {
             let mut r = lock_reports(&reports);
             let mut out = crate::protocol::ProcessReport::default();
-            r.publishers.retain(|f| f().map(|p| out.publishers.push(p)).is_some());
-            r.subscribers.retain(|f| f().map(|s| out.subscribers.push(s)).is_some());
+            r.reporters.retain(|f| f(&mut out));
             out
         };
         drop(reports);
@@ -247,10 +240,7 @@ impl GpuSession {
                 Err(e) => return tracing::warn!(error = %e, "cannot start the thread reporting to the provider"),
             }
         }
-        match reporter {
-            Reporter::Pub(f) => r.publishers.push(f),
-            Reporter::Sub(f) => r.subscribers.push(f),
-        }
+        r.reporters.push(reporter);
     }
 
     fn provider_client(&self) -> Result<Arc<ProviderClient>, String> {
@@ -376,7 +366,8 @@ impl PublisherBuilder {
             s.cfg.congestion,
             provider.as_ref().map(|c| c.provider().clone()),
         )?;
-        self.session.report(Reporter::Pub(Box::new(core.reporter())));
+        let report = core.reporter();
+        self.session.report(Box::new(move |out| report().map(|p| out.publishers.push(p)).is_some()));
         Ok(GpuPublisher { core, stream, inline_threshold: s.cfg.inline_threshold })
     }
 }
@@ -737,7 +728,8 @@ impl<H> SubscriberBuilder<H> {
             deliver,
             Arc::clone(&s.providers),
         )?;
-        self.session.report(Reporter::Sub(Box::new(core.reporter())));
+        let report = core.reporter();
+        self.session.report(Box::new(move |out| report().map(|s| out.subscribers.push(s)).is_some()));
         Ok(core)
     }
 }
