@@ -282,22 +282,29 @@ mod tests {
         }
     }
 
-    /// The glue, in a router runtime of this process (no network): the plugin starts
-    /// from its section, lists a token another session on the router declares, counts a
-    /// malformed one, applies or refuses live changes, and stops cleanly.
-    #[test]
-    fn plugin_follows_the_tokens_of_its_router() {
+    /// A router runtime of this process (no network) with `section` as
+    /// `plugins/cuda_shm`, and the tokio runtime it runs on.
+    fn router_runtime(section: &str) -> (tokio::runtime::Runtime, DynamicRuntime) {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let mut config = zenoh::Config::default();
         for (k, v) in [
             ("mode", "\"router\""),
             ("listen/endpoints", "[]"),
             ("scouting/multicast/enabled", "false"),
-            ("plugins/cuda_shm", "{ max_entries: 8 }"),
+            ("plugins/cuda_shm", section),
         ] {
             config.insert_json5(k, v).unwrap();
         }
         let runtime: DynamicRuntime = rt.block_on(RuntimeBuilder::new(config).build()).unwrap().into();
+        (rt, runtime)
+    }
+
+    /// The glue, in a router runtime of this process (no network): the plugin starts
+    /// from its section, lists a token another session on the router declares, counts a
+    /// malformed one, applies or refuses live changes, and stops cleanly.
+    #[test]
+    fn plugin_follows_the_tokens_of_its_router() {
+        let (_rt, runtime) = router_runtime("{ max_entries: 8 }");
         let running = CudaShmPlugin::start("cuda_shm", &runtime).unwrap();
         let session = zenoh::session::init(runtime.clone()).wait().unwrap();
 
@@ -341,17 +348,7 @@ mod tests {
 
     #[test]
     fn a_bad_section_fails_the_start_by_key() {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let mut config = zenoh::Config::default();
-        for (k, v) in [
-            ("mode", "\"router\""),
-            ("listen/endpoints", "[]"),
-            ("scouting/multicast/enabled", "false"),
-            ("plugins/cuda_shm", "{ max_entries: 8, colour: \"blue\" }"),
-        ] {
-            config.insert_json5(k, v).unwrap();
-        }
-        let runtime: DynamicRuntime = rt.block_on(RuntimeBuilder::new(config).build()).unwrap().into();
+        let (_rt, runtime) = router_runtime("{ max_entries: 8, colour: \"blue\" }");
         let err = CudaShmPlugin::start("cuda_shm", &runtime).err().expect("a bad section must fail the start");
         assert!(err.to_string().starts_with("plugins/cuda_shm: unknown field `colour`"), "{err}");
     }
