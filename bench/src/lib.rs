@@ -10,7 +10,7 @@
 //!   program's throughput rows move the same frames the same way.
 //!
 //! ```text
-//! zcs_latency / zcs_zenoh_shm   → latency::rounds + latency::row
+//! zcs_latency / zcs_zenoh_shm   → latency::Plan (flags, rounds) + latency::row
 //! zcs_throughput / zcs_zenoh_shm → check::Checker on every received frame
 //! ```
 
