@@ -53,10 +53,9 @@ const IO: Duration = Duration::from_secs(60);
 /// Bound on route setup (handshakes, declarations).
 const SETUP: Duration = Duration::from_secs(20);
 /// Most blocks a publisher keeps in use before it loans the next: back-pressure from
-/// the publisher's side. Without it a GPU publisher outruns a subscriber that checks
-/// every message; once a subscriber holds `PoolConfig::max_holds_per_holder` (64)
-/// unreleased samples, the publisher serves it bytes instead (by design), and the
-/// zero-copy assertions would fail.
+/// the publisher's side, so a GPU publisher does not outrun a subscriber that checks
+/// every message (at `PoolConfig::max_holds_per_holder`, 64, unreleased samples a put
+/// would wait for that subscriber, up to `lease_wait_ms`, and then serve it bytes).
 const WINDOW: usize = 16;
 
 /// The tests share the GPU and measure times: one at a time, whatever `--test-threads`.

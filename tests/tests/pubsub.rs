@@ -922,9 +922,10 @@ fn sigkilled_holder_returns_its_blocks() {
     );
 }
 
-/// A subscriber that holds on to every sample reaches its lease limit: from then on
-/// it gets every message as bytes (one copy each), with no gap, and the blocks it holds
-/// come back when it exits.
+/// A subscriber that holds on to every sample reaches its lease limit. The first put
+/// over the limit waits `lease_wait_ms` for a release (congestion `block`), in vain;
+/// from then on the subscriber gets every message as bytes (one copy each) without
+/// further waits, with no gap, and the blocks it holds come back when it exits.
 #[test]
 fn lease_limit_falls_back_to_bytes_without_gaps() {
     const TEST: &str = "lease_limit_falls_back_to_bytes_without_gaps";
@@ -933,6 +934,7 @@ fn lease_limit_falls_back_to_bytes_without_gaps() {
     let (port, key, n, len, limit) = (free_tcp_port(), test_key(TEST), 12, MIB + 17, 4);
     let mut cfg = host_config();
     cfg.pool.max_holds_per_holder = limit;
+    cfg.lease_wait_ms = 200;
     let session = host_session_with(port, true, cfg);
     let publisher = session.declare_publisher(key.clone()).wait().expect("declare publisher");
     let mut kids = Kids::new();
@@ -951,6 +953,7 @@ fn lease_limit_falls_back_to_bytes_without_gaps() {
     let st = publisher.stats();
     let over = n - limit as u64;
     assert_eq!((st.lease_limited, st.copies_out, st.aware_bytes_puts, st.plain_puts), (over, over, over, 0));
+    assert_eq!(st.lease_waits, 1, "one wait in vain, then bytes at once while it keeps holding");
     assert_eq!(publisher.pool_stats().blocks_in_use, limit, "the subscriber still holds its leased blocks");
     kids.finish();
     wait_pool_empty(&publisher, &s);
@@ -973,6 +976,7 @@ fn paths_alternating_at_the_lease_limit_keep_order() {
     let (port, key, n, len, limit) = (free_tcp_port(), test_key(TEST), 400, 256 * KIB + 3, 3);
     let mut cfg = host_config();
     cfg.pool.max_holds_per_holder = limit;
+    cfg.lease_wait_ms = 0; // bytes at once at the limit
     let session = host_session_with(port, true, cfg);
     let publisher = session.declare_publisher(key.clone()).wait().expect("declare publisher");
     let mut kids = Kids::new();
@@ -994,6 +998,56 @@ fn paths_alternating_at_the_lease_limit_keep_order() {
     wait_pool_empty(&publisher, &s);
     println!(
         "{TEST}: {n} messages in order, {zero_copy} zero-copy and {cpu_bytes} as bytes, interleaved; {:.2} s",
+        elapsed(t)
+    );
+}
+
+/// Congestion `block`: a put to a subscriber at its lease limit waits for it to release
+/// a block, then goes zero-copy — no copy out, no bytes — as a full queue slows a
+/// publisher instead of losing messages.
+#[test]
+fn a_subscriber_at_its_lease_limit_slows_the_publisher() {
+    const TEST: &str = "a_subscriber_at_its_lease_limit_slows_the_publisher";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let t = Instant::now();
+    let (port, key, len, limit) = (free_tcp_port(), test_key(TEST), MIB + 5, 4);
+    let mut cfg = host_config();
+    cfg.pool.max_holds_per_holder = limit;
+    cfg.lease_wait_ms = 20_000; // far beyond the release below, also under sanitizers
+    let pub_session = host_session_with(port, true, cfg);
+    let publisher = pub_session.declare_publisher(key.clone()).wait().expect("declare publisher");
+    let sub_session = host_session(port, false);
+    let sub = sub_session.declare_subscriber(key.clone()).wait().expect("declare subscriber");
+    wait_zero_copy_only(&publisher, 1);
+    let mut held = Vec::new();
+    for seq in 1..=limit as u64 {
+        let r = publish_block(&publisher, seq, len);
+        assert_eq!((r.zero_copy, r.copied_out), (1, false), "seq {seq}: {r:?}");
+        let s = recv(&sub, TEST);
+        assert_eq!((s.info().seq, s.path()), (seq, Path::ZeroCopy));
+        held.push(s);
+    }
+    // The subscriber lets go of one sample a while after the next put has started.
+    let release_after = Duration::from_millis(150);
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(release_after);
+        drop(held.remove(0));
+        held
+    });
+    let put_started = Instant::now();
+    let r = publish_block(&publisher, limit as u64 + 1, len);
+    let waited = put_started.elapsed();
+    assert_eq!((r.zero_copy, r.copied_out, r.aware_bytes), (1, false, false), "{r:?}");
+    assert!(waited >= release_after, "the put went out before any release: {waited:?}");
+    let s = recv(&sub, TEST);
+    assert_eq!((s.info().seq, s.path()), (limit as u64 + 1, Path::ZeroCopy));
+    let st = publisher.stats();
+    assert_eq!((st.lease_waits, st.lease_limited, st.copies_out, st.leases), (1, 0, 0, limit as u64 + 1));
+    drop((s, releaser.join().expect("releaser")));
+    wait_until("every block back", IO, || publisher.pool_stats().blocks_in_use == 0);
+    println!(
+        "{TEST}: the put over the limit waited {:.1} ms for a release, then zero-copy; {:.2} s",
+        waited.as_secs_f64() * 1e3,
         elapsed(t)
     );
 }

@@ -153,6 +153,12 @@ impl OpenBuilder {
             Some(g) => Group::cuda_device(&g.uuid()),
             None => "host".to_owned(),
         };
+        if let Some(g) = &gpu
+            && let Err(e) = crate::cuda::warm_import_path(g)
+        {
+            // Not fatal here: the same calls fail again, with their context, where they matter.
+            tracing::warn!(error = %e, "zenoh-cuda-shm: warming the CUDA import path failed");
+        }
         match (&gpu, &why_host) {
             (Some(g), _) => tracing::info!(gpu = g.name(), uuid = %g.uuid(), "zenoh-cuda-shm: CUDA VMM blocks"),
             (None, Some(why)) => tracing::info!(why = %why, "zenoh-cuda-shm: no GPU path, using host memory blocks"),
@@ -364,6 +370,7 @@ impl PublisherBuilder {
             policy,
             Duration::from_millis(s.cfg.handshake_timeout_ms),
             s.cfg.congestion,
+            Duration::from_millis(s.cfg.lease_wait_ms),
             provider.as_ref().map(|c| c.provider().clone()),
         )?;
         let report = core.reporter();

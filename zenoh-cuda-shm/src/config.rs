@@ -97,6 +97,10 @@ pub struct ZcsConfig {
     /// Congestion control of the bytes channels (default `block`). Descriptors always
     /// block: a dropped descriptor would keep its leases until the connection ends.
     pub congestion: Congestion,
+    /// With `congestion` `block`: how long a put waits for a subscriber holding
+    /// `pool.max_holds_per_holder` blocks to release one, before sending it that message
+    /// as bytes (default 1000 ms; 0: at once). With `drop` it never waits.
+    pub lease_wait_ms: u64,
     /// Whether publishers borrow blocks from the host provider (default `auto`).
     pub provider: ProviderMode,
     /// How long opening a session looks for a provider (default 300 ms; only with
@@ -116,6 +120,7 @@ impl Default for ZcsConfig {
             allowed_uids: Vec::new(),
             plain_listen: PlainListen::Auto,
             congestion: Congestion::Block,
+            lease_wait_ms: 1000,
             provider: ProviderMode::Auto,
             provider_discovery_ms: 300,
         }

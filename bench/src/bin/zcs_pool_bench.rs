@@ -1,6 +1,7 @@
 //! Pool and import costs: loan→publish→return from a warm pool, and (on a GPU) the
 //! cost of a new block — allocate+export+map in the producer, import+map in another
-//! process, cold (first import in that process) and warm.
+//! process, cold (first import in that process) and warm, and the first import in a
+//! process that ran `warm_import_path` (what opening a CUDA session does) first.
 //!
 //! Prints one JSON object per measurement, one per line.
 //!
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde_json::json;
 use zcs_tests::{child_role, percentile, recv_msg, send_msg, spawn_child_bin};
-use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, ImportedBlock};
+use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, ImportedBlock, warm_import_path};
 use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
 use zenoh_cuda_shm::pool::{Backend, CudaBackend, HolderId, HostBackend, Pool, PoolConfig};
 
@@ -40,6 +41,8 @@ struct Args {
 }
 
 const SOCK_ENV: &str = "ZCS_BENCH_SOCK";
+/// Set for an importer that warms its import path before the first import.
+const WARM_ENV: &str = "ZCS_BENCH_WARM";
 
 fn stats_ns(mut v: Vec<f64>) -> serde_json::Value {
     v.sort_by(f64::total_cmp);
@@ -113,12 +116,31 @@ fn import_bench(gpu: &Gpu, args: &Args) {
     }
     send_msg(&conn, &(0u64, true), &[]);
     zcs_tests::wait_child(child, "importer", Duration::from_secs(60));
+
+    // A fresh importer that warms its import path first: its first import of a block
+    // from another process, against `import_map_cold` above.
+    let size = args.import_mib[0] << 20;
+    let child = spawn_child_bin("importer", &[(SOCK_ENV, name.to_key_chunk()), (WARM_ENV, "1".into())]);
+    let conn = listener.accept_timeout(Duration::from_secs(60)).expect("importer connects");
+    let b = DeviceBlock::allocate(gpu, size).expect("allocate");
+    send_msg(&conn, &(size as u64, true), &[b.fd()]);
+    let (times, _) = recv_msg::<Vec<f64>>(&conn, Duration::from_secs(60));
+    println!(
+        "{}",
+        json!({"bench": "import_map_first_after_warm_up", "backend": "cuda-vmm", "size": size, "ns": times[0],
+        "note": "first import from another process after warm_import_path (run when a CUDA session opens)"})
+    );
+    send_msg(&conn, &(0u64, true), &[]);
+    zcs_tests::wait_child(child, "importer", Duration::from_secs(60));
 }
 
 fn importer() {
     let gpu = Gpu::probe().expect("GPU in the importer");
     let name = SocketName::from_key_chunk(&std::env::var(SOCK_ENV).unwrap()).unwrap();
     let conn = ControlConn::connect(&name, Duration::from_secs(60)).unwrap();
+    if std::env::var_os(WARM_ENV).is_some() {
+        warm_import_path(&gpu).expect("warm the import path");
+    }
     let mut times = Vec::new();
     // Imports stay mapped until the size is done, so every warm import is a new block.
     let mut keep = Vec::new();

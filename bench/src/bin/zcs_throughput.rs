@@ -877,10 +877,12 @@ fn main() {
         assert!(r.available(cuda), "path {} needs --backend {}", r.name(), if cuda { "host" } else { "cuda" });
     }
     let port = free_tcp_port();
-    let session =
-        GpuSession::open(loopback_zenoh_config(Some(port), None, Some(PREFIX)), zcs_config(device_choice(cuda)))
-            .wait()
-            .unwrap_or_else(|e| panic!("--backend {}: {e}", args.backend));
+    // The publisher's pool is capped (subscribers publish nothing: their pools stay empty).
+    let mut config = zcs_config(device_choice(cuda));
+    config.pool.max_blocks = args.pool_blocks;
+    let session = GpuSession::open(loopback_zenoh_config(Some(port), None, Some(PREFIX)), config)
+        .wait()
+        .unwrap_or_else(|e| panic!("--backend {}: {e}", args.backend));
 
     let mut setup = json!({"bench": "throughput-setup", "backend": session.backend().to_string(),
         "frames": args.frames, "warmup": args.warmup,

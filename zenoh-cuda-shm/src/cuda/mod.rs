@@ -33,4 +33,4 @@ pub use device::{Gpu, GpuUuid, ProbeError};
 pub use event::{Fence, IpcEvent, Stream};
 pub use kernels::Kernels;
 pub use sys::CudaError;
-pub use vmm::{DeviceBlock, ImportedBlock, VmmMapping};
+pub use vmm::{DeviceBlock, ImportedBlock, VmmMapping, warm_import_path};

@@ -236,6 +236,21 @@ impl DeviceBlock {
     }
 }
 
+/// Runs the import path once on a block of our own (allocate, export, import the FD,
+/// map, unmap, free). The first import in a process costs about three times a later
+/// one (≈ 200 µs against 70 µs on an H200, `docs/benchmarks.md`): doing it when a
+/// session opens keeps that cost out of the first handshake with a publisher.
+pub fn warm_import_path(gpu: &Gpu) -> Result<(), CudaError> {
+    let block = DeviceBlock::allocate(gpu, 1)?;
+    let fd = block.fd().try_clone_to_owned().map_err(|_| CudaError {
+        call: "dup",
+        source: cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_OPERATING_SYSTEM),
+    })?;
+    let imported = ImportedBlock::import(gpu, fd, block.size())?;
+    drop((imported, block));
+    Ok(())
+}
+
 /// Another process's device allocation, imported from its FD and mapped here.
 ///
 /// The physical memory stays alive while this mapping exists, even if the exporting

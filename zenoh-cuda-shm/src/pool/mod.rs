@@ -38,8 +38,8 @@
 //! device allocation (out of memory) frees idle blocks and retries once, then returns
 //! [`LoanError::Alloc`]. One holder may hold at most
 //! [`PoolConfig::max_holds_per_holder`] blocks: beyond that [`Published::lease`]
-//! refuses, and the transport serves that subscriber differently (a slow reader
-//! cannot pin the whole pool).
+//! refuses, and the transport waits for that subscriber ([`Published::wait_lease_room`])
+//! or serves it differently (a slow reader cannot pin the whole pool).
 //!
 //! Idle blocks are trimmed by the recycler: a block free for longer than
 //! [`PoolConfig::idle_trim_ms`] is released, except for the most recently used
@@ -394,6 +394,7 @@ impl<B: Backend> Shared<B> {
     /// Drops one hold of `holder` on `key`; frees the block when none remain.
     fn release_now(&self, key: BlockKey, holder: HolderId) -> Result<(), StaleError> {
         let mut st = self.lock();
+        let mut was_at_limit = false;
         let slot = st.slots.get_mut(key.id as usize).and_then(Option::as_mut).ok_or(StaleError::NoBlock(key.id))?;
         if slot.generation != key.generation || slot.alloc != key.alloc {
             return Err(StaleError::Generation { id: key.id, current: slot.generation, claimed: key.generation });
@@ -410,15 +411,20 @@ impl<B: Backend> Shared<B> {
                 }
                 slot.holds.swap_remove(pos);
                 if holder != HolderId::LOCAL {
-                    dec_holder(&mut st.holder_counts, holder);
+                    was_at_limit = dec_holder(&mut st.holder_counts, holder) >= self.cfg.max_holds_per_holder;
                 }
             }
             _ => return Err(StaleError::NotHeld { id: key.id, holder: holder.0 }),
         }
+        // Wakes waiting loans (a block came back) and puts waiting for this holder to
+        // drop below its lease limit (`Published::wait_lease_room`).
         let slot = st.slots[key.id as usize].as_mut().expect("checked above");
-        if slot.holds.is_empty() {
+        let freed = slot.holds.is_empty();
+        if freed {
             Self::make_free(&mut st, key.id);
-            drop(st);
+        }
+        drop(st);
+        if freed || was_at_limit {
             self.returned.notify_all();
         }
         Ok(())
@@ -511,13 +517,15 @@ impl<B: Backend> Shared<B> {
     }
 }
 
-fn dec_holder(counts: &mut BTreeMap<HolderId, usize>, holder: HolderId) {
-    if let Some(c) = counts.get_mut(&holder) {
-        *c -= 1;
-        if *c == 0 {
-            counts.remove(&holder);
-        }
+/// Drops one of `holder`'s holds from the tally; returns how many it had.
+fn dec_holder(counts: &mut BTreeMap<HolderId, usize>, holder: HolderId) -> usize {
+    let Some(c) = counts.get_mut(&holder) else { return 0 };
+    let before = *c;
+    *c -= 1;
+    if *c == 0 {
+        counts.remove(&holder);
     }
+    before
 }
 
 /// Compares two capabilities in constant time.
@@ -834,7 +842,7 @@ impl<B: Backend> Pool<B> {
             }
         }
         drop(st);
-        if freed {
+        if freed || dropped > 0 {
             sh.returned.notify_all();
         }
         if dropped > 0 {
@@ -1045,6 +1053,40 @@ impl<B: Backend> Published<B> {
     pub fn add_fence(&self, fence: impl Fence) {
         self.0.fences.lock().unwrap_or_else(|p| p.into_inner()).push(Box::new(fence));
     }
+    /// Waits until `holder` may be charged a lease on this block: until it holds fewer
+    /// than [`PoolConfig::max_holds_per_holder`] blocks (or already holds this one, or
+    /// has departed: [`Published::lease`] then refuses it at once), or until `deadline`.
+    /// `Ok(true)` if it had to wait, `Ok(false)` if there was room at once,
+    /// [`LeaseError::HolderLimit`] if the deadline came first. This is how a publisher
+    /// lets a subscriber at its limit slow it down rather than serve it another way.
+    pub fn wait_lease_room(&self, holder: HolderId, deadline: Instant) -> Result<bool, LeaseError> {
+        let sh = &self.0.shared;
+        let mut st = sh.lock();
+        let mut waited = false;
+        loop {
+            let held = st.holder_counts.get(&holder).copied().unwrap_or(0);
+            let slot = st.slots[self.0.key.id as usize].as_ref().expect("published slot exists");
+            if held < sh.cfg.max_holds_per_holder
+                || st.departed.contains(&holder)
+                || slot.holds.iter().any(|(h, _)| *h == holder)
+            {
+                return Ok(waited);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(LeaseError::HolderLimit { holder: holder.0, held });
+            }
+            waited = true;
+            st = sh.returned.wait_timeout(st, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    /// How many blocks `holder` holds, and the most it may hold.
+    pub fn holds_of(&self, holder: HolderId) -> (usize, usize) {
+        let sh = &self.0.shared;
+        (sh.lock().holder_counts.get(&holder).copied().unwrap_or(0), sh.cfg.max_holds_per_holder)
+    }
+
     /// Adds a hold for `holder` (charged before the descriptor is sent). Refused when
     /// the holder is at its limit (the caller then serves that holder another way) or
     /// has departed (released with [`Pool::release_holder`]: nobody would release it).

@@ -133,6 +133,18 @@ impl PublishedAny {
             Self::Host(p) => p.lease(h),
         }
     }
+    pub(crate) fn holds_of(&self, h: HolderId) -> (usize, usize) {
+        match self {
+            Self::Cuda(p) => p.holds_of(h),
+            Self::Host(p) => p.holds_of(h),
+        }
+    }
+    pub(crate) fn wait_lease_room(&self, h: HolderId, deadline: std::time::Instant) -> Result<bool, LeaseError> {
+        match self {
+            Self::Cuda(p) => p.wait_lease_room(h, deadline),
+            Self::Host(p) => p.wait_lease_room(h, deadline),
+        }
+    }
 }
 
 /// A mapping of a block, and (for a block lent by the host provider) the registration

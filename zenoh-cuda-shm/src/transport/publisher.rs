@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use zenoh::Wait;
 use zenoh::key_expr::KeyExpr;
@@ -47,8 +47,12 @@ pub struct PublisherStats {
     pub plain_puts: u64,
     /// Puts of bytes on `<key>/@zcs/b` for GPU-aware subscribers off the zero-copy path.
     pub aware_bytes_puts: u64,
-    /// Leases refused by a subscriber's lease limit (it got bytes instead).
+    /// Leases refused by a subscriber's lease limit (it got bytes instead): at once
+    /// with congestion `drop`, after waiting `lease_wait_ms` with `block`.
     pub lease_limited: u64,
+    /// Puts that waited for a subscriber at its lease limit to release a block
+    /// (congestion `block`).
+    pub lease_waits: u64,
     /// Handshakes completed.
     pub handshakes: u64,
     /// Handshakes refused or failed.
@@ -77,6 +81,7 @@ struct Counters {
     plain_puts: AtomicU64,
     aware_bytes_puts: AtomicU64,
     lease_limited: AtomicU64,
+    lease_waits: AtomicU64,
     handshakes: AtomicU64,
     handshake_failures: AtomicU64,
     fd_handouts: AtomicU64,
@@ -94,6 +99,11 @@ fn inc(c: &AtomicU64) {
 struct Ready {
     subscriber: u64,
     conn: Arc<ControlConn>,
+    /// A put waited `lease_wait` for it in vain: it keeps its samples until newer ones
+    /// come (e.g. a ring of the last N frames, N above its lease limit), so waiting
+    /// again would stall every put. It gets bytes at its limit, without waiting, until
+    /// it holds at most half its limit again.
+    lease_stalled: bool,
 }
 
 #[derive(Default)]
@@ -143,6 +153,9 @@ pub(crate) struct Shared {
     next_holder: AtomicU64,
     stop: AtomicBool,
     handshake_timeout: Duration,
+    /// How long a put waits for a subscriber at its lease limit (zero with
+    /// `Congestion::Drop`).
+    lease_wait: Duration,
     bad_input: RateLimitedWarn,
     probe: Option<HostBlock>,
     probe_token: u64,
@@ -254,6 +267,7 @@ impl PublisherCore {
         policy: AccessPolicy,
         handshake_timeout: Duration,
         congestion: Congestion,
+        lease_wait: Duration,
         provider: Option<protocol::ProviderRef>,
     ) -> Result<Self, DeclareError> {
         let ke = KeyExpr::try_from(key.to_owned())
@@ -285,6 +299,7 @@ impl PublisherCore {
             next_holder: AtomicU64::new(1),
             stop: AtomicBool::new(false),
             handshake_timeout,
+            lease_wait: if congestion == Congestion::Block { lease_wait } else { Duration::ZERO },
             bad_input: RateLimitedWarn::new(Duration::from_secs(5)),
             probe,
             provider,
@@ -423,6 +438,9 @@ impl PublisherCore {
     pub(crate) fn put_block(&self, published: PublishedAny, meta: protocol::Meta) -> Result<PutReport, PutError> {
         let sh = &self.shared;
         let c = &sh.counters;
+        if !sh.lease_wait.is_zero() {
+            self.wait_for_lease_room(&published);
+        }
         let ts = now_ns();
         let len = published.len();
         let (seq, zero_copy, aware_need_bytes) = {
@@ -489,6 +507,44 @@ impl PublisherCore {
         Ok(PutReport { seq, zero_copy, copied_out, plain: to_plain, aware_bytes: aware_need_bytes })
     }
 
+    /// With congestion `block`, a subscriber at its lease limit slows the publisher as a
+    /// full queue does: wait (at most `lease_wait_ms`) for it to release a block rather
+    /// than copy this message out for it (a 33 MB frame costs ~10 ms to copy out, the
+    /// time of hundreds of zero-copy frames). The wait is outside the state lock, so
+    /// releases, handshakes and departures go on meanwhile; a holder still at its limit
+    /// afterwards is served bytes by `put_block`.
+    fn wait_for_lease_room(&self, published: &PublishedAny) {
+        let holders: Vec<(u64, bool)> = self.state().ready.iter().map(|(h, r)| (*h, r.lease_stalled)).collect();
+        let deadline = Instant::now() + self.shared.lease_wait;
+        let mut waited = false;
+        let set_stalled = |h: u64, on: bool| {
+            if let Some(r) = self.state().ready.get_mut(&h) {
+                r.lease_stalled = on;
+            }
+        };
+        for (h, stalled) in holders {
+            let holder = HolderId::new(h);
+            if stalled {
+                let (held, limit) = published.holds_of(holder);
+                if held <= limit / 2 {
+                    set_stalled(h, false);
+                }
+                continue;
+            }
+            match published.wait_lease_room(holder, deadline) {
+                Ok(w) => waited |= w,
+                Err(_) => {
+                    waited = true;
+                    tracing::debug!(holder = h, "subscriber kept its lease limit for the whole wait; bytes for now");
+                    set_stalled(h, true);
+                }
+            }
+        }
+        if waited {
+            inc(&self.shared.counters.lease_waits);
+        }
+    }
+
     /// Reports this publisher while it exists (the session sends such reports to its
     /// provider); `None` once it is gone.
     pub(crate) fn reporter(&self) -> impl Fn() -> Option<protocol::PublisherReport> + Send + Sync + 'static {
@@ -538,6 +594,7 @@ impl PublisherCore {
             plain_puts: l(&c.plain_puts),
             aware_bytes_puts: l(&c.aware_bytes_puts),
             lease_limited: l(&c.lease_limited),
+            lease_waits: l(&c.lease_waits),
             handshakes: l(&c.handshakes),
             handshake_failures: l(&c.handshake_failures),
             fd_handouts: l(&c.fd_handouts),
@@ -671,7 +728,7 @@ fn connection(sh: Arc<Shared>, conn: ControlConn) {
             drop(st);
             return fail("send Ready");
         }
-        st.ready.insert(holder, Ready { subscriber, conn: Arc::clone(&conn) });
+        st.ready.insert(holder, Ready { subscriber, conn: Arc::clone(&conn), lease_stalled: false });
     }
     inc(&c.handshakes);
     tracing::debug!(pid = peer.pid, uid = peer.uid, holder, "subscriber is GPU-ready");

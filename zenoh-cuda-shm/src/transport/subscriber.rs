@@ -122,9 +122,7 @@ pub(crate) struct Link {
     /// Block generations whose ready signal never came because the publisher died
     /// first: reads of them are refused (`ReadError::PublisherDied`).
     unready: Mutex<std::collections::HashSet<(u32, u64)>>,
-    /// Created with the link: creating a stream blocks while another of our streams
-    /// waits on a signal that never comes (measured on an H200, driver 580), which is
-    /// exactly when this stream is needed.
+    /// The subscriber's stream for this (`Shared::release_stream`).
     release_stream: Option<crate::cuda::Stream>,
     /// The host provider the publisher's lent blocks are opened at.
     provider: Option<Arc<crate::provider::ProviderClient>>,
@@ -363,6 +361,11 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     /// Host providers reached by this session (lent blocks are opened there).
     providers: Arc<crate::provider::Providers>,
+    /// For writing a dead publisher's ready signals (CUDA). Created with the subscriber,
+    /// not when needed: creating a stream blocks while another of our streams waits on
+    /// a signal that never comes (measured on an H200, driver 580), which is exactly
+    /// when it is needed; and not per link, to keep it out of every handshake.
+    release_stream: Option<crate::cuda::Stream>,
 }
 
 pub(crate) struct SubscriberCore {
@@ -391,6 +394,10 @@ impl SubscriberCore {
             .map_err(|e| DeclareError::Key { key: key.into(), detail: e.to_string() })?;
         let instance = rand::random::<u64>() | 1;
         let (recycler, releaser) = Recycler::start(Duration::from_secs(3600))?;
+        let release_stream = match &medium {
+            SubMedium::Cuda(gpu) => Some(gpu.new_stream().map_err(crate::signal::SignalError::from)?),
+            SubMedium::Host => None,
+        };
         let shared = Arc::new(Shared {
             key: key.to_owned(),
             instance,
@@ -407,6 +414,7 @@ impl SubscriberCore {
             session: session.clone(),
             closed: AtomicBool::new(false),
             providers,
+            release_stream,
         });
         // The token goes out first: declarations travel in order on a link, so a
         // publisher learns of this subscriber (and starts serving it bytes until the
@@ -944,10 +952,6 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<Arc<Link>, String> {
             return Err(format!("probe import failed: {e}"));
         }
     };
-    let release_stream = match &sh.medium {
-        SubMedium::Cuda(gpu) => Some(gpu.new_stream().map_err(|e| e.to_string())?),
-        SubMedium::Host => None,
-    };
     conn.send(&protocol::encode(&Request::Ack { token: Some(probe_token), error: None }), &[])
         .map_err(|e| e.to_string())?;
     let frame = conn.recv(sh.handshake_timeout).map_err(|e| e.to_string())?;
@@ -972,7 +976,7 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<Arc<Link>, String> {
         peer_pid,
         awaited: Mutex::new(HashMap::new()),
         unready: Mutex::new(std::collections::HashSet::new()),
-        release_stream,
+        release_stream: sh.release_stream.clone(),
         provider,
     });
     let mut o = order.lock();
