@@ -162,7 +162,7 @@ pub mod check {
     //! (`--backend host`), the same pattern check on the CPU.
 
     use zenoh_cuda_shm::GpuSample;
-    use zenoh_cuda_shm::cuda::kernels::check_pattern;
+    use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
     use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
 
     /// Mean host time per frame in each step (µs): where a frame's time goes.
@@ -238,6 +238,16 @@ pub mod check {
                 DevCheck { gpu, kernels, stream, counter, staging: None }
             });
             Self { dev, cpu_errors: 0, clock: StageClock::default() }
+        }
+
+        /// Checks one frame of its own (on the GPU: the first launch of the check kernel
+        /// and the staging block), so that a timed first sample does not pay for them,
+        /// as it would not in an application that has been running.
+        pub fn warm_up(&mut self) {
+            let mut frame = vec![0u8; 64 << 10];
+            fill_pattern(&mut frame, 0, 1);
+            self.host(&frame, 1);
+            self.clock = StageClock::default();
         }
 
         /// A frame in host memory: host→device into the staging buffer, then the kernel

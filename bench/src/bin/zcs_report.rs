@@ -628,6 +628,9 @@ fn goal_first(d: &Data) -> Goal {
     if let Some(net) = rec.num("first_ready_net_p50_us") {
         extra.push(format!("{} p50 without the wait for the next frame", fmt_us(net)));
     }
+    if let Some(setup) = rec.num("setup_p50_us") {
+        extra.push(format!("{} p50 link up + first frame's trip", fmt_us(setup)));
+    }
     if !extra.is_empty() {
         let _ = write!(measured, " ({})", extra.join(", "));
     }
@@ -1019,6 +1022,7 @@ fn first_section(out: &mut String, d: &Data) {
         "without the frame wait",
         "First zero-copy p50 / max",
         "without the frame wait",
+        "Link up + first trip p50 / max",
         "Reached zero-copy",
     ]
     .map(String::from)
@@ -1040,6 +1044,7 @@ fn first_section(out: &mut String, d: &Data) {
                 us(r, "first_ready_net_p50_us", "first_ready_net_max_us"),
                 us(r, "first_zero_copy_p50_us", "first_zero_copy_max_us"),
                 us(r, "first_zero_copy_net_p50_us", "first_zero_copy_net_max_us"),
+                us(r, "setup_p50_us", "setup_max_us"),
                 r.uint("zero_copy_reached").map_or("—".into(), group),
             ]
         })

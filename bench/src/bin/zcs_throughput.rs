@@ -192,6 +192,8 @@ enum Msg {
         any_net_us: f64,
         zero_copy_us: Option<f64>,
         zero_copy_net_us: Option<f64>,
+        /// `zero_copy_net_us` up to `recv` returning it (before the consumer's check).
+        zero_copy_recv_net_us: Option<f64>,
         first_path: String,
         samples_before_zero_copy: u64,
         /// Milestones after the declaration (µs): `declare_subscriber` returned, the
@@ -406,6 +408,7 @@ fn first_child() {
     let env = ChildEnv::read();
     let session = env.gpu_session();
     let mut checker = Checker::new(session.gpu().cloned());
+    checker.warm_up();
     let (t, t0_ns) = (Instant::now(), now_ns());
     let sub = Arc::new(session.declare_subscriber(env.key.clone()).wait().expect("subscriber"));
     let declared_us = t.elapsed().as_secs_f64() * 1e6;
@@ -434,13 +437,14 @@ fn first_child() {
     let (mut any, mut first_path, mut before) = (None, String::new(), 0u64);
     let zero_copy = loop {
         let Ok(s) = sub.recv_timeout(Duration::from_secs(10).saturating_sub(t.elapsed())) else { break None };
+        let recv_us = t.elapsed().as_secs_f64() * 1e6;
         checker.sample(&s);
         let us = t.elapsed().as_secs_f64() * 1e6;
         if any.is_none() {
             (any, first_path) = (Some((us, us - waited_us(&s))), s.path().to_string());
         }
         if s.path() == Path::ZeroCopy {
-            break Some((us, us - waited_us(&s)));
+            break Some((us, us - waited_us(&s), recv_us - waited_us(&s)));
         }
         before += 1;
     };
@@ -452,6 +456,7 @@ fn first_child() {
         any_net_us,
         zero_copy_us: zero_copy.map(|z| z.0),
         zero_copy_net_us: zero_copy.map(|z| z.1),
+        zero_copy_recv_net_us: zero_copy.map(|z| z.2),
         first_path,
         samples_before_zero_copy: before,
         declared_us,
@@ -754,6 +759,7 @@ impl Ctx {
         let (mut any, mut zc, mut paths) = (Vec::new(), Vec::new(), Vec::new());
         let (mut any_net, mut zc_net) = (Vec::new(), Vec::new());
         let (mut declared, mut seen, mut linked) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut zc_recv_net, mut setup) = (Vec::new(), Vec::new());
         for _ in 0..args.first_subs {
             let c = Children::spawn("first", 1, self.port, &args.backend, route, &key, 0);
             for m in c.recv_each() {
@@ -762,6 +768,7 @@ impl Ctx {
                     any_net_us,
                     zero_copy_us,
                     zero_copy_net_us,
+                    zero_copy_recv_net_us,
                     first_path,
                     samples_before_zero_copy,
                     declared_us,
@@ -778,13 +785,25 @@ impl Ctx {
                 any_net.push(any_net_us);
                 zc.extend(zero_copy_us);
                 zc_net.extend(zero_copy_net_us);
+                zc_recv_net.extend(zero_copy_recv_net_us);
+                setup.extend(linked_us.zip(zero_copy_net_us).map(|(l, n)| l + n));
                 paths.push(json!({"first_path": first_path, "samples_before_zero_copy": samples_before_zero_copy}));
             }
             c.wait();
         }
         stop.store(true, Ordering::Relaxed);
         feeder.join().expect("feeder");
-        for v in [&mut any, &mut zc, &mut any_net, &mut zc_net, &mut declared, &mut seen, &mut linked] {
+        for v in [
+            &mut any,
+            &mut zc,
+            &mut any_net,
+            &mut zc_net,
+            &mut declared,
+            &mut seen,
+            &mut linked,
+            &mut zc_recv_net,
+            &mut setup,
+        ] {
             v.sort_by(f64::total_cmp);
         }
         println!(
@@ -810,6 +829,9 @@ impl Ctx {
                 "publisher_seen_max_us": seen.last(),
                 "linked_p50_us": percentile(&linked, 50.0),
                 "linked_max_us": linked.last(),
+                "first_zero_copy_recv_net_p50_us": percentile(&zc_recv_net, 50.0),
+                "setup_p50_us": percentile(&setup, 50.0),
+                "setup_max_us": setup.last(),
                 "per_subscriber": paths,
                 "note": "declare_subscriber → first sample checked and ready on the subscriber's stream \
                          (handshake + first import); first_ready counts any path, first_zero_copy the first \
@@ -817,7 +839,10 @@ impl Ctx {
                          published after the declaration (the publisher runs at rate_hz); milestones after \
                          the declaration: declared (declare_subscriber returned), publisher_seen (its \
                          liveliness token reached the subscriber), linked (handshake done, zero-copy link up), \
-                         polled every ~20 µs",
+                         polled every ~20 µs; first_zero_copy_recv_net: the first zero-copy frame's trip up to \
+                         recv returning it (the rest is the consumer's check); setup = linked + \
+                         first_zero_copy_net, the subscriber's own cost with the wait for a frame left out; \
+                         each subscriber ran its check kernel once before declaring",
             })
         );
     }
