@@ -122,7 +122,8 @@ pub(crate) struct Link {
     /// Block generations whose ready signal never came because the publisher died
     /// first: reads of them are refused (`ReadError::PublisherDied`).
     unready: Mutex<std::collections::HashSet<(u32, u64)>>,
-    /// The subscriber's stream for this (`Shared::release_stream`).
+    /// The subscriber's stream for writing a dead publisher's signals
+    /// (`Shared::release_stream`).
     release_stream: Option<crate::cuda::Stream>,
     /// The host provider the publisher's lent blocks are opened at.
     provider: Option<Arc<crate::provider::ProviderClient>>,
