@@ -46,7 +46,7 @@ use zenoh::Wait;
 use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, spawn_child, watchdog_guard};
 use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern, fill_pattern};
 use zenoh_cuda_shm::host::{open_fd_count, thread_count};
-use zenoh_cuda_shm::{GpuLoan, GpuSample, GpuSession, GpuSubscriber, ReadError, ZcsConfig};
+use zenoh_cuda_shm::{GpuLoan, GpuPublisher, GpuSample, GpuSession, GpuSubscriber, ReadError, ZcsConfig};
 
 /// Iterations per cell.
 pub const ITERS_ENV: &str = "ZCS_CRASH_ITERS";
@@ -131,6 +131,13 @@ impl Filler {
                 }
             }
         }
+    }
+
+    /// Loans `LEN` bytes from `p`, fills them with the pattern of `seq` and puts them.
+    fn publish(&self, p: &GpuPublisher, seq: u64) {
+        let mut loan = p.loan(LEN).expect("loan");
+        self.fill(&mut loan, seq);
+        p.put(loan).expect("put");
     }
 }
 
@@ -403,11 +410,7 @@ pub fn subscriber_killed(mode: Mode, test: &'static str) {
     let (stop, got) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
     let drainer = drain(Arc::clone(&survivor), true, Arc::clone(&stop), Arc::clone(&got));
     let mut seq = 0u64;
-    let publish = |seq: u64| {
-        let mut loan = publisher.loan(LEN).expect("loan");
-        filler.fill(&mut loan, seq);
-        publisher.put(loan).expect("put");
-    };
+    let publish = |seq: u64| filler.publish(&publisher, seq);
     // Warm up so Zenoh's and the pool's steady state is the baseline.
     for _ in 0..20 {
         seq += 1;
@@ -803,11 +806,7 @@ pub fn relay_killed(mode: Mode, test: &'static str) {
         publisher.zero_copy_subscribers() == 1 && publisher.plain_subscribers() && linked_only_to(&sessions, &router)
     });
     let mut seq = 0u64;
-    let publish = |seq: u64| {
-        let mut loan = publisher.loan(LEN).expect("loan");
-        filler.fill(&mut loan, seq);
-        publisher.put(loan).expect("put");
-    };
+    let publish = |seq: u64| filler.publish(&publisher, seq);
     // Warm up so Zenoh's and the pool's steady state is the baseline.
     for _ in 0..20 {
         seq += 1;
@@ -1009,9 +1008,7 @@ pub fn child_entry() {
             let p = s.declare_publisher(key).wait().expect("publisher");
             let filler = Filler::new(&s);
             for seq in 1.. {
-                let mut loan = p.loan(LEN).expect("loan");
-                filler.fill(&mut loan, seq);
-                p.put(loan).expect("put");
+                filler.publish(&p, seq);
                 std::thread::sleep(Duration::from_micros(500 + rng.next() % 1500));
             }
         }
