@@ -150,6 +150,9 @@ struct PubFigures {
     plain_puts: u64,
     aware_bytes_puts: u64,
     lease_limited: u64,
+    fds_pushed: u64,
+    fd_handouts: u64,
+    allocations: u64,
     blocks_in_use: u64,
     bytes: u64,
     secs: f64,
@@ -605,6 +608,9 @@ fn pub_figures(p: &GpuPublisher, bytes: u64, secs: f64) -> PubFigures {
         plain_puts: s.plain_puts,
         aware_bytes_puts: s.aware_bytes_puts,
         lease_limited: s.lease_limited,
+        fds_pushed: s.fds_pushed,
+        fd_handouts: s.fd_handouts,
+        allocations: p.pool_stats().allocations,
         blocks_in_use: p.pool_stats().blocks_in_use as u64,
         bytes,
         secs,
@@ -1211,6 +1217,8 @@ fn assert_fanout(test: &str, f: &Fanout, r: &FanoutResult) {
         assert_eq!(p.copies_out, 0, "{test}: no device→host copy on the zero-copy path: {p:?}");
         assert_eq!(p.leases, f.n * f.subs as u64, "{test}: {p:?}");
         assert_eq!(p.blocks_in_use, 0, "{test}: every lease released: {p:?}");
+        // Every block's FD went out with its first descriptor to each subscriber.
+        assert_eq!((p.fds_pushed, p.fd_handouts), (p.allocations * f.subs as u64, 0), "{test}: {p:?}");
     }
 }
 

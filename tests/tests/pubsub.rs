@@ -574,6 +574,10 @@ fn fan_out(test: &'static str, k: usize, n: u64, len: usize) {
     let st = publisher.stats();
     assert_eq!((st.messages, st.copies_out, st.leases, st.descriptors), (n, 0, n * k as u64, n));
     assert_eq!((st.fd_denied, st.bad_releases, st.handshakes, st.lease_limited), (0, 0, k as u64, 0));
+    // Each subscriber got each block's FD with its first descriptor of it, and asked
+    // for none.
+    let allocations = publisher.pool_stats().allocations;
+    assert_eq!((st.fds_pushed, st.fd_handouts), (allocations * k as u64, 0), "{st:?}");
     kids.finish();
     println!(
         "{test}: {k} subscriber(s) x {n} x {} KiB zero-copy, every byte checked, no copy; {} blocks allocated; {:.2} s",

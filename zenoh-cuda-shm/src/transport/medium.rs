@@ -114,6 +114,13 @@ impl PublishedAny {
             Self::Host(p) => p.memory().size(),
         }
     }
+    /// The block's FD, when it is our own (a lent block's FD is opened at the provider).
+    pub(crate) fn own_fd(&self) -> Option<BorrowedFd<'_>> {
+        match self {
+            Self::Cuda(p) => p.memory().lent().is_none().then(|| p.memory().fd()),
+            Self::Host(p) => p.memory().lent().is_none().then(|| p.memory().fd()),
+        }
+    }
     /// The provider's loan id, when the block is lent by the host provider.
     pub(crate) fn lent(&self) -> Option<u64> {
         match self {

@@ -15,6 +15,17 @@
 //! link thread merges them with bytes from Zenoh by sequence number and delivers every
 //! sequence number of a publisher at most once (`docs/protocol.md`).
 
+/// A step of a subscriber joining (its declaration, the handshake on both sides, a
+/// block's first import), as a trace event of target `zcs_join`: with
+/// `RUST_LOG=zcs_join=trace` the timestamps show where a first message's time goes,
+/// across the processes. Free when that target is off.
+macro_rules! step {
+    ($($arg:tt)+) => {
+        tracing::trace!(target: "zcs_join", $($arg)+)
+    };
+}
+pub(crate) use step;
+
 pub(crate) mod medium;
 pub mod publisher;
 pub mod subscriber;

@@ -2,9 +2,9 @@
 //! its control server (handshake, FD handout, releases), and the routing of each put.
 
 use std::collections::HashMap;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use zenoh::Wait;
@@ -57,8 +57,11 @@ pub struct PublisherStats {
     pub handshakes: u64,
     /// Handshakes refused or failed.
     pub handshake_failures: u64,
-    /// FDs handed out.
+    /// FDs handed out on request.
     pub fd_handouts: u64,
+    /// FDs sent along with a block's first descriptor on a connection (no request
+    /// needed: the subscriber imports on the first frame it sees).
+    pub fds_pushed: u64,
     /// FD requests denied (stale or wrong capability).
     pub fd_denied: u64,
     /// Releases that named nothing we lease (stale, duplicate or forged).
@@ -85,6 +88,7 @@ struct Counters {
     handshakes: AtomicU64,
     handshake_failures: AtomicU64,
     fd_handouts: AtomicU64,
+    fds_pushed: AtomicU64,
     fd_denied: AtomicU64,
     bad_releases: AtomicU64,
     disconnects: AtomicU64,
@@ -104,6 +108,8 @@ struct Ready {
     /// again would stall every put. It gets bytes at its limit, without waiting, until
     /// it holds at most half its limit again.
     lease_stalled: bool,
+    /// Blocks whose FD this connection was sent with a descriptor: id → allocation.
+    fds_sent: HashMap<u32, u64>,
 }
 
 #[derive(Default)]
@@ -124,8 +130,12 @@ impl State {
     /// stream it reads (it then reconnects) and returns false. Its connection thread
     /// keeps taking its releases, and releases the rest when the subscriber closes.
     fn push(&mut self, h: u64, frame: &[u8], c: &Counters) -> bool {
+        self.push_with(h, frame, &[], c)
+    }
+
+    fn push_with(&mut self, h: u64, frame: &[u8], fds: &[BorrowedFd<'_>], c: &Counters) -> bool {
         let Some(r) = self.ready.get(&h) else { return false };
-        match r.conn.send_timeout(frame, &[], PUSH_TIMEOUT) {
+        match r.conn.send_timeout(frame, fds, PUSH_TIMEOUT) {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(holder = h, error = %e, "subscriber not reading its control socket; disconnecting it");
@@ -466,11 +476,24 @@ impl PublisherCore {
                 let descriptor = protocol::encode(&Reply::Block(d));
                 let via_bytes = || protocol::encode(&Reply::ViaBytes { seq });
                 let holders: Vec<u64> = st.ready.keys().copied().collect();
+                // A connection gets a block's FD with its first descriptor of it (our
+                // own blocks: a lent one is opened at the provider), which spares the
+                // subscriber an `Fd` round trip before its first read of the block.
+                let own_fd = published.own_fd();
                 for h in holders {
                     match published.lease(HolderId::new(h)) {
                         Ok(()) => {
-                            if st.push(h, &descriptor, c) {
+                            let fd = own_fd.filter(|_| {
+                                st.ready.get(&h).is_some_and(|r| r.fds_sent.get(&block.id) != Some(&block.alloc))
+                            });
+                            if st.push_with(h, &descriptor, fd.as_slice(), c) {
                                 zero_copy += 1;
+                                if fd.is_some()
+                                    && let Some(r) = st.ready.get_mut(&h)
+                                {
+                                    r.fds_sent.insert(block.id, block.alloc);
+                                    inc(&c.fds_pushed);
+                                }
                             } else {
                                 // Never sent: nobody will release it.
                                 let _ = sh.medium.release(block, HolderId::new(h));
@@ -598,6 +621,7 @@ impl PublisherCore {
             handshakes: l(&c.handshakes),
             handshake_failures: l(&c.handshake_failures),
             fd_handouts: l(&c.fd_handouts),
+            fds_pushed: l(&c.fds_pushed),
             fd_denied: l(&c.fd_denied),
             bad_releases: l(&c.bad_releases),
             disconnects: l(&c.disconnects),
@@ -629,17 +653,50 @@ impl Drop for PublisherCore {
     }
 }
 
-/// Accepts control connections until stopped; one thread per connection.
+/// Serves control connections until stopped; one thread per connection.
+///
+/// The thread that accepts a connection serves it: one acceptor waits in `accept` at a
+/// time, and once it has a connection this thread starts the next acceptor while it
+/// handshakes. A joining subscriber's handshake therefore waits neither for a thread to
+/// be created nor for a handover between threads (each costs about 100 µs of the first
+/// message's latency on a busy or virtualised host).
 fn serve(sh: Arc<Shared>, listener: ControlListener) {
+    let listener = Arc::new(listener);
+    let (accepted_tx, accepted) = mpsc::channel::<()>();
     let mut workers: Vec<std::thread::JoinHandle<()>> = Vec::new();
+    while !sh.stop.load(Ordering::Relaxed) {
+        let (s2, l2, tx) = (Arc::clone(&sh), Arc::clone(&listener), accepted_tx.clone());
+        match std::thread::Builder::new().name("zcs-pub-conn".into()).spawn(move || accept_and_serve(&s2, &l2, &tx)) {
+            Ok(t) => workers.push(t),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot spawn a control connection thread");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        }
+        // Until that acceptor has its connection (or we stop).
+        while !sh.stop.load(Ordering::Relaxed) {
+            match accepted.recv_timeout(Duration::from_millis(50)) {
+                Err(mpsc::RecvTimeoutError::Timeout) => workers.retain(|t| !t.is_finished()),
+                // Disconnected cannot happen: we hold a sender.
+                Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        workers.retain(|t| !t.is_finished());
+    }
+    for t in workers {
+        let _ = t.join();
+    }
+}
+
+/// Accepts one connection (or gives up once stopped), says so, and serves it.
+fn accept_and_serve(sh: &Arc<Shared>, listener: &ControlListener, accepted: &mpsc::Sender<()>) {
     while !sh.stop.load(Ordering::Relaxed) {
         match listener.accept_timeout(Duration::from_millis(50)) {
             Ok(conn) => {
-                let s2 = Arc::clone(&sh);
-                match std::thread::Builder::new().name("zcs-pub-conn".into()).spawn(move || connection(s2, conn)) {
-                    Ok(t) => workers.push(t),
-                    Err(e) => tracing::error!(error = %e, "cannot spawn a control connection thread"),
-                }
+                crate::transport::step!("publisher: connection accepted");
+                let _ = accepted.send(());
+                return connection(Arc::clone(sh), conn);
             }
             Err(crate::ipc::AcceptError::Timeout(_)) => {}
             Err(e) => {
@@ -647,10 +704,6 @@ fn serve(sh: Arc<Shared>, listener: ControlListener) {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
-        workers.retain(|t| !t.is_finished());
-    }
-    for t in workers {
-        let _ = t.join();
     }
 }
 
@@ -698,6 +751,7 @@ fn connection(sh: Arc<Shared>, conn: ControlConn) {
         Ok(_) => return fail("expected Hello"),
         Err(_) => return fail("no Hello"),
     };
+    crate::transport::step!("publisher: Hello received");
     let (probe_fd, probe_size) = match (&sh.medium, &sh.probe) {
         (PubMedium::Cuda { signals, .. }, _) => (signals.fd().expect("our own signal block"), signals.size()),
         (PubMedium::Host { .. }, Some(p)) => (p.fd(), p.size()),
@@ -720,6 +774,7 @@ fn connection(sh: Arc<Shared>, conn: ControlConn) {
         Ok(Request::Ack { error, .. }) => return fail(&format!("probe import failed: {}", error.unwrap_or_default())),
         _ => return fail("expected Ack"),
     }
+    crate::transport::step!("publisher: Ack received");
     // Routing starts here: `Ready` names the first message routed over this connection
     // and goes out with the state locked, so no put can slip in between.
     {
@@ -728,8 +783,10 @@ fn connection(sh: Arc<Shared>, conn: ControlConn) {
             drop(st);
             return fail("send Ready");
         }
-        st.ready.insert(holder, Ready { subscriber, conn: Arc::clone(&conn), lease_stalled: false });
+        let r = Ready { subscriber, conn: Arc::clone(&conn), lease_stalled: false, fds_sent: HashMap::new() };
+        st.ready.insert(holder, r);
     }
+    crate::transport::step!("publisher: Ready sent, routing");
     inc(&c.handshakes);
     tracing::debug!(pid = peer.pid, uid = peer.uid, holder, "subscriber is GPU-ready");
     loop {

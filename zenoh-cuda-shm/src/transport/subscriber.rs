@@ -3,6 +3,7 @@
 //! two ways a message can arrive, deduplication, and releases.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -184,7 +185,7 @@ impl Link {
         backlog: &mut VecDeque<Frame>,
         key: BlockKey,
         capability: u64,
-    ) -> Result<(std::os::fd::OwnedFd, usize), String> {
+    ) -> Result<(OwnedFd, usize), String> {
         let conn = &self.conn;
         conn.send(&protocol::encode(&Request::Fd { block: key, capability }), &[]).map_err(|e| e.to_string())?;
         let deadline = Instant::now() + FD_REPLY_WAIT;
@@ -393,6 +394,7 @@ impl SubscriberCore {
         let zerr = |e: zenoh::Error| DeclareError::Zenoh(e.to_string());
         let ke = KeyExpr::try_from(key.to_owned())
             .map_err(|e| DeclareError::Key { key: key.into(), detail: e.to_string() })?;
+        super::step!("subscriber: declaring");
         let instance = rand::random::<u64>() | 1;
         let (recycler, releaser) = Recycler::start(Duration::from_secs(3600))?;
         let release_stream = match &medium {
@@ -437,6 +439,7 @@ impl SubscriberCore {
             SampleKind::Delete => publisher_vanished(&s, t.instance),
         })
         .map_err(zerr)?;
+        super::step!("subscriber: declared");
         Ok(Self { shared, _recycler: recycler, _token: token, _bytes: bytes, _pubs: pubs })
     }
 
@@ -637,18 +640,29 @@ fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
     }
     let Some(socket) = t.socket.clone() else { return };
     let s = Arc::clone(sh);
-    let spawned = std::thread::Builder::new().name("zcs-sub-link".into()).spawn(move || link_thread(&s, &t, &socket));
+    super::step!("subscriber: publisher seen");
+    // Connect and say Hello here, without waiting: the publisher's side of the
+    // handshake then runs while the link thread starts. A connection that cannot be
+    // made at once (a full backlog) is retried by the thread, with the full timeout.
+    let opened = hello(sh, &socket, Duration::ZERO).ok();
+    let spawned =
+        std::thread::Builder::new().name("zcs-sub-link".into()).spawn(move || link_thread(&s, &t, &socket, opened));
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "cannot start a link thread");
     }
 }
 
-/// Handshakes with a publisher and runs the link until it ends; handshakes again
-/// (with back-off) if the publisher ended a link while it is still there.
-fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str) {
+/// Handshakes with a publisher (on `opened`, a connection that said Hello, if given)
+/// and runs the link until it ends; handshakes again (with back-off) if the publisher
+/// ended a link while it is still there.
+fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str, mut opened: Option<ControlConn>) {
     let mut backoff = Duration::from_millis(20);
     loop {
-        let link = match handshake(sh, socket) {
+        let conn = match opened.take() {
+            Some(c) => Ok(c),
+            None => hello(sh, socket, sh.handshake_timeout),
+        };
+        let link = match conn.and_then(|c| handshake(sh, c)) {
             Ok(link) => link,
             Err(why) => {
                 inc(&sh.counters.handshake_failures);
@@ -715,7 +729,7 @@ fn run_link(sh: &Arc<Shared>, link: &Arc<Link>) -> LinkEnd {
         if leaving.is_some_and(|t| t.elapsed() > LEAVE_WAIT) {
             return LinkEnd::Closed;
         }
-        let frame = match backlog.pop_front() {
+        let mut frame = match backlog.pop_front() {
             Some(f) => f,
             None => match link.conn.recv(Duration::from_millis(100)) {
                 Ok(f) => f,
@@ -737,7 +751,8 @@ fn run_link(sh: &Arc<Shared>, link: &Arc<Link>) -> LinkEnd {
         };
         match reply {
             Reply::Block(d) if leaving.is_some() => link.release(d.block),
-            Reply::Block(d) => on_block(sh, link, &mut backlog, d),
+            // The publisher sends a block's FD with the first descriptor of it.
+            Reply::Block(d) => on_block(sh, link, &mut backlog, d, frame.fds.pop()),
             Reply::Inline { .. } | Reply::ViaBytes { .. } if leaving.is_some() => {}
             Reply::Inline { seq, timestamp_ns, meta, data } => {
                 let info = SampleInfo {
@@ -902,13 +917,22 @@ fn watch_publisher_process(link: &Arc<Link>) {
     }
 }
 
-fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<Arc<Link>, String> {
+/// The start of a handshake: connects to a publisher's control socket (waiting up to
+/// `timeout` for room in its backlog) and says Hello.
+fn hello(sh: &Shared, socket: &str, timeout: Duration) -> Result<ControlConn, String> {
     let name = SocketName::from_key_chunk(socket).map_err(|e| e.to_string())?;
-    let conn = ControlConn::connect(&name, sh.handshake_timeout).map_err(|e| e.to_string())?;
-    let peer_pid = conn.peer_cred().pid;
+    let conn = ControlConn::connect(&name, timeout).map_err(|e| e.to_string())?;
     let hello = Request::Hello { subscriber: sh.instance, group: sh.group.clone() };
     conn.send(&protocol::encode(&hello), &[]).map_err(|e| e.to_string())?;
+    super::step!("subscriber: Hello sent");
+    Ok(conn)
+}
+
+/// The rest of a handshake on a connection that said Hello: the probe, then `Ready`.
+fn handshake(sh: &Arc<Shared>, conn: ControlConn) -> Result<Arc<Link>, String> {
+    let peer_pid = conn.peer_cred().pid;
     let mut frame = conn.recv(sh.handshake_timeout).map_err(|e| e.to_string())?;
+    super::step!("subscriber: Welcome received");
     let (publisher, cap_key, probe_size, probe_token, provider) =
         match protocol::decode::<Reply>("control reply", &frame.bytes).map_err(|e| e.to_string())? {
             Reply::Welcome { publisher, capability_key, probe_size, probe_token, provider, .. } => {
@@ -953,6 +977,7 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<Arc<Link>, String> {
             return Err(format!("probe import failed: {e}"));
         }
     };
+    super::step!("subscriber: probe imported");
     conn.send(&protocol::encode(&Request::Ack { token: Some(probe_token), error: None }), &[])
         .map_err(|e| e.to_string())?;
     let frame = conn.recv(sh.handshake_timeout).map_err(|e| e.to_string())?;
@@ -993,6 +1018,7 @@ fn handshake(sh: &Arc<Shared>, socket: &str) -> Result<Arc<Link>, String> {
         None => return Err("publisher vanished during the handshake".into()),
     }
     drop(o);
+    super::step!("subscriber: Ready received, linked");
     Ok(link)
 }
 
@@ -1098,7 +1124,7 @@ fn on_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
 }
 
 /// A block routed to us: verify, import on first sight, deliver in its turn.
-fn on_block(sh: &Arc<Shared>, link: &Arc<Link>, backlog: &mut VecDeque<Frame>, d: Descriptor) {
+fn on_block(sh: &Arc<Shared>, link: &Arc<Link>, backlog: &mut VecDeque<Frame>, d: Descriptor, fd: Option<OwnedFd>) {
     let bad = |what: &str, detail: &dyn std::fmt::Display| {
         inc(&sh.counters.bad_descriptors);
         sh.bad_input.warn(what, detail);
@@ -1115,8 +1141,9 @@ fn on_block(sh: &Arc<Shared>, link: &Arc<Link>, backlog: &mut VecDeque<Frame>, d
     let cached = link.cache.lock().unwrap_or_else(|p| p.into_inner()).get(&d.block.id).cloned();
     let imported = match cached {
         Some((alloc, i)) if alloc == d.block.alloc && i.size() as u64 == d.block_size => i,
-        _ => match import(sh, link, backlog, &d) {
+        _ => match import(sh, link, backlog, &d, fd) {
             Ok(i) => {
+                super::step!(seq = d.seq, block = d.block.id, "subscriber: block imported");
                 link.cache.lock().unwrap_or_else(|p| p.into_inner()).insert(d.block.id, (d.block.alloc, i.clone()));
                 inc(&sh.counters.imports);
                 i
@@ -1148,19 +1175,31 @@ fn on_block(sh: &Arc<Shared>, link: &Arc<Link>, backlog: &mut VecDeque<Frame>, d
     deliver_routed(sh, link, sample, &sh.counters.zero_copy);
 }
 
-fn import(sh: &Shared, link: &Link, backlog: &mut VecDeque<Frame>, d: &Descriptor) -> Result<Imported, String> {
+fn import(
+    sh: &Shared,
+    link: &Link,
+    backlog: &mut VecDeque<Frame>,
+    d: &Descriptor,
+    sent: Option<OwnedFd>,
+) -> Result<Imported, String> {
     // A lent block is opened at the provider, which from then on counts us as mapping
-    // it (until `Opened` drops with the mapping); an owned one is asked of the publisher.
+    // it (until `Opened` drops with the mapping); an owned one came with the descriptor
+    // or is asked of the publisher.
     let (fd, size, opened) = match (d.lent, &link.provider) {
         (Some(loan), Some(client)) => {
             let (fd, size) = client.open(loan).map_err(|e| e.to_string())?;
             (fd, size, Some(Opened { client: Arc::clone(client), loan }))
         }
         (Some(_), None) => return Err("a lent block from a publisher that named no provider".into()),
-        (None, _) => {
-            let (fd, size) = link.request_fd(backlog, d.block, d.capability)?;
-            (fd, size, None)
-        }
+        // The FD came with the descriptor (sized by it: the import maps exactly that
+        // many bytes and fails on a smaller allocation), or is asked for.
+        (None, _) => match sent {
+            Some(fd) => (fd, usize::try_from(d.block_size).map_err(|e| e.to_string())?, None),
+            None => {
+                let (fd, size) = link.request_fd(backlog, d.block, d.capability)?;
+                (fd, size, None)
+            }
+        },
     };
     if size as u64 != d.block_size {
         return Err(format!("FD of {size} bytes for a {}-byte block", d.block_size));
