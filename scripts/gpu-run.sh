@@ -53,6 +53,33 @@ if want bench && [ -x .gpu-bin/zcs_latency ]; then
   timeout 300 .gpu-bin/zcs_latency --backend cuda --provider --sizes 4KiB,64KiB,1MiB,8MiB,32MiB,256MiB \
     >"$out/zcs_latency_provider.jsonl" 2>>"$out/bench.log" || { echo "FAILED: zcs_latency --provider" | tee -a "$out/bench.log"; fail=1; }
 fi
+# An experiment beside the goal rows (its own folder, so the report does not mix it in):
+# the zero-copy throughput rows again under CUDA MPS, with a control daemon private to
+# these processes (its own pipe and log folders; the card's settings are not touched),
+# to see whether time-slicing between the processes' contexts is what holds four
+# subscribers down. It cannot fail the run.
+if want bench && [ -x .gpu-bin/zcs_throughput ] && command -v nvidia-cuda-mps-control >/dev/null; then
+  mkdir -p "$out/mps/log" && mps_pipe=$(mktemp -d) && mps_log=$(cd "$out/mps/log" && pwd)
+  mps() { CUDA_MPS_PIPE_DIRECTORY=$mps_pipe CUDA_MPS_LOG_DIRECTORY=$mps_log "$@"; }
+  if mps nvidia-cuda-mps-control -d >>"$out/mps/mps.log" 2>&1; then
+    echo "== zcs_throughput under MPS" | tee -a "$out/bench.log"
+    mps timeout 200 .gpu-bin/zcs_throughput --backend cuda --subscribers 1,4 --paths zero-copy --first-subs 0 \
+      >"$out/mps/zcs_throughput.jsonl" 2>>"$out/mps/mps.log" || echo "MPS experiment failed (see mps/mps.log)" | tee -a "$out/bench.log"
+    echo quit | mps nvidia-cuda-mps-control >>"$out/mps/mps.log" 2>&1
+  else
+    echo "MPS daemon did not start (see mps/mps.log)" | tee -a "$out/bench.log"
+  fi
+fi
+# Where a joining subscriber's time goes: first-message rows again, with the trace
+# events of each step of joining (`RUST_LOG=zcs_join=trace`, timestamped, both sides);
+# scripts/join-steps.py reads them.
+if want bench && [ -x .gpu-bin/zcs_throughput ]; then
+  echo "== join steps" | tee -a "$out/bench.log"
+  mkdir -p "$out/join"
+  RUST_LOG=zcs_join=trace timeout 120 .gpu-bin/zcs_throughput --backend cuda --subscribers 1 --paths zero-copy \
+    --sizes 1MiB --frames 50 --first-subs 30 >"$out/join/first.jsonl" 2>"$out/join/steps.log" \
+    || echo "join steps failed" | tee -a "$out/bench.log"
+fi
 # The Python package: the wheel from scripts/gpu-build.sh, installed offline into .gpu-py
 # (no pip: unzipping a wheel installs it), then the GPU suite (pytest if the image has
 # it, else a plain runner of the same tests).

@@ -410,6 +410,7 @@ fn first_child() {
     let mut checker = Checker::new(session.gpu().cloned());
     checker.warm_up();
     let (t, t0_ns) = (Instant::now(), now_ns());
+    tracing::trace!(target: "zcs_join", "bench: declare_subscriber called");
     let sub = Arc::new(session.declare_subscriber(env.key.clone()).wait().expect("subscriber"));
     let declared_us = t.elapsed().as_secs_f64() * 1e6;
     // Where the time goes: a thread polls the subscriber's view of its publishers
@@ -881,6 +882,10 @@ impl Ctx {
 }
 
 fn main() {
+    // Log lines go to stderr: stdout carries the JSON lines.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(std::io::stderr).try_init();
     match child_role().as_deref() {
         Some("sub") => return sub_child(),
         Some("first") => return first_child(),
