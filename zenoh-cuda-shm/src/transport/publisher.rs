@@ -483,15 +483,15 @@ impl PublisherCore {
                 for h in holders {
                     match published.lease(HolderId::new(h)) {
                         Ok(()) => {
+                            // Marked before the send: a failed send drops the whole entry.
                             let fd = own_fd.filter(|_| {
-                                st.ready.get(&h).is_some_and(|r| r.fds_sent.get(&block.id) != Some(&block.alloc))
+                                st.ready
+                                    .get_mut(&h)
+                                    .is_some_and(|r| r.fds_sent.insert(block.id, block.alloc) != Some(block.alloc))
                             });
                             if st.push_with(h, &descriptor, fd.as_slice(), c) {
                                 zero_copy += 1;
-                                if fd.is_some()
-                                    && let Some(r) = st.ready.get_mut(&h)
-                                {
-                                    r.fds_sent.insert(block.id, block.alloc);
+                                if fd.is_some() {
                                     inc(&c.fds_pushed);
                                 }
                             } else {

@@ -1184,15 +1184,14 @@ fn import(
 ) -> Result<Imported, String> {
     // A lent block is opened at the provider, which from then on counts us as mapping
     // it (until `Opened` drops with the mapping); an owned one came with the descriptor
-    // or is asked of the publisher.
+    // (sized by it: the import maps exactly that many bytes and fails on a smaller
+    // allocation) or is asked of the publisher.
     let (fd, size, opened) = match (d.lent, &link.provider) {
         (Some(loan), Some(client)) => {
             let (fd, size) = client.open(loan).map_err(|e| e.to_string())?;
             (fd, size, Some(Opened { client: Arc::clone(client), loan }))
         }
         (Some(_), None) => return Err("a lent block from a publisher that named no provider".into()),
-        // The FD came with the descriptor (sized by it: the import maps exactly that
-        // many bytes and fails on a smaller allocation), or is asked for.
         (None, _) => match sent {
             Some(fd) => (fd, usize::try_from(d.block_size).map_err(|e| e.to_string())?, None),
             None => {
