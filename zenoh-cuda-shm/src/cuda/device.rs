@@ -179,6 +179,23 @@ impl Gpu {
         self.inner.ctx.bind_to_thread().map_err(wrap("cuCtxSetCurrent"))
     }
 
+    /// [`Gpu::bind`] for a `Drop` that frees `what`: on failure, logs that it is left
+    /// to the driver and returns false. At process exit (static destructors after the
+    /// driver's own teardown) that is the normal outcome and logged at debug level.
+    pub(crate) fn bind_for_drop(&self, what: &'static str) -> bool {
+        match self.bind() {
+            Ok(()) => true,
+            Err(e) if e.is_driver_shutdown() => {
+                tracing::debug!(what, "CUDA driver shut down (process exiting); it frees the resource");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, what, "cannot bind CUDA context in drop; leaking the resource");
+                false
+            }
+        }
+    }
+
     /// `(free, total)` device memory in bytes (`cuMemGetInfo`).
     pub fn mem_info(&self) -> Result<(usize, usize), CudaError> {
         self.inner.ctx.mem_get_info().map_err(wrap("cuMemGetInfo"))

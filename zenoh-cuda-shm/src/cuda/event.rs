@@ -106,8 +106,7 @@ impl IpcEvent {
 
 impl Drop for IpcEvent {
     fn drop(&mut self) {
-        if self.gpu.bind().is_err() {
-            tracing::warn!("cannot bind CUDA context to destroy an IPC event; leaking it");
+        if !self.gpu.bind_for_drop("IPC event") {
             return;
         }
         // SAFETY: `ev` is owned by `self` and destroyed once, here.

@@ -461,8 +461,7 @@ impl Kernels {
 
 impl Drop for Kernels {
     fn drop(&mut self) {
-        if self.gpu.bind().is_err() {
-            tracing::warn!("cannot bind CUDA context to unload the kernels module; leaking it");
+        if !self.gpu.bind_for_drop("kernels module") {
             return;
         }
         // The driver documents no deferral for code still running, so wait for every

@@ -31,8 +31,7 @@ unsafe impl Sync for Pinned {}
 
 impl Drop for Pinned {
     fn drop(&mut self) {
-        if self.gpu.bind().is_err() {
-            tracing::warn!("cannot bind the CUDA context to free pinned memory; leaking it");
+        if !self.gpu.bind_for_drop("pinned host memory") {
             return;
         }
         // SAFETY: `ptr` came from `mem_host_alloc`, is freed once here, and every copy
@@ -191,8 +190,7 @@ impl HostRegistration {
 
 impl Drop for HostRegistration {
     fn drop(&mut self) {
-        if self.gpu.bind().is_err() {
-            tracing::warn!("cannot bind the CUDA context to unregister host memory; leaving it registered");
+        if !self.gpu.bind_for_drop("host memory registration") {
             return;
         }
         // SAFETY: `ptr` was registered by `new` and is unregistered once, here; the

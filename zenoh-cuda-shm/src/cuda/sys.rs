@@ -34,6 +34,12 @@ impl CudaError {
     pub fn code(&self) -> sys::CUresult {
         self.source.0
     }
+
+    /// Whether the driver is shutting down (`CUDA_ERROR_DEINITIALIZED`): the process is
+    /// exiting and the driver releases everything the process held.
+    pub fn is_driver_shutdown(&self) -> bool {
+        self.code() == sys::CUresult::CUDA_ERROR_DEINITIALIZED
+    }
 }
 
 /// Turns a `CUresult` into `Result`, naming the call.
@@ -543,4 +549,17 @@ pub unsafe fn mem_host_unregister(p: *mut u8) -> Result<(), CudaError> {
     let rc = unsafe { sys::cuMemHostUnregister(p.cast()) };
     tracing::trace!(?p, ?rc, "cuMemHostUnregister");
     check("cuMemHostUnregister", rc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_shutdown_is_told_apart_from_other_errors() {
+        let err = |rc| CudaError { call: "cuCtxSetCurrent", source: DriverError(rc) };
+        assert!(err(sys::CUresult::CUDA_ERROR_DEINITIALIZED).is_driver_shutdown());
+        assert!(!err(sys::CUresult::CUDA_ERROR_INVALID_CONTEXT).is_driver_shutdown());
+        assert!(!err(sys::CUresult::CUDA_ERROR_NOT_INITIALIZED).is_driver_shutdown());
+    }
 }

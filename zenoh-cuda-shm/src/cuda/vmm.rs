@@ -32,8 +32,7 @@ pub fn drop_errors() -> u64 {
 }
 
 fn drop_call(gpu: &Gpu, what: &'static str, r: impl FnOnce() -> Result<(), CudaError>) {
-    if let Err(e) = gpu.bind() {
-        tracing::warn!(error = %e, what, "cannot bind CUDA context in drop; leaking the resource");
+    if !gpu.bind_for_drop(what) {
         return;
     }
     if let Err(e) = r() {
