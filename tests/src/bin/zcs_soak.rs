@@ -7,10 +7,16 @@
 //!
 //! ```text
 //! zcs_soak [--backend host|cuda] [--messages N] [--secs S] [--sample-secs S]
-//!          [--len BYTES] [--churn-ms MS]
+//!          [--len BYTES] [--churn-ms MS] [--churn ours|zenoh|none]
 //! ```
 //! Defaults: host, 1,000,000 messages or 1800 s (whichever comes first), a sample every
 //! 10 s, 128 KiB messages, a process joins or leaves every 300 ms.
+//!
+//! `--churn` says what the joining processes are: `ours` (default) the publishers and
+//! subscribers above; `zenoh` plain Zenoh peers that only open a session and declare a
+//! subscriber on an unrelated key (the Zenoh-level cost of peers coming and going,
+//! without any of this crate's work); `none` no processes at all. Comparing the RSS
+//! curves of the three tells what a growth comes from.
 //!
 //! Every message the long-lived subscriber receives from the long-lived publisher must
 //! be the next sequence number; its first and last 4 KiB are checked on every message
@@ -24,6 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, spawn_child_bin};
+use zenoh::Wait;
 use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern, fill_pattern};
 use zenoh_cuda_shm::host::{open_fd_count, thread_count};
@@ -45,10 +52,26 @@ struct Args {
     sample_secs: u64,
     len: usize,
     churn_ms: u64,
+    churn: Churn,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Churn {
+    Ours,
+    Zenoh,
+    None,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { cuda: false, messages: 1_000_000, secs: 1800, sample_secs: 10, len: 128 * 1024, churn_ms: 300 };
+    let mut a = Args {
+        cuda: false,
+        messages: 1_000_000,
+        secs: 1800,
+        sample_secs: 10,
+        len: 128 * 1024,
+        churn_ms: 300,
+        churn: Churn::Ours,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -66,9 +89,17 @@ fn parse_args() -> Result<Args, String> {
             "--sample-secs" => a.sample_secs = num(value()?)?.max(1),
             "--len" => a.len = zcs_tests::parse_size(&value()?)?,
             "--churn-ms" => a.churn_ms = num(value()?)?.max(10),
+            "--churn" => {
+                a.churn = match value()?.as_str() {
+                    "ours" => Churn::Ours,
+                    "zenoh" => Churn::Zenoh,
+                    "none" => Churn::None,
+                    other => return Err(format!("unknown churn {other} (ours, zenoh or none)")),
+                }
+            }
             "-h" | "--help" => {
                 return Err("usage: zcs_soak [--backend host|cuda] [--messages N] [--secs S] [--sample-secs S] \
-                            [--len BYTES] [--churn-ms MS]"
+                            [--len BYTES] [--churn-ms MS] [--churn ours|zenoh|none]"
                     .into());
             }
             other => return Err(format!("unknown flag {other}")),
@@ -240,6 +271,7 @@ fn main() {
     // status 1 when a sample's bytes were not written for it).
     let child_failures = Arc::new(AtomicU64::new(0));
     let (joined2, killed2, key2, churn_ms) = (Arc::clone(&joined), Arc::clone(&killed), key.clone(), args.churn_ms);
+    let what = args.churn;
     let (failures2, failed2) = (Arc::clone(&child_failures), Arc::clone(&failed));
     let churn = std::thread::spawn(move || {
         // A child that ended by itself with an error status (not by our SIGKILL).
@@ -254,10 +286,14 @@ fn main() {
         };
         let mut kids: Vec<(Child, Instant, bool)> = Vec::new();
         let mut k = 0u64;
-        while !stop3.load(Ordering::Relaxed) {
+        while what != Churn::None && !stop3.load(Ordering::Relaxed) {
             k += 1;
             let life = 200 + (k * 7919) % 2800;
-            let role = if k.is_multiple_of(3) { "pub" } else { "sub" };
+            let role = match what {
+                Churn::Zenoh => "zenoh",
+                _ if k.is_multiple_of(3) => "pub",
+                _ => "sub",
+            };
             let env = [
                 (PORT_ENV, port.to_string()),
                 (KEY_ENV, key2.clone()),
@@ -335,11 +371,16 @@ fn main() {
     if let (Some(a), Some(b)) = (first, last) {
         let max_rss = samples.iter().map(|s| s.rss_kib).max().unwrap_or(0);
         println!(
-            "{{\"summary\":true,\"ok\":{ok},\"backend\":\"{}\",\"messages\":{seq},\"received\":{},\"secs\":{:.1},\
+            "{{\"summary\":true,\"ok\":{ok},\"backend\":\"{}\",\"churn\":\"{}\",\"messages\":{seq},\"received\":{},\"secs\":{:.1},\
              \"msgs_per_s\":{:.0},\"loan_retries\":{refused_loans},\"processes_joined\":{},\"processes_killed\":{},\
              \"child_failures\":{},\"rss_kib_growth\":{},\"rss_kib_max\":{max_rss},\"fds_growth\":{},\"threads_growth\":{},\
              \"gpu_free_mib_change\":{},\"pool_blocks_first\":{},\"pool_blocks_last\":{}}}",
             if args.cuda { "cuda" } else { "host" },
+            match args.churn {
+                Churn::Ours => "ours",
+                Churn::Zenoh => "zenoh",
+                Churn::None => "none",
+            },
             received.load(Ordering::Relaxed),
             start.elapsed().as_secs_f64(),
             seq as f64 / start.elapsed().as_secs_f64(),
@@ -370,6 +411,12 @@ fn child(role: &str) {
     let cuda = env(BACKEND_ENV) == "cuda";
     let len: usize = env(LEN_ENV).parse().expect("len");
     let life = Duration::from_millis(env(LIFE_ENV).parse().expect("life"));
+    if role == "zenoh" {
+        let z = zenoh::open(loopback_zenoh_config(None, Some(port), Some(KEY_ROOT))).wait().expect("open zenoh");
+        let _sub = z.declare_subscriber(format!("{}/unrelated", env(KEY_ENV))).wait().expect("subscriber");
+        std::thread::sleep(life);
+        return;
+    }
     let s = session(cuda, port, false);
     let t = Instant::now();
     match role {
