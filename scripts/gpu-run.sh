@@ -80,6 +80,15 @@ if want bench && [ -x .gpu-bin/zcs_throughput ]; then
     --sizes 1MiB --frames 50 --first-subs 30 >"$out/join/first.jsonl" 2>"$out/join/steps.log" \
     || echo "join steps failed" | tee -a "$out/bench.log"
 fi
+# Another experiment beside the goal rows (its own folder; it cannot fail the run): the
+# latency rows with our subscribers busy-polling before they sleep (`spin_us` 200 on
+# both sides), to see what waking sleeping threads costs on the path.
+if want bench && [ -x .gpu-bin/zcs_latency ]; then
+  echo "== zcs_latency --spin-us 200" | tee -a "$out/bench.log"
+  mkdir -p "$out/spin"
+  timeout 200 .gpu-bin/zcs_latency --backend cuda --spin-us 200 --sizes 4KiB,1MiB,32MiB,256MiB \
+    >"$out/spin/zcs_latency.jsonl" 2>>"$out/bench.log" || echo "spin experiment failed" | tee -a "$out/bench.log"
+fi
 # The Python package: the wheel from scripts/gpu-build.sh, installed offline into .gpu-py
 # (no pip: unzipping a wheel installs it), then the GPU suite (pytest if the image has
 # it, else a plain runner of the same tests).

@@ -642,6 +642,36 @@ fn host_zero_copy_three_publishers_one_subscriber() {
 /// Phase A: two zero-copy subscribers only: no copy at all. Phase B: a plain Zenoh
 /// subscriber joins: exactly one copy per message, shared by everyone who needs bytes,
 /// while the aware subscribers stay on the zero-copy path.
+/// `spin_us`: a subscriber whose threads poll before sleeping gets every message, in
+/// order, in place, through `recv` and `recv_timeout` alike; a wait with nothing to
+/// receive still ends at its timeout, not before.
+#[test]
+fn spinning_subscriber_receives_everything_and_keeps_timeouts() {
+    const TEST: &str = "spinning_subscriber_receives_everything_and_keeps_timeouts";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let (port, key, n, len) = (free_tcp_port(), test_key(TEST), 200u64, 96 * KIB + 5);
+    let pub_session = host_session(port, true);
+    let publisher = pub_session.declare_publisher(key.clone()).wait().expect("declare publisher");
+    let sub_session = host_session_with(port, false, ZcsConfig { spin_us: 300, ..host_config() });
+    let sub: Sub = sub_session.declare_subscriber(key.clone()).wait().expect("declare subscriber");
+    wait_zero_copy_only(&publisher, 1);
+    for seq in 1..=n {
+        publish_block(&publisher, seq, len);
+        let s = if seq % 2 == 0 { sub.recv().expect("recv") } else { recv(&sub, TEST) };
+        assert_eq!((s.seq(), s.info().path), (seq, Path::ZeroCopy));
+        let b = s.host_bytes().expect("host sample");
+        assert_eq!((b.len(), check_pattern(&b, 0, seq)), (len, None), "seq {seq}");
+    }
+    for wait in [Duration::from_micros(100), Duration::from_millis(30)] {
+        let t = Instant::now();
+        assert_eq!(sub.recv_timeout(wait).err(), Some(RecvError::Timeout));
+        assert!(t.elapsed() >= wait, "{wait:?}: returned after {:?}", t.elapsed());
+    }
+    let st = sub.stats();
+    assert_eq!((st.zero_copy, st.cpu_bytes, st.duplicates), (n, 0, 0));
+    println!("{TEST}: {n} messages in place through spinning receives");
+}
+
 #[test]
 fn copy_out_only_when_someone_needs_bytes() {
     const TEST: &str = "copy_out_only_when_someone_needs_bytes";

@@ -732,6 +732,7 @@ impl<H> SubscriberBuilder<H> {
             medium,
             s.cfg.plain_listen,
             Duration::from_millis(s.cfg.handshake_timeout_ms),
+            Duration::from_micros(s.cfg.spin_us),
             deliver,
             Arc::clone(&s.providers),
         )?;
@@ -819,17 +820,42 @@ pub enum RecvError {
 }
 
 impl GpuSubscriber<flume::Receiver<GpuSample>> {
-    /// Waits for the next sample.
+    /// Waits for the next sample (polling for up to `spin_us` first).
     pub fn recv(&self) -> Result<GpuSample, RecvError> {
+        if let Some(s) = self.spin(Duration::MAX)? {
+            return Ok(s);
+        }
         self.handler.recv().map_err(|_| RecvError::Closed)
     }
 
-    /// Waits up to `timeout` for the next sample.
+    /// Waits up to `timeout` for the next sample (polling for up to `spin_us` of it
+    /// first).
     pub fn recv_timeout(&self, timeout: Duration) -> Result<GpuSample, RecvError> {
-        self.handler.recv_timeout(timeout).map_err(|e| match e {
+        let t = std::time::Instant::now();
+        if let Some(s) = self.spin(timeout)? {
+            return Ok(s);
+        }
+        self.handler.recv_timeout(timeout.saturating_sub(t.elapsed())).map_err(|e| match e {
             flume::RecvTimeoutError::Timeout => RecvError::Timeout,
             flume::RecvTimeoutError::Disconnected => RecvError::Closed,
         })
+    }
+
+    /// Polls the queue for up to `spin_us` (at most `within`) without sleeping.
+    fn spin(&self, within: Duration) -> Result<Option<GpuSample>, RecvError> {
+        let spin = self.core.spin().min(within);
+        if spin.is_zero() {
+            return Ok(None);
+        }
+        let t = std::time::Instant::now();
+        loop {
+            match self.handler.try_recv() {
+                Ok(s) => return Ok(Some(s)),
+                Err(flume::TryRecvError::Disconnected) => return Err(RecvError::Closed),
+                Err(flume::TryRecvError::Empty) if t.elapsed() < spin => std::hint::spin_loop(),
+                Err(flume::TryRecvError::Empty) => return Ok(None),
+            }
+        }
     }
 
     /// The next sample if one is queued.

@@ -106,6 +106,12 @@ pub struct ZcsConfig {
     /// How long opening a session looks for a provider (default 300 ms; only with
     /// `provider` `auto` or `required`).
     pub provider_discovery_ms: u64,
+    /// Busy-polling by subscribers, in µs (default 0: none). Before sleeping, a
+    /// subscriber's link thread polls its control socket, and `recv`/`recv_timeout` of
+    /// a FIFO subscriber poll its queue, for up to this long: a message arriving
+    /// meanwhile does not wait for a sleeping thread to wake. Costs a busy core for
+    /// that long after each message; for latency-critical consumers with cores to spare.
+    pub spin_us: u64,
 }
 
 impl Default for ZcsConfig {
@@ -123,6 +129,7 @@ impl Default for ZcsConfig {
             lease_wait_ms: 1000,
             provider: ProviderMode::Auto,
             provider_discovery_ms: 300,
+            spin_us: 0,
         }
     }
 }

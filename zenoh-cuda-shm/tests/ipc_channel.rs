@@ -12,7 +12,7 @@ use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use zenoh_cuda_shm::ipc::{
     AcceptError, AccessPolicy, BindError, ConnectError, ControlConn, ControlListener, DecodeNameError, MAX_FRAME_FDS,
-    RuntimeDirError, SocketName, ensure_runtime_dir,
+    RecvError, RuntimeDirError, SocketName, ensure_runtime_dir,
 };
 
 const STEP: Duration = Duration::from_secs(5);
@@ -110,6 +110,34 @@ fn ipc_channel_frames_with_fds_roundtrip() {
     }
     sender.join().expect("sender");
     receiver.join().expect("receiver");
+}
+
+#[test]
+fn ipc_channel_spinning_receive_gets_frames_and_keeps_its_timeout() {
+    let _wd = watchdog("ipc_channel_spinning_receive_gets_frames_and_keeps_its_timeout");
+    let (a, b) = ControlConn::pair().expect("pair");
+    // A frame that comes while the receiver polls, and one that comes after the
+    // polling gave way to sleeping in `poll`.
+    let a = Arc::new(a);
+    let a2 = Arc::clone(&a);
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(5));
+        a2.send(b"during", &[]).expect("send");
+        std::thread::sleep(Duration::from_millis(100));
+        a2.send(b"after", &[]).expect("send");
+    });
+    assert_eq!(b.recv_spinning(STEP, Duration::from_millis(50)).expect("during").bytes, b"during");
+    assert_eq!(b.recv_spinning(STEP, Duration::from_millis(10)).expect("after").bytes, b"after");
+    sender.join().expect("sender");
+    // A timeout shorter than the spin ends the wait.
+    let t = Instant::now();
+    let r = b.recv_spinning(Duration::from_millis(20), Duration::from_secs(5));
+    assert!(matches!(r, Err(RecvError::Timeout(_))), "{r:?}");
+    assert!(t.elapsed() < Duration::from_secs(2), "waited {:?}", t.elapsed());
+    // The peer's end is reported as while sleeping.
+    drop(a);
+    let r = b.recv_spinning(STEP, Duration::from_millis(50));
+    assert!(matches!(r, Err(RecvError::Closed)), "{r:?}");
 }
 
 #[test]

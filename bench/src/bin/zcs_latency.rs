@@ -36,7 +36,12 @@
 //! zcs_latency --backend host --iters 50            # CI smoke, no GPU: host memfd blocks
 //! zcs_latency --backend cuda --provider            # blocks lent by a provider process
 //! zcs_latency --backend cuda --zenohd bin/zenohd --plugin libzenoh_plugin_cuda_shm.so
+//! zcs_latency --backend cuda --spin-us 200          # subscribers busy-poll (`spin_us`)
 //! ```
+//!
+//! With `--spin-us`, every session of ours on both sides has that `spin_us` (its
+//! subscribers poll before sleeping) and the rows of ours are named `…-spin`; the
+//! `zenoh-plain` row stays plain Zenoh, the anchor of the same run.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -75,6 +80,10 @@ struct Args {
     /// The plugin's shared library for `--zenohd`.
     #[arg(long, requires = "zenohd")]
     plugin: Option<std::path::PathBuf>,
+    /// `spin_us` of our sessions on both sides: subscribers busy-poll this long before
+    /// sleeping (rows `…-spin`).
+    #[arg(long, default_value_t = 0)]
+    spin_us: u64,
 }
 
 /// Where the blocks come from.
@@ -143,6 +152,7 @@ const PORT_ENV: &str = "ZCS_LAT_PORT";
 const SOCK_ENV: &str = "ZCS_LAT_SOCK";
 const BACKEND_ENV: &str = "ZCS_LAT_BACKEND";
 const PROVIDER_ENV: &str = "ZCS_LAT_PROVIDER";
+const SPIN_ENV: &str = "ZCS_LAT_SPIN_US";
 /// zenohd's port, which the pong connects to as well: a peer does not relay another
 /// node's liveliness tokens, so the pong must see the router's provider itself.
 const ROUTER_PORT_ENV: &str = "ZCS_LAT_ROUTER_PORT";
@@ -178,9 +188,9 @@ fn parse_reply(b: &[u8]) -> Option<(u8, u64, u64)> {
 
 /// `lent`: blocks from the provider process (required); otherwise never from one, so a
 /// provider elsewhere on the host cannot change what the rows measure.
-fn zcs_config(device: DeviceChoice, lent: bool) -> ZcsConfig {
+fn zcs_config(device: DeviceChoice, lent: bool, spin_us: u64) -> ZcsConfig {
     let provider = if lent { ProviderMode::Required } else { ProviderMode::Off };
-    ZcsConfig { device, provider, provider_discovery_ms: 2000, ..ZcsConfig::default() }
+    ZcsConfig { device, provider, provider_discovery_ms: 2000, spin_us, ..ZcsConfig::default() }
 }
 
 /// The provider process: lends the backend's blocks until killed.
@@ -217,6 +227,7 @@ fn pong() {
     let port: u16 = var(PORT_ENV).parse().expect("port");
     let cuda = var(BACKEND_ENV) == "cuda";
     let lent = std::env::var_os(PROVIDER_ENV).is_some();
+    let spin_us: u64 = var(SPIN_ENV).parse().expect("spin");
     let conn = ControlConn::connect(&SocketName::from_key_chunk(&var(SOCK_ENV)).expect("socket"), IO).expect("ctl");
     let mut cfg = loopback_zenoh_config(None, Some(port), Some(PREFIX));
     if let Ok(router) = std::env::var(ROUTER_PORT_ENV) {
@@ -224,10 +235,12 @@ fn pong() {
             .expect("connect endpoints");
     }
     let z = zenoh::open(cfg).wait().expect("open zenoh");
-    let session =
-        GpuSession::from_zenoh(z.clone(), zcs_config(if cuda { DeviceChoice::Cuda } else { DeviceChoice::Host }, lent))
-            .wait()
-            .expect("open the pong session");
+    let session = GpuSession::from_zenoh(
+        z.clone(),
+        zcs_config(if cuda { DeviceChoice::Cuda } else { DeviceChoice::Host }, lent, spin_us),
+    )
+    .wait()
+    .expect("open the pong session");
     let reply_base = Arc::new(z.declare_publisher(REPLY_BASE_KEY).wait().expect("reply publisher"));
     let reply_zc = Arc::new(session.declare_publisher(REPLY_ZC_KEY).wait().expect("zero-copy reply publisher"));
 
@@ -266,7 +279,8 @@ fn pong() {
     let host_session = if cuda {
         let gpu = session.gpu().cloned().expect("CUDA session");
         let z2 = zenoh::open(loopback_zenoh_config(None, Some(port), Some(PREFIX))).wait().expect("open zenoh");
-        let host = GpuSession::from_zenoh(z2, zcs_config(DeviceChoice::Host, false)).wait().expect("host session");
+        let host =
+            GpuSession::from_zenoh(z2, zcs_config(DeviceChoice::Host, false, spin_us)).wait().expect("host session");
         let cpu = host.declare_subscriber(CPU_KEY).wait().expect("cpu-bytes subscriber");
         let r = Arc::new(host.declare_publisher(REPLY_CPU_KEY).wait().expect("cpu-bytes reply publisher"));
         let r2 = Arc::clone(&r);
@@ -438,7 +452,7 @@ fn main() {
     }
     let lent = lender != Lender::Own;
     let device = if cuda { DeviceChoice::Cuda } else { DeviceChoice::Host };
-    let session = GpuSession::from_zenoh(z, zcs_config(device, lent))
+    let session = GpuSession::from_zenoh(z, zcs_config(device, lent, args.spin_us))
         .wait()
         .unwrap_or_else(|e| panic!("--backend {}: {e}", args.backend));
     let backend = session.backend().to_string();
@@ -453,8 +467,12 @@ fn main() {
 
     let name = SocketName::random_abstract();
     let listener = ControlListener::bind(&name).expect("bind");
-    let mut env =
-        vec![(PORT_ENV, port.to_string()), (SOCK_ENV, name.to_key_chunk()), (BACKEND_ENV, args.backend.clone())];
+    let mut env = vec![
+        (PORT_ENV, port.to_string()),
+        (SOCK_ENV, name.to_key_chunk()),
+        (BACKEND_ENV, args.backend.clone()),
+        (SPIN_ENV, args.spin_us.to_string()),
+    ];
     if lent {
         env.push((PROVIDER_ENV, "1".to_owned()));
     }
@@ -478,20 +496,21 @@ fn main() {
     let blocks = lender.blocks();
     let mut setup = json!({"bench": "latency-setup", "backend": backend, "iters": args.plan.iters, "warmup": args.plan.warmup,
         "max_secs_per_row": args.plan.max_secs, "transport": "zenoh peer, tcp 127.0.0.1, congestion control block",
-        "blocks": blocks});
+        "blocks": blocks, "spin_us": args.spin_us});
     if let (Some(g), Some(o)) = (session.gpu(), setup.as_object_mut()) {
         o.insert("gpu".into(), json!(g.name()));
         o.insert("uuid".into(), json!(g.uuid().to_string()));
     }
     println!("{setup}");
 
+    let spin = if args.spin_us > 0 { "-spin" } else { "" };
     let ready = if cuda { "read on the pong's stream, then stream synchronized" } else { "host bytes mapped" };
     for &size in &args.plan.sizes {
         let before = zc_pub.stats().copies_out;
         let rtt = args.plan.rounds(|| block_round(&zc_pub, &replies_zc, PATH_ZC, size));
         let copies = zc_pub.stats().copies_out - before;
-        let path = lender.row();
-        row(path, &backend, size, &rtt, json!({"ready": ready, "copies_out_with_warmup": copies, "blocks": blocks}));
+        let path = format!("{}{spin}", lender.row());
+        row(&path, &backend, size, &rtt, json!({"ready": ready, "copies_out_with_warmup": copies, "blocks": blocks}));
     }
     if let Some(p) = &cpu_pub {
         for &size in &args.plan.sizes {
@@ -499,7 +518,7 @@ fn main() {
                 // Zenoh drops a message above its receive limit: no reply would come.
                 println!(
                     "{}",
-                    json!({"bench": "latency", "path": "cpu-bytes", "backend": &backend, "size": size,
+                    json!({"bench": "latency", "path": format!("cpu-bytes{spin}"), "backend": &backend, "size": size,
                            "skipped": "payload at or above Zenoh's default max_message_size (1 GiB)"})
                 );
                 continue;
@@ -508,7 +527,7 @@ fn main() {
             let rtt = args.plan.rounds(|| block_round(p, &replies_cpu, PATH_CPU, size));
             let copies = p.stats().copies_out - before;
             row(
-                "cpu-bytes",
+                &format!("cpu-bytes{spin}"),
                 &backend,
                 size,
                 &rtt,

@@ -4,7 +4,7 @@ use std::fmt;
 use std::io::IoSlice;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::socket::{
@@ -394,12 +394,19 @@ impl ControlConn {
     /// Frames the peer sent before hanging up are still delivered; after the last one,
     /// [`RecvError::Closed`].
     pub fn recv(&self, timeout: Duration) -> Result<Frame, RecvError> {
-        self.recv_inner(Deadline::after(timeout), timeout).inspect_err(debug_err("recv", self.fd.as_raw_fd()))
+        self.recv_spinning(timeout, Duration::ZERO)
+    }
+
+    /// [`ControlConn::recv`] that polls the socket without sleeping for up to `spin`
+    /// (within `timeout`) before it waits in `poll`: no wake-up of a sleeping thread
+    /// when a frame comes within `spin`, at the price of a busy core meanwhile.
+    pub fn recv_spinning(&self, timeout: Duration, spin: Duration) -> Result<Frame, RecvError> {
+        self.recv_inner(Deadline::after(timeout), timeout, spin).inspect_err(debug_err("recv", self.fd.as_raw_fd()))
     }
 
     /// Receive one frame if one is waiting; `Ok(None)` if not. Does not block.
     pub fn try_recv(&self) -> Result<Option<Frame>, RecvError> {
-        match self.recv_inner(Deadline::after(Duration::ZERO), Duration::ZERO) {
+        match self.recv_inner(Deadline::after(Duration::ZERO), Duration::ZERO, Duration::ZERO) {
             Ok(f) => Ok(Some(f)),
             Err(RecvError::Timeout(_)) => Ok(None),
             Err(e) => {
@@ -409,7 +416,8 @@ impl ControlConn {
         }
     }
 
-    fn recv_inner(&self, deadline: Deadline, timeout: Duration) -> Result<Frame, RecvError> {
+    fn recv_inner(&self, deadline: Deadline, timeout: Duration, spin: Duration) -> Result<Frame, RecvError> {
+        let spin_until = (!spin.is_zero()).then(|| Instant::now() + spin.min(timeout));
         let mut buf = self.rx.lock().unwrap_or_else(PoisonError::into_inner);
         if buf.len() != MAX_FRAME_BYTES {
             buf.resize(MAX_FRAME_BYTES, 0);
@@ -420,6 +428,10 @@ impl ControlConn {
             let got = match sys::recvmsg(self.fd.as_fd(), &mut buf, flags) {
                 Ok(got) => got,
                 Err(Errno::EINTR) => continue,
+                Err(Errno::EAGAIN) if spin_until.is_some_and(|t| Instant::now() < t) => {
+                    std::hint::spin_loop();
+                    continue;
+                }
                 Err(Errno::EAGAIN) => match sys::poll_until(self.fd.as_fd(), libc::POLLIN, deadline) {
                     Ok(None) => return Err(RecvError::Timeout(timeout)),
                     Ok(Some(_)) => continue,

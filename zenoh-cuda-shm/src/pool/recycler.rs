@@ -70,16 +70,56 @@ pub(crate) struct Recycler {
     tx: SharedTx,
     trim: std::sync::Arc<Mutex<Option<TrimFn>>>,
     thread: Option<JoinHandle<(Vec<Job>, channel::Receiver<Msg>)>>,
+    /// The queue and trim interval until the thread is started.
+    unstarted: Option<(Unstarted, Duration)>,
 }
+
+/// The queue of a recycler whose thread is not running yet; the thread takes it when
+/// it starts, so a failed spawn leaves it here.
+type Unstarted = std::sync::Arc<std::sync::Mutex<Option<channel::Receiver<Msg>>>>;
 
 impl Recycler {
     pub(crate) fn start(trim_every: Duration) -> std::io::Result<(Self, RecyclerHandle)> {
+        let (mut recycler, handle) = Self::prepare(trim_every);
+        recycler.start_thread()?;
+        Ok((recycler, handle))
+    }
+
+    /// A recycler whose thread is not started yet ([`Recycler::start_thread`]): jobs
+    /// submitted meanwhile queue, and are finished on drop if it never starts.
+    pub(crate) fn prepare(trim_every: Duration) -> (Self, RecyclerHandle) {
         let (tx, rx) = channel::unbounded::<Msg>();
-        let trim: std::sync::Arc<Mutex<Option<TrimFn>>> = std::sync::Arc::new(Mutex::new(None));
-        let trim2 = std::sync::Arc::clone(&trim);
-        let thread = crate::sync::spawn("zcs-recycler", move || run(rx, trim2, trim_every))?;
         let tx: SharedTx = std::sync::Arc::new(Mutex::new(Some(tx)));
-        Ok((Self { tx: std::sync::Arc::clone(&tx), trim, thread: Some(thread) }, RecyclerHandle { tx }))
+        let recycler = Self {
+            tx: std::sync::Arc::clone(&tx),
+            trim: std::sync::Arc::new(Mutex::new(None)),
+            thread: None,
+            unstarted: Some((std::sync::Arc::new(std::sync::Mutex::new(Some(rx))), trim_every)),
+        };
+        (recycler, RecyclerHandle { tx })
+    }
+
+    /// Starts the thread of a [`Recycler::prepare`]d recycler; does nothing once it
+    /// runs.
+    pub(crate) fn start_thread(&mut self) -> std::io::Result<()> {
+        let Some((queue, trim_every)) = self.unstarted.take() else { return Ok(()) };
+        let trim = std::sync::Arc::clone(&self.trim);
+        let q = std::sync::Arc::clone(&queue);
+        let thread = crate::sync::spawn("zcs-recycler", move || {
+            let rx = q.lock().unwrap_or_else(|p| p.into_inner()).take();
+            // Always there: only this thread takes it, and `drop` only once it failed to start.
+            rx.map_or_else(|| (Vec::new(), channel::unbounded().1), |rx| run(rx, trim, trim_every))
+        });
+        match thread {
+            Ok(t) => {
+                self.thread = Some(t);
+                Ok(())
+            }
+            Err(e) => {
+                self.unstarted = Some((queue, trim_every));
+                Err(e)
+            }
+        }
     }
 
     pub(crate) fn set_trim(&self, f: TrimFn) {
@@ -139,19 +179,28 @@ fn run(
     }
 }
 
+fn job(m: Msg) -> Option<Job> {
+    match m {
+        Msg::Job(j) => Some(j),
+        Msg::Stop => None,
+    }
+}
+
 impl Drop for Recycler {
     fn drop(&mut self) {
         if let Some(tx) = self.tx.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = tx.send(Msg::Stop);
         }
         self.trim.lock().unwrap_or_else(|p| p.into_inner()).take();
+        // Never started: what was submitted is finished here.
+        let queued = self.unstarted.take().and_then(|(q, _)| q.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if let Some(rx) = queued {
+            rx.drain().into_iter().filter_map(job).for_each(finish_blocking);
+        }
         if let Some(t) = self.thread.take() {
             match t.join() {
                 Ok((mut left, rx)) => {
-                    left.extend(rx.drain().into_iter().filter_map(|m| match m {
-                        Msg::Job(j) => Some(j),
-                        Msg::Stop => None,
-                    }));
+                    left.extend(rx.drain().into_iter().filter_map(job));
                     left.into_iter().for_each(finish_blocking);
                 }
                 Err(_) => tracing::error!("the recycler thread panicked"),

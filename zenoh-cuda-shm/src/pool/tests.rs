@@ -336,3 +336,50 @@ fn config_rejects_unknown_fields() {
     assert_eq!(cfg.max_blocks, 3);
     assert_eq!(cfg.max_bytes, PoolConfig::default().max_bytes);
 }
+
+/// A job that counts its run once its flag is set.
+fn counted_job(flag: &Arc<AtomicBool>, runs: &Arc<std::sync::atomic::AtomicUsize>) -> recycler::Job {
+    let r = Arc::clone(runs);
+    recycler::Job {
+        fences: vec![Box::new(Flag(Arc::clone(flag)))],
+        done: Box::new(move || {
+            r.fetch_add(1, Ordering::SeqCst);
+        }),
+    }
+}
+
+#[test]
+fn a_recycler_started_late_runs_what_was_queued_before() {
+    let (mut r, handle) = recycler::Recycler::prepare(Duration::from_secs(3600));
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(true));
+    let pending = Arc::new(AtomicBool::new(false));
+    handle.submit(counted_job(&done, &runs));
+    handle.submit(counted_job(&pending, &runs));
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing runs before the thread starts");
+    r.start_thread().unwrap();
+    r.start_thread().unwrap(); // a second start does nothing
+    wait_until("the completed job", || runs.load(Ordering::SeqCst) == 1);
+    pending.store(true, Ordering::Release);
+    wait_until("the job whose fence completed later", || runs.load(Ordering::SeqCst) == 2);
+}
+
+#[test]
+fn a_recycler_never_started_finishes_its_queue_on_drop() {
+    let (r, handle) = recycler::Recycler::prepare(Duration::from_secs(3600));
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let flag = Arc::new(AtomicBool::new(false));
+    handle.submit(counted_job(&flag, &runs));
+    let f = Arc::clone(&flag);
+    let completer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        f.store(true, Ordering::Release);
+    });
+    drop(r); // waits for the fence, then runs the job
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    completer.join().unwrap();
+    // Jobs submitted after the drop run on the submitting thread.
+    handle.submit(counted_job(&flag, &runs));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}

@@ -125,7 +125,7 @@ pub(crate) struct Link {
     unready: Mutex<std::collections::HashSet<(u32, u64)>>,
     /// The subscriber's stream for writing a dead publisher's signals
     /// (`Shared::release_stream`).
-    release_stream: Option<crate::cuda::Stream>,
+    release_stream: ReleaseStream,
     /// The host provider the publisher's lent blocks are opened at.
     provider: Option<Arc<crate::provider::ProviderClient>>,
 }
@@ -144,8 +144,15 @@ impl Link {
         let Some(signals) = &self.signals else { return };
         let awaited: Vec<(u32, u64)> =
             self.awaited.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(s, g)| (*s, *g)).collect();
-        let Some(stream) = self.release_stream.clone() else {
-            return tracing::error!("no stream to release waits on a dead publisher's signals");
+        // Created by the subscriber's declaration, unless this comes first.
+        let stream = match self.release_stream.get() {
+            Some(s) => s.clone(),
+            None => match signals.gpu().new_stream() {
+                Ok(s) => self.release_stream.get_or_init(|| s).clone(),
+                Err(e) => {
+                    return tracing::error!(error = %e, "no stream to release waits on a dead publisher's signals");
+                }
+            },
         };
         let mut unready = 0;
         for (slot, generation) in awaited {
@@ -356,6 +363,8 @@ pub(crate) struct Shared {
     deliver: Mutex<Option<Arc<Deliver>>>,
     releaser: RecyclerHandle,
     handshake_timeout: Duration,
+    /// How long the link threads poll before sleeping (`spin_us`).
+    spin: Duration,
     bad_input: RateLimitedWarn,
     plain_listen: PlainListen,
     plain_sub: Mutex<Option<zenoh::pubsub::Subscriber<()>>>,
@@ -367,8 +376,12 @@ pub(crate) struct Shared {
     /// not when needed: creating a stream blocks while another of our streams waits on
     /// a signal that never comes (measured on an H200, driver 580), which is exactly
     /// when it is needed; and not per link, to keep it out of every handshake.
-    release_stream: Option<crate::cuda::Stream>,
+    release_stream: ReleaseStream,
 }
+
+/// Set once, by the subscriber's declaration after its first handshakes have started
+/// (or by a link that needs it before that).
+type ReleaseStream = Arc<std::sync::OnceLock<crate::cuda::Stream>>;
 
 pub(crate) struct SubscriberCore {
     shared: Arc<Shared>,
@@ -387,6 +400,7 @@ impl SubscriberCore {
         medium: SubMedium,
         plain_listen: PlainListen,
         handshake_timeout: Duration,
+        spin: Duration,
         deliver: Deliver,
         providers: Arc<crate::provider::Providers>,
     ) -> Result<Self, super::publisher::DeclareError> {
@@ -396,11 +410,9 @@ impl SubscriberCore {
             .map_err(|e| DeclareError::Key { key: key.into(), detail: e.to_string() })?;
         super::step!("subscriber: declaring");
         let instance = rand::random::<u64>() | 1;
-        let (recycler, releaser) = Recycler::start(Duration::from_secs(3600))?;
-        let release_stream = match &medium {
-            SubMedium::Cuda(gpu) => Some(gpu.new_stream().map_err(crate::signal::SignalError::from)?),
-            SubMedium::Host => None,
-        };
+        // What is not needed to see the publishers already there and start handshaking
+        // with them comes after: their handshakes run meanwhile, on their link threads.
+        let (mut recycler, releaser) = Recycler::prepare(Duration::from_secs(3600));
         let shared = Arc::new(Shared {
             key: key.to_owned(),
             instance,
@@ -411,36 +423,57 @@ impl SubscriberCore {
             deliver: Mutex::new(Some(Arc::new(deliver))),
             releaser,
             handshake_timeout,
+            spin,
             bad_input: RateLimitedWarn::new(Duration::from_secs(5)),
             plain_listen,
             plain_sub: Mutex::new(None),
             session: session.clone(),
             closed: AtomicBool::new(false),
             providers,
-            release_stream,
+            release_stream: ReleaseStream::default(),
         });
-        // The token goes out first: declarations travel in order on a link, so a
-        // publisher learns of this subscriber (and starts serving it bytes until the
-        // handshake) before any of its subscriptions can match a put.
-        let token = Token { role: Role::Sub, key: key.to_owned(), instance, group: group.clone(), socket: None };
-        let token = session.liveliness().declare_token(token.to_key()).wait().map_err(zerr)?;
-        let s = Arc::clone(&shared);
-        let bytes = session
-            .declare_subscriber(protocol::bytes_key(key))
-            .callback(move |sample| on_bytes(&s, &sample, false))
-            .wait()
-            .map_err(zerr)?;
-        if plain_listen == PlainListen::Always || plain_listen == PlainListen::Auto {
-            shared.set_plain(true);
-        }
         let s = Arc::clone(&shared);
         let pubs = super::watch_tokens(session, Role::Pub, ke.clone(), move |kind, t| match kind {
             SampleKind::Put => publisher_appeared(&s, t),
             SampleKind::Delete => publisher_vanished(&s, t.instance),
         })
         .map_err(zerr)?;
+        let mut rest = || -> Result<_, DeclareError> {
+            // The token goes before the bytes subscription: declarations travel in order
+            // on a link, so a publisher learns of this subscriber (and serves it bytes
+            // until the handshake) before any of its subscriptions can match a put. A
+            // handshake may finish first; the publisher then knows it as linked.
+            let token = Token { role: Role::Sub, key: key.to_owned(), instance, group: group.clone(), socket: None };
+            let token = session.liveliness().declare_token(token.to_key()).wait().map_err(zerr)?;
+            let s = Arc::clone(&shared);
+            let bytes = session
+                .declare_subscriber(protocol::bytes_key(key))
+                .callback(move |sample| on_bytes(&s, &sample, false))
+                .wait()
+                .map_err(zerr)?;
+            shared.refresh_plain();
+            recycler.start_thread()?;
+            if let SubMedium::Cuda(gpu) = &shared.medium {
+                let stream = gpu.new_stream().map_err(crate::signal::SignalError::from)?;
+                let _ = shared.release_stream.set(stream);
+            }
+            Ok((token, bytes))
+        };
+        let (token, bytes) = match rest() {
+            Ok(x) => x,
+            Err(e) => {
+                drop(pubs);
+                shared.close();
+                return Err(e);
+            }
+        };
         super::step!("subscriber: declared");
         Ok(Self { shared, _recycler: recycler, _token: token, _bytes: bytes, _pubs: pubs })
+    }
+
+    /// How long receivers poll before sleeping (`spin_us`).
+    pub(crate) fn spin(&self) -> Duration {
+        self.shared.spin
     }
 
     pub(crate) fn stats(&self) -> SubscriberStats {
@@ -518,15 +551,24 @@ impl SubscriberCore {
 }
 
 impl Drop for SubscriberCore {
+    fn drop(&mut self) {
+        self.shared.close();
+    }
+}
+
+/// How long a closing subscriber's link thread waits for the publisher's `Left`.
+const LEAVE_WAIT: Duration = Duration::from_secs(1);
+
+impl Shared {
     /// Returns at once. Each link thread sees `closed`, releases what is still routed
     /// to it until the publisher's `Left` (or within `LEAVE_WAIT`), and exits; samples
     /// the application still holds keep their leases until dropped.
-    fn drop(&mut self) {
-        self.shared.closed.store(true, Ordering::Relaxed);
-        self.shared.plain_sub.lock().unwrap_or_else(|p| p.into_inner()).take();
-        self.shared.deliver.lock().unwrap_or_else(|p| p.into_inner()).take();
+    fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        self.plain_sub.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.deliver.lock().unwrap_or_else(|p| p.into_inner()).take();
         let links: Vec<Arc<Link>> = {
-            let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
             st.pubs.values().filter_map(|e| e.link.clone()).collect()
         };
         for link in links {
@@ -537,7 +579,7 @@ impl Drop for SubscriberCore {
         // Wake link threads waiting for bytes, and drop bytes still waiting for their
         // turn (each holds this subscriber's shared state).
         let orders: Vec<Arc<Order>> = {
-            let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
             st.pubs.values().map(|e| Arc::clone(&e.order)).collect()
         };
         for order in orders {
@@ -545,14 +587,17 @@ impl Drop for SubscriberCore {
             order.cv.notify_all();
         }
     }
-}
 
-/// How long a closing subscriber's link thread waits for the publisher's `Left`.
-const LEAVE_WAIT: Duration = Duration::from_secs(1);
-
-impl Shared {
-    fn set_plain(self: &Arc<Self>, on: bool) {
+    /// Listens on the plain key, or stops, as `plain_listen` and the publishers known
+    /// now say (`auto`: while none is known). Decided under the plain-key lock, so
+    /// calls racing each other leave the state the last one saw.
+    fn refresh_plain(self: &Arc<Self>) {
         let mut sub = self.plain_sub.lock().unwrap_or_else(|p| p.into_inner());
+        let on = match self.plain_listen {
+            PlainListen::Always => true,
+            PlainListen::Never => false,
+            PlainListen::Auto => self.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.is_empty(),
+        };
         if on == sub.is_some() || self.closed.load(Ordering::Relaxed) {
             return;
         }
@@ -632,11 +677,9 @@ fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
         let why = (t.group != sh.group).then(|| super::publisher::path_reason(&sh.group, &t.group));
         st.pubs.insert(t.instance, PubEntry { link: None, order: Arc::default(), why });
     }
-    if sh.plain_listen == PlainListen::Auto {
-        sh.set_plain(false);
-    }
-    if t.group != sh.group {
-        return; // another host or device: bytes only
+    if t.group != sh.group || t.socket.is_none() {
+        // Another host or device: bytes only.
+        return sh.refresh_plain();
     }
     let Some(socket) = t.socket.clone() else { return };
     let s = Arc::clone(sh);
@@ -650,6 +693,7 @@ fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "cannot start a link thread");
     }
+    sh.refresh_plain();
 }
 
 /// Handshakes with a publisher (on `opened`, a connection that said Hello, if given)
@@ -731,7 +775,7 @@ fn run_link(sh: &Arc<Shared>, link: &Arc<Link>) -> LinkEnd {
         }
         let mut frame = match backlog.pop_front() {
             Some(f) => f,
-            None => match link.conn.recv(Duration::from_millis(100)) {
+            None => match link.conn.recv_spinning(Duration::from_millis(100), sh.spin) {
                 Ok(f) => f,
                 Err(RecvError::Timeout(_)) => continue,
                 Err(e) => {
@@ -877,8 +921,8 @@ fn forgotten(sh: &Arc<Shared>, instance: u64, link: Option<Arc<Link>>, none_left
             watch_publisher_process(&link);
         }
     }
-    if none_left && sh.plain_listen == PlainListen::Auto {
-        sh.set_plain(true);
+    if none_left {
+        sh.refresh_plain();
     }
 }
 
