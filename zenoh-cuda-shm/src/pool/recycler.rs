@@ -69,14 +69,14 @@ fn finish_blocking(job: Job) {
 pub(crate) struct Recycler {
     tx: SharedTx,
     trim: std::sync::Arc<Mutex<Option<TrimFn>>>,
-    thread: Option<JoinHandle<(Vec<Job>, channel::Receiver<Msg>)>>,
-    /// The queue and trim interval until the thread is started.
-    unstarted: Option<(Unstarted, Duration)>,
+    thread: Option<JoinHandle<Vec<Job>>>,
+    /// The queue: the thread takes it while it runs and puts it back when it stops;
+    /// untouched if the thread never started. Drop finishes what is left in it.
+    queue: Queue,
+    trim_every: Duration,
 }
 
-/// The queue of a recycler whose thread is not running yet; the thread takes it when
-/// it starts, so a failed spawn leaves it here.
-type Unstarted = std::sync::Arc<std::sync::Mutex<Option<channel::Receiver<Msg>>>>;
+type Queue = std::sync::Arc<std::sync::Mutex<Option<channel::Receiver<Msg>>>>;
 
 impl Recycler {
     pub(crate) fn start(trim_every: Duration) -> std::io::Result<(Self, RecyclerHandle)> {
@@ -94,7 +94,8 @@ impl Recycler {
             tx: std::sync::Arc::clone(&tx),
             trim: std::sync::Arc::new(Mutex::new(None)),
             thread: None,
-            unstarted: Some((std::sync::Arc::new(std::sync::Mutex::new(Some(rx))), trim_every)),
+            queue: std::sync::Arc::new(std::sync::Mutex::new(Some(rx))),
+            trim_every,
         };
         (recycler, RecyclerHandle { tx })
     }
@@ -102,24 +103,18 @@ impl Recycler {
     /// Starts the thread of a [`Recycler::prepare`]d recycler; does nothing once it
     /// runs.
     pub(crate) fn start_thread(&mut self) -> std::io::Result<()> {
-        let Some((queue, trim_every)) = self.unstarted.take() else { return Ok(()) };
-        let trim = std::sync::Arc::clone(&self.trim);
-        let q = std::sync::Arc::clone(&queue);
-        let thread = crate::sync::spawn("zcs-recycler", move || {
-            let rx = q.lock().unwrap_or_else(|p| p.into_inner()).take();
-            // Always there: only this thread takes it, and `drop` only once it failed to start.
-            rx.map_or_else(|| (Vec::new(), channel::unbounded().1), |rx| run(rx, trim, trim_every))
-        });
-        match thread {
-            Ok(t) => {
-                self.thread = Some(t);
-                Ok(())
-            }
-            Err(e) => {
-                self.unstarted = Some((queue, trim_every));
-                Err(e)
-            }
+        if self.thread.is_some() {
+            return Ok(());
         }
+        let (queue, trim, trim_every) =
+            (std::sync::Arc::clone(&self.queue), std::sync::Arc::clone(&self.trim), self.trim_every);
+        self.thread = Some(crate::sync::spawn("zcs-recycler", move || {
+            let Some(rx) = queue.lock().unwrap_or_else(|p| p.into_inner()).take() else { return Vec::new() };
+            let pending = run(&rx, &trim, trim_every);
+            *queue.lock().unwrap_or_else(|p| p.into_inner()) = Some(rx);
+            pending
+        })?);
+        Ok(())
     }
 
     pub(crate) fn set_trim(&self, f: TrimFn) {
@@ -127,11 +122,8 @@ impl Recycler {
     }
 }
 
-fn run(
-    rx: channel::Receiver<Msg>,
-    trim: std::sync::Arc<Mutex<Option<TrimFn>>>,
-    trim_every: Duration,
-) -> (Vec<Job>, channel::Receiver<Msg>) {
+/// Until stopped; returns the jobs still pending then.
+fn run(rx: &channel::Receiver<Msg>, trim: &Mutex<Option<TrimFn>>, trim_every: Duration) -> Vec<Job> {
     let mut pending: Vec<Job> = Vec::new();
     let mut backoff = Duration::from_micros(20);
     let mut next_trim = Instant::now() + trim_every;
@@ -150,7 +142,7 @@ fn run(
             }
         }
         if stop {
-            return (pending, rx);
+            return pending;
         }
         if !pending.is_empty() {
             let _span = tracing::trace_span!("recycle", pending = pending.len()).entered();
@@ -192,19 +184,18 @@ impl Drop for Recycler {
             let _ = tx.send(Msg::Stop);
         }
         self.trim.lock().unwrap_or_else(|p| p.into_inner()).take();
-        // Never started: what was submitted is finished here.
-        let queued = self.unstarted.take().and_then(|(q, _)| q.lock().unwrap_or_else(|p| p.into_inner()).take());
-        if let Some(rx) = queued {
-            rx.drain().into_iter().filter_map(job).for_each(finish_blocking);
-        }
-        if let Some(t) = self.thread.take() {
-            match t.join() {
-                Ok((mut left, rx)) => {
-                    left.extend(rx.drain().into_iter().filter_map(job));
-                    left.into_iter().for_each(finish_blocking);
-                }
-                Err(_) => tracing::error!("the recycler thread panicked"),
+        let mut left = match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(pending)) => pending,
+            Some(Err(_)) => {
+                tracing::error!("the recycler thread panicked");
+                Vec::new()
             }
+            None => Vec::new(),
+        };
+        // What was queued after the thread's last pass, or everything if it never started.
+        if let Some(rx) = self.queue.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            left.extend(rx.drain().into_iter().filter_map(job));
         }
+        left.into_iter().for_each(finish_blocking);
     }
 }

@@ -677,11 +677,11 @@ fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
         let why = (t.group != sh.group).then(|| super::publisher::path_reason(&sh.group, &t.group));
         st.pubs.insert(t.instance, PubEntry { link: None, order: Arc::default(), why });
     }
-    if t.group != sh.group || t.socket.is_none() {
+    let socket = match &t.socket {
+        Some(s) if t.group == sh.group => s.clone(),
         // Another host or device: bytes only.
-        return sh.refresh_plain();
-    }
-    let Some(socket) = t.socket.clone() else { return };
+        _ => return sh.refresh_plain(),
+    };
     let s = Arc::clone(sh);
     super::step!("subscriber: publisher seen");
     // Connect and say Hello here, without waiting: the publisher's side of the
