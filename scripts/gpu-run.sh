@@ -4,7 +4,8 @@
 # every test binary with ZCS_REQUIRE_GPU=1 (a missing GPU fails), the demo, then the
 # benchmarks. With .gpu-pack-extra/ carried instead, ZCS_GPU_PART=extra runs the plugin
 # suite in zenohd and latency with the zenohd plugin as provider; ZCS_GPU_PART=soak
-# runs the soak from the same pack.
+# runs the soak from the same pack, ZCS_GPU_PART=soak-churn the host-backend soak once
+# per kind of churning process.
 # Logs go to $OUT (or ./gpu-out); the last lines are a summary.
 set -uo pipefail
 out=${OUT:-gpu-out}
@@ -141,6 +142,21 @@ if [ "$part" = soak ]; then
   timeout $((secs + 60)) .gpu-extra/zcs_soak --backend cuda --messages 1000000000 --secs "$secs" --sample-secs 30 \
     >"$out/soak.jsonl" 2>>"$out/soak.log" || { echo "FAILED: zcs_soak" | tee -a "$out/soak.log"; fail=1; }
 fi
+# ZCS_GPU_PART=soak-churn (the same pack): what the long-lived process's RSS grows with.
+# The host-backend soak once per kind of joining process (`--churn`), side by side on
+# the machine's cores, each with its own ports and keys.
+if [ "$part" = soak-churn ]; then
+  rm -rf .gpu-extra && mkdir -p .gpu-extra && xz -dc .gpu-pack-extra/extra.tar.xz | tar -C .gpu-extra -xf -
+  secs=${ZCS_SOAK_SECS:-480}
+  pids=()
+  for churn in ours zenoh-keys zenoh none; do
+    echo "== zcs_soak --churn $churn for ${secs}s" | tee -a "$out/soak.log"
+    timeout $((secs + 60)) .gpu-extra/zcs_soak --backend host --churn "$churn" --messages 1000000000 --secs "$secs" \
+      --sample-secs 30 >"$out/soak-$churn.jsonl" 2>"$out/soak-$churn.log" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || { echo "FAILED: a zcs_soak --churn run" | tee -a "$out/soak.log"; fail=1; }; done
+fi
 echo "== summary"
 head -2 "$out/machine.txt"
 grep -E "^test result|^FAILED|SKIPPED|panicked" "$out/gpu-tests.log" | sort | uniq -c
@@ -148,7 +164,7 @@ grep -E "^ROS2 " "$out/gpu-tests.log"
 grep -E "^(PASSED|FAILED|SKIPPED)|slow producer|[0-9]+ (passed|failed)" "$out/python-tests.log" 2>/dev/null
 grep -E "^\[(demo|sub|zcs)\]" "$out/demo.log" 2>/dev/null | tail -4
 grep -E "^test result|^FAILED|SKIPPED|panicked|loans at the kill" "$out/plugin-tests.log" 2>/dev/null
-grep -h '"summary"' "$out/soak.jsonl" 2>/dev/null
+grep -h '"summary"' "$out"/soak*.jsonl 2>/dev/null
 cat "$out"/*.jsonl 2>/dev/null | grep -v '"rss_kib"' 
 # The device tool brings back only a few files: with $OUT set, everything goes back as
 # one archive (unpack it and run scripts/bench-report.sh on the folder).

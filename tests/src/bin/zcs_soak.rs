@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! zcs_soak [--backend host|cuda] [--messages N] [--secs S] [--sample-secs S]
-//!          [--len BYTES] [--churn-ms MS] [--churn ours|zenoh|none]
+//!          [--len BYTES] [--churn-ms MS] [--churn ours|zenoh|zenoh-keys|none]
 //! ```
 //! Defaults: host, 1,000,000 messages or 1800 s (whichever comes first), a sample every
 //! 10 s, 128 KiB messages, a process joins or leaves every 300 ms.
@@ -15,8 +15,14 @@
 //! `--churn` says what the joining processes are: `ours` (default) the publishers and
 //! subscribers above; `zenoh` plain Zenoh peers that only open a session and declare a
 //! subscriber on an unrelated key (the Zenoh-level cost of peers coming and going,
-//! without any of this crate's work); `none` no processes at all. Comparing the RSS
-//! curves of the three tells what a growth comes from.
+//! without any of this crate's work); `zenoh-keys` plain Zenoh peers that declare what
+//! ours declare at the Zenoh level, on keys of the same shape: a liveliness token and a
+//! subscriber on keys that carry a per-process id, and a liveliness subscriber with
+//! history (the cost of Zenoh's per-key state for keys that are never seen again);
+//! `none` no processes at all. Comparing the RSS curves tells what a growth comes from.
+//! Each sample also reports the allocator's view (glibc `mallinfo2`): bytes the heap
+//! has in use and bytes it holds from the kernel, which separates retained objects from
+//! fragmentation; the summary adds RSS after `malloc_trim(0)`.
 //!
 //! Every message the long-lived subscriber receives from the long-lived publisher must
 //! be the next sequence number; its first and last 4 KiB are checked on every message
@@ -59,7 +65,19 @@ struct Args {
 enum Churn {
     Ours,
     Zenoh,
+    ZenohKeys,
     None,
+}
+
+impl Churn {
+    fn name(self) -> &'static str {
+        match self {
+            Churn::Ours => "ours",
+            Churn::Zenoh => "zenoh",
+            Churn::ZenohKeys => "zenoh-keys",
+            Churn::None => "none",
+        }
+    }
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -93,13 +111,14 @@ fn parse_args() -> Result<Args, String> {
                 a.churn = match value()?.as_str() {
                     "ours" => Churn::Ours,
                     "zenoh" => Churn::Zenoh,
+                    "zenoh-keys" => Churn::ZenohKeys,
                     "none" => Churn::None,
-                    other => return Err(format!("unknown churn {other} (ours, zenoh or none)")),
+                    other => return Err(format!("unknown churn {other} (ours, zenoh, zenoh-keys or none)")),
                 }
             }
             "-h" | "--help" => {
                 return Err("usage: zcs_soak [--backend host|cuda] [--messages N] [--secs S] [--sample-secs S] \
-                            [--len BYTES] [--churn-ms MS] [--churn ours|zenoh|none]"
+                            [--len BYTES] [--churn-ms MS] [--churn ours|zenoh|zenoh-keys|none]"
                     .into());
             }
             other => return Err(format!("unknown flag {other}")),
@@ -166,12 +185,26 @@ fn check(s: &GpuSample, full: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn rss_kib() -> u64 {
+/// A `kB` line of `/proc/self/status`.
+fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(str::to_owned))
+        .and_then(|s| s.lines().find(|l| l.starts_with(field)).map(str::to_owned))
         .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         .unwrap_or(0)
+}
+
+fn rss_kib() -> u64 {
+    status_kib("VmRSS:")
+}
+
+/// The allocator's view of this process: (bytes in use, bytes held from the kernel), in
+/// KiB, both counting large `mmap`ed chunks.
+fn heap_kib() -> (u64, u64) {
+    // SAFETY: mallinfo2 only reads the allocator's counters (under its own locks) and
+    // returns them by value.
+    let m = unsafe { libc::mallinfo2() };
+    (((m.uordblks + m.hblkhd) >> 10) as u64, ((m.arena + m.hblkhd) >> 10) as u64)
 }
 
 #[derive(Clone, Copy)]
@@ -179,6 +212,12 @@ struct Sample {
     t: f64,
     messages: u64,
     rss_kib: u64,
+    /// Resident anonymous memory: heaps, stacks, Zenoh's buffers.
+    rss_anon_kib: u64,
+    /// Resident shared memory: the pool's host blocks mapped here.
+    rss_shmem_kib: u64,
+    heap_used_kib: u64,
+    heap_held_kib: u64,
     fds: usize,
     threads: usize,
     gpu_free_mib: Option<u64>,
@@ -192,11 +231,15 @@ struct Sample {
 impl Sample {
     fn json(&self) -> String {
         format!(
-            "{{\"t_s\":{:.1},\"messages\":{},\"rss_kib\":{},\"fds\":{},\"threads\":{},\"gpu_free_mib\":{},\
+            "{{\"t_s\":{:.1},\"messages\":{},\"rss_kib\":{},\"rss_anon_kib\":{},\"rss_shmem_kib\":{},\"heap_used_kib\":{},\"heap_held_kib\":{},\"fds\":{},\"threads\":{},\"gpu_free_mib\":{},\
              \"pool_blocks\":{},\"pool_mib\":{:.1},\"blocks_in_use\":{},\"processes_joined\":{},\"processes_killed\":{}}}",
             self.t,
             self.messages,
             self.rss_kib,
+            self.rss_anon_kib,
+            self.rss_shmem_kib,
+            self.heap_used_kib,
+            self.heap_held_kib,
             self.fds,
             self.threads,
             self.gpu_free_mib.map_or("null".to_owned(), |v| v.to_string()),
@@ -232,6 +275,18 @@ fn main() {
     let sub: GpuSubscriber<flume::Receiver<GpuSample>> =
         sub_session.declare_subscriber(format!("{key}/*")).wait().expect("subscriber");
     let kernels = pub_session.gpu().map(|g| Kernels::load(g).expect("load kernels"));
+    // With `zenoh-keys`, this process watches the churning peers' tokens as our
+    // publisher watches our subscribers' tokens.
+    let _watch_keys = (args.churn == Churn::ZenohKeys).then(|| {
+        let root = format!("@{KEY_ROOT}/v1");
+        pub_session
+            .zenoh()
+            .liveliness()
+            .declare_subscriber(format!("{root}/sub/**"))
+            .history(true)
+            .wait()
+            .expect("watch")
+    });
 
     let stop = Arc::new(AtomicBool::new(false));
     let received = Arc::new(AtomicU64::new(0));
@@ -291,6 +346,7 @@ fn main() {
             let life = 200 + (k * 7919) % 2800;
             let role = match what {
                 Churn::Zenoh => "zenoh",
+                Churn::ZenohKeys => "zenoh-keys",
                 _ if k.is_multiple_of(3) => "pub",
                 _ => "sub",
             };
@@ -338,10 +394,15 @@ fn main() {
     while seq < args.messages && start.elapsed() < Duration::from_secs(args.secs) && !failed.load(Ordering::Relaxed) {
         if Instant::now() >= next_sample {
             let ps = publisher.pool_stats();
+            let (heap_used_kib, heap_held_kib) = heap_kib();
             let s = Sample {
                 t: start.elapsed().as_secs_f64(),
                 messages: seq,
                 rss_kib: rss_kib(),
+                rss_anon_kib: status_kib("RssAnon:"),
+                rss_shmem_kib: status_kib("RssShmem:"),
+                heap_used_kib,
+                heap_held_kib,
                 fds: open_fd_count().unwrap_or(0),
                 threads: thread_count().unwrap_or(0),
                 gpu_free_mib: pub_session.gpu().and_then(|g| g.mem_info().ok()).map(|(f, _)| (f >> 20) as u64),
@@ -370,17 +431,19 @@ fn main() {
     let (first, last) = (samples.get(1).or(samples.first()).copied(), samples.last().copied());
     if let (Some(a), Some(b)) = (first, last) {
         let max_rss = samples.iter().map(|s| s.rss_kib).max().unwrap_or(0);
+        // What of the RSS is free heap the allocator could give back.
+        let rss_before_trim = rss_kib();
+        // SAFETY: malloc_trim only returns unused heap pages to the kernel.
+        unsafe { libc::malloc_trim(0) };
+        let rss_trimmed = rss_kib();
         println!(
             "{{\"summary\":true,\"ok\":{ok},\"backend\":\"{}\",\"churn\":\"{}\",\"messages\":{seq},\"received\":{},\"secs\":{:.1},\
              \"msgs_per_s\":{:.0},\"loan_retries\":{refused_loans},\"processes_joined\":{},\"processes_killed\":{},\
-             \"child_failures\":{},\"rss_kib_growth\":{},\"rss_kib_max\":{max_rss},\"fds_growth\":{},\"threads_growth\":{},\
+             \"child_failures\":{},\"rss_kib_growth\":{},\"rss_kib_max\":{max_rss},\"rss_kib_before_trim\":{rss_before_trim},\
+             \"rss_kib_after_trim\":{rss_trimmed},\"rss_anon_kib_growth\":{},\"rss_shmem_kib_growth\":{},\"heap_used_kib_growth\":{},\"heap_held_kib_growth\":{},\"fds_growth\":{},\"threads_growth\":{},\
              \"gpu_free_mib_change\":{},\"pool_blocks_first\":{},\"pool_blocks_last\":{}}}",
             if args.cuda { "cuda" } else { "host" },
-            match args.churn {
-                Churn::Ours => "ours",
-                Churn::Zenoh => "zenoh",
-                Churn::None => "none",
-            },
+            args.churn.name(),
             received.load(Ordering::Relaxed),
             start.elapsed().as_secs_f64(),
             seq as f64 / start.elapsed().as_secs_f64(),
@@ -388,6 +451,10 @@ fn main() {
             killed.load(Ordering::Relaxed),
             child_failures.load(Ordering::Relaxed),
             b.rss_kib as i64 - a.rss_kib as i64,
+            b.rss_anon_kib as i64 - a.rss_anon_kib as i64,
+            b.rss_shmem_kib as i64 - a.rss_shmem_kib as i64,
+            b.heap_used_kib as i64 - a.heap_used_kib as i64,
+            b.heap_held_kib as i64 - a.heap_held_kib as i64,
             b.fds as i64 - a.fds as i64,
             b.threads as i64 - a.threads as i64,
             match (a.gpu_free_mib, b.gpu_free_mib) {
@@ -403,6 +470,12 @@ fn main() {
     }
 }
 
+/// A per-process id: the pid and the clock, mixed.
+fn rand_id() -> u64 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    (t ^ (u64::from(std::process::id()) << 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
 /// A churning process: a subscriber that holds a few samples and checks them, or a
 /// publisher; either runs for its life time (unless SIGKILLed first) and exits.
 fn child(role: &str) {
@@ -414,6 +487,19 @@ fn child(role: &str) {
     if role == "zenoh" {
         let z = zenoh::open(loopback_zenoh_config(None, Some(port), Some(KEY_ROOT))).wait().expect("open zenoh");
         let _sub = z.declare_subscriber(format!("{}/unrelated", env(KEY_ENV))).wait().expect("subscriber");
+        std::thread::sleep(life);
+        return;
+    }
+    if role == "zenoh-keys" {
+        // The Zenoh-level declarations of one of our subscribers, on keys of the same
+        // shape, outside our token root: a token and a subscriber whose keys carry a
+        // per-process id, and a liveliness subscriber with history.
+        let z = zenoh::open(loopback_zenoh_config(None, Some(port), Some(KEY_ROOT))).wait().expect("open zenoh");
+        let id = format!("{:016x}", rand_id());
+        let root = format!("@{KEY_ROOT}/v1");
+        let _watch = z.liveliness().declare_subscriber(format!("{root}/pub/**")).history(true).wait().expect("watch");
+        let _tok = z.liveliness().declare_token(format!("{root}/sub/{id}/host/0")).wait().expect("token");
+        let _sub = z.declare_subscriber(format!("{}/{id}/@zcs/b", env(KEY_ENV))).wait().expect("subscriber");
         std::thread::sleep(life);
         return;
     }
