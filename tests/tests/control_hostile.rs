@@ -474,7 +474,7 @@ fn wrong_and_replayed_capabilities_are_refused() {
     r.publish(3, len);
     let d3 = c.next_descriptor();
     r.publish(4, len);
-    let _d4 = c.next_descriptor();
+    let d4 = c.next_descriptor();
     assert!(d3.block.id == d1.block.id || d3.block.id == d2.block.id, "the pool reused a block");
     let old = if d3.block.id == d1.block.id { &d1 } else { &d2 };
     assert!(d3.block.generation > old.block.generation);
@@ -490,8 +490,8 @@ fn wrong_and_replayed_capabilities_are_refused() {
     // Counted by the publisher's thread after the FD went out: wait for it.
     wait_until("the handouts to be counted", IO, || r.publisher.stats().fd_handouts == 2);
     assert_eq!(r.publisher.stats().fd_denied, denied);
-    drop(c);
-    wait_until("our leases to go with the connection", IO, || r.publisher.pool_stats().blocks_in_use == 0);
+    c.release(vec![d3.block, d4.block]);
+    wait_until("our last releases", IO, || r.publisher.pool_stats().blocks_in_use == 0);
     drop(r.session);
 }
 
@@ -682,11 +682,14 @@ fn child_entry() {
 }
 
 /// Subscribers that leave while the publisher is in the middle of a put: a put takes
-/// its list of ready subscribers, then charges each a lease; a connection that ends in
+/// its list of ready subscribers, then charges each a lease; a subscriber that leaves in
 /// between must not be charged a lease nobody will ever release. Raw clients handshake
-/// and disconnect over and over while a thread publishes without pause; afterwards the
-/// pool must be whole. (The window is microseconds, so this run rarely lands in it;
-/// `pool::tests::a_departed_holder_cannot_be_charged_a_lease` pins the rule itself.)
+/// and leave over and over (`Leave`, then releasing every descriptor that came up to
+/// `Left`, then closing) while a thread publishes without pause; afterwards the pool
+/// must be whole. (The window is microseconds, so this run rarely lands in it;
+/// `pool::tests::a_departed_holder_cannot_be_charged_a_lease` pins the rule itself. A
+/// client that closed without releasing would keep its leases while this process runs:
+/// `slow_subscriber.rs` checks that.)
 #[test]
 fn subscribers_leaving_during_puts_leak_no_lease() {
     const TEST: &str = "subscribers_leaving_during_puts_leak_no_lease";
@@ -706,7 +709,18 @@ fn subscribers_leaving_during_puts_leak_no_lease() {
     let rounds = 60;
     for _ in 0..rounds {
         let c = RawClient::handshake(&r);
-        c.next_descriptor();
+        let mut got = vec![c.next_descriptor().block];
+        c.conn.send(&protocol::encode(&Request::Leave), &[]).expect("send Leave");
+        loop {
+            let f = c.conn.recv(IO).expect("frames up to Left");
+            match protocol::decode::<Reply>("reply", &f.bytes) {
+                Ok(Reply::Block(d)) => got.push(d.block),
+                Ok(Reply::Left) => break,
+                _ => {}
+            }
+        }
+        got.extend(c.pending.lock().unwrap_or_else(PoisonError::into_inner).drain(..).map(|d| d.block));
+        c.release(got);
         drop(c);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

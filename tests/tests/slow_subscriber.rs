@@ -1,12 +1,16 @@
-//! A subscriber that stops reading until its publisher disconnects it as slow must still
-//! read, byte-exact, every sample it held or had queued: the publisher stops routing to
-//! it, but keeps that connection's leases until the subscriber has let go of them, so
-//! none of those blocks is reused under a reader (gap G14). Host memfd blocks, two
-//! sessions over loopback Zenoh and a real control socket.
+//! A subscriber whose control connection ends while it still holds samples must read
+//! them, byte-exact, for as long as it holds them (gap G14), whichever side ended it:
+//! - the publisher disconnects it as slow: it stops routing to it, but keeps that
+//!   connection's leases until the subscriber has let go of them;
+//! - the subscriber's own end is shut while its process runs on: the publisher keeps the
+//!   leases until that process exits (it may still map the blocks), then frees them.
+//!
+//! Host memfd blocks, sessions over loopback Zenoh and real control sockets.
 
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
-use zcs_tests::{free_tcp_port, loopback_zenoh_config, watchdog_guard};
+use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, spawn_child, wait_child, watchdog_guard};
 use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
 use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, Path, ZcsConfig};
@@ -115,5 +119,117 @@ fn a_subscriber_disconnected_as_slow_reads_what_it_held_and_queued() {
     while p.pool_stats().blocks_in_use > 0 {
         assert!(t.elapsed() < IO, "blocks still leased after the subscriber let go: {:?}", p.pool_stats());
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+const SHUT_KEY: &str = "zcs-test/slow/shut";
+const PORT_ENV: &str = "ZCS_SHUT_PORT";
+const STOP_ENV: &str = "ZCS_SHUT_STOP_FILE";
+
+/// Shuts down, in both directions, every connected Unix `SOCK_SEQPACKET` socket this
+/// process opened as a client (unnamed here, named at the peer): the control connections
+/// of its subscribers. The descriptors stay open, as after a stray `shutdown(2)` or a
+/// connection that failed under its owner. Returns how many it shut.
+fn shut_own_control_connections() -> usize {
+    use nix::sys::socket::{Shutdown, SockType, UnixAddr, getpeername, getsockname, getsockopt, shutdown, sockopt};
+    let named = |a: &UnixAddr| a.path().is_some() || a.as_abstract().is_some();
+    let mut shut = 0;
+    for entry in std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd").flatten() {
+        let Some(raw) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        // SAFETY: only used while this loop runs, in a process whose other threads open
+        // no SEQPACKET sockets meanwhile; a number closed in between makes the calls
+        // below fail (EBADF), which skips it.
+        let fd = unsafe { BorrowedFd::borrow_raw(raw) };
+        if getsockopt(&fd, sockopt::SockType).ok() != Some(SockType::SeqPacket) {
+            continue;
+        }
+        let ours = getsockname::<UnixAddr>(fd.as_raw_fd()).is_ok_and(|a| !named(&a));
+        let peer = getpeername::<UnixAddr>(fd.as_raw_fd()).is_ok_and(|a| named(&a));
+        if ours && peer && shutdown(fd.as_raw_fd(), Shutdown::Both).is_ok() {
+            shut += 1;
+        }
+    }
+    shut
+}
+
+#[test]
+fn a_subscriber_that_shuts_its_control_connection_keeps_its_blocks_until_it_exits() {
+    let _w = watchdog_guard("shut control connection test", Duration::from_secs(120));
+    let port = free_tcp_port();
+    let ps = session(Some(port), None);
+    let p = ps.declare_publisher(SHUT_KEY).wait().expect("publisher");
+    let stop = std::env::temp_dir().join(format!("zcs-shut-{}-{port}", std::process::id()));
+    let _ = std::fs::remove_file(&stop);
+    let mut child = spawn_child(
+        "shut_child_entry",
+        "holder",
+        &[(PORT_ENV, port.to_string()), (STOP_ENV, stop.display().to_string())],
+    );
+    // Its checks failing ends it early with an error status.
+    let mut running = || {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            panic!("the holding subscriber ended early ({st}): it read bytes not written for it");
+        }
+    };
+    // The child takes two zero-copy samples, then shuts its control connection.
+    let t = Instant::now();
+    while p.stats().held_until_exit == 0 {
+        running();
+        assert!(t.elapsed() < IO, "the publisher never saw the connection end with leases: {:?}", p.stats());
+        publish(&p);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Enough traffic that a block given back would be handed out again (the child
+    // handshakes again and reads along; any of its checks failing fails its exit status).
+    for _ in 0..300 {
+        publish(&p);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    running();
+    assert!(p.pool_stats().blocks_in_use >= 2, "the held blocks stay leased: {:?}", p.pool_stats());
+    std::fs::write(&stop, b"").expect("stop file");
+    wait_child(child, "the holding subscriber", IO);
+    let exited = Instant::now();
+    while p.pool_stats().blocks_in_use > 0 {
+        assert!(exited.elapsed() < IO, "blocks still leased after the subscriber exited: {:?}", p.pool_stats());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    eprintln!("pool whole {:?} after the subscriber's exit was reaped", exited.elapsed());
+    let _ = std::fs::remove_file(&stop);
+    assert_eq!(p.stats().held_until_exit, 1, "{:?}", p.stats());
+}
+
+/// Entry point of the re-executed test binary (the subscriber that shuts its own
+/// connection); a no-op in a normal run.
+#[test]
+#[ignore = "child-process entry, run by a_subscriber_that_shuts_its_control_connection_keeps_its_blocks_until_it_exits"]
+fn shut_child_entry() {
+    let Some(role) = child_role() else { return };
+    assert_eq!(role, "holder");
+    let _w = watchdog_guard("holding subscriber", Duration::from_secs(100));
+    let port: u16 = std::env::var(PORT_ENV).expect("port").parse().expect("port number");
+    let stop = std::path::PathBuf::from(std::env::var(STOP_ENV).expect("stop file"));
+    let s = session(None, Some(port));
+    let sub = s.declare_subscriber(SHUT_KEY).wait().expect("subscriber");
+    let mut held = Vec::new();
+    while held.len() < 2 {
+        let sample = sub.recv_timeout(IO).expect("a sample to hold");
+        check(&sample, "before the shutdown");
+        if sample.path() == Path::ZeroCopy {
+            held.push(sample);
+        }
+    }
+    assert!(shut_own_control_connections() >= 1, "no control connection to shut");
+    while !stop.exists() {
+        for s in &held {
+            check(s, "held after its connection was shut");
+        }
+        while let Some(s) = sub.try_recv() {
+            check(&s, "received after the shutdown");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for s in &held {
+        check(s, "held until exit");
     }
 }

@@ -149,6 +149,27 @@ fn ipc_process_sigkill_is_seen_as_closed() {
     let _ = wait_child(child, STEP);
 }
 
+#[test]
+fn ipc_process_peer_process_tells_a_running_peer_from_an_exited_one() {
+    let _wd = watchdog("ipc_process_peer_process_tells_a_running_peer_from_an_exited_one", 60);
+    let name = SocketName::random_abstract();
+    let listener = ControlListener::bind(&name).expect("bind");
+    let mut child = spawn_child("hold", &name);
+    let conn = listener.accept_timeout(STEP).expect("accept");
+    assert_eq!(conn.recv(STEP).expect("ready").bytes, b"ready");
+    let peer = conn.peer_process().expect("a pidfd of a peer in our PID namespace");
+    assert_eq!(peer.pid(), child.id() as i32);
+    assert!(!peer.exited(), "the child runs");
+    assert!(!peer.wait_exit(Duration::from_millis(50)), "the child runs on");
+    child.kill().expect("SIGKILL child");
+    let start = Instant::now();
+    assert!(peer.wait_exit(STEP), "SIGKILL seen through the pidfd");
+    assert!(start.elapsed() < STEP);
+    // Still exited once reaped (a reused pid cannot fool a pidfd).
+    let _ = wait_child(child, STEP);
+    assert!(peer.exited());
+}
+
 /// Root only: a child that drops to uid 65534 is refused by the default (same-uid)
 /// policy, and accepted (with its real uid visible) when the policy lists 65534.
 #[test]

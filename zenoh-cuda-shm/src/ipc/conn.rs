@@ -12,7 +12,7 @@ use nix::sys::socket::{
     socketpair,
 };
 
-use super::cred::{AccessPolicy, PeerCred};
+use super::cred::{AccessPolicy, PeerCred, PeerProcess};
 use super::name::{InvalidNameError, SocketName};
 use super::sys::{self, Deadline};
 use super::{DEFAULT_SEND_TIMEOUT, MAX_FRAME_BYTES, MAX_FRAME_FDS};
@@ -321,6 +321,15 @@ impl ControlConn {
     /// The peer's credentials, read with `SO_PEERCRED` when the connection was made.
     pub fn peer_cred(&self) -> PeerCred {
         self.peer
+    }
+
+    /// A handle on the peer's process (a pidfd) that tells when it exits, or `None` if
+    /// this kernel or namespace gives none, or the process is gone (see
+    /// [`PeerProcess`]). On Linux 6.5+ it names the process that connected, whenever
+    /// asked; the fallback opens the pid recorded at connect time, which names another
+    /// process if the peer died and its pid was reused in between.
+    pub fn peer_process(&self) -> Option<PeerProcess> {
+        PeerProcess::of_socket(self.fd.as_fd(), self.peer)
     }
 
     /// The timeout [`send`](Self::send) uses ([`DEFAULT_SEND_TIMEOUT`] unless set).

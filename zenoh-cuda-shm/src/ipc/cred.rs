@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -40,6 +40,56 @@ impl PeerCred {
 impl fmt::Display for PeerCred {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "pid {} uid {} gid {}", self.pid, self.uid, self.gid)
+    }
+}
+
+/// The process at the other end of a control connection, held by a pidfd: whether it
+/// has exited can be asked, and waited for, with no race against pid reuse.
+#[derive(Debug)]
+pub struct PeerProcess {
+    pidfd: OwnedFd,
+    pid: i32,
+}
+
+impl PeerProcess {
+    /// The peer of a connected socket whose credentials are `cred`: the kernel's own
+    /// pidfd of it (`SO_PEERPIDFD`, Linux 6.5+), else one opened on `cred.pid` (Linux
+    /// 5.3+). `None` when neither works: a peer in another PID namespace (pid 0), or
+    /// one already gone and reaped (`ESRCH`).
+    pub(super) fn of_socket(fd: BorrowedFd<'_>, cred: PeerCred) -> Option<Self> {
+        let pidfd = match super::sys::peer_pidfd(fd) {
+            Ok(p) => p,
+            Err(e) if cred.pid > 0 => super::sys::pidfd_open(cred.pid)
+                .inspect_err(|e2| tracing::debug!(%cred, so_peerpidfd = %e, pidfd_open = %e2, "no pidfd of the peer"))
+                .ok()?,
+            Err(e) => {
+                tracing::debug!(%cred, error = %e, "no pidfd of the peer (not in our PID namespace)");
+                return None;
+            }
+        };
+        Some(Self { pidfd, pid: cred.pid })
+    }
+
+    /// The peer's pid in our namespace (0 if not visible from here).
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Waits up to `timeout` for the process to exit; `true` once it has (a zombie
+    /// counts: it maps nothing). `false` also if the pidfd cannot be polled.
+    pub fn wait_exit(&self, timeout: Duration) -> bool {
+        match super::sys::poll_until(self.pidfd.as_fd(), libc::POLLIN, super::sys::Deadline::after(timeout)) {
+            Ok(r) => r.is_some(),
+            Err(e) => {
+                tracing::debug!(pid = self.pid, error = %e, "poll on a pidfd failed");
+                false
+            }
+        }
+    }
+
+    /// Whether the process has exited, without waiting.
+    pub fn exited(&self) -> bool {
+        self.wait_exit(Duration::ZERO)
     }
 }
 

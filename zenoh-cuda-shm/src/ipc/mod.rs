@@ -109,7 +109,7 @@ mod sys;
 use std::time::Duration;
 
 pub use conn::{ConnectError, ControlConn, Frame, RecvError, SendError};
-pub use cred::{AccessPolicy, PeerCred};
+pub use cred::{AccessPolicy, PeerCred, PeerProcess};
 pub use listener::{AcceptError, BindError, ControlListener, ListenerStats};
 pub use name::{
     DecodeNameError, InvalidNameError, MAX_SOCKET_NAME_BYTES, RuntimeDirError, SocketName, default_runtime_dir,

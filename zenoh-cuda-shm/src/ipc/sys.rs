@@ -134,6 +134,49 @@ pub(super) fn accept4(fd: BorrowedFd<'_>, flags: SockFlag) -> Result<OwnedFd, Er
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
+/// `getsockopt(SO_PEERPIDFD)` (Linux 6.5+): a pidfd of the process that was at the
+/// other end of a connected Unix socket when it connected. `ENOPROTOOPT` on older
+/// kernels.
+pub(super) fn peer_pidfd(fd: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
+    let mut raw: libc::c_int = -1;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    tracing::trace!(fd = fd.as_raw_fd(), "getsockopt(SO_PEERPIDFD)");
+    // SAFETY: `raw` and `len` are live locals; the kernel writes at most `len` bytes
+    // (one int) into `raw` and the actual size into `len`. `fd` stays open (BorrowedFd).
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERPIDFD,
+            (&raw mut raw).cast::<libc::c_void>(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(Errno::last());
+    }
+    if raw < 0 || len as usize != size_of::<libc::c_int>() {
+        return Err(Errno::EINVAL);
+    }
+    // SAFETY: the call succeeded, so the kernel installed `raw` as a new descriptor for
+    // us (close-on-exec) and nobody else knows the number: the OwnedFd is its only owner.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// `pidfd_open(2)` (Linux 5.3+): a pidfd of process `pid`, close-on-exec.
+pub(super) fn pidfd_open(pid: libc::pid_t) -> Result<OwnedFd, Errno> {
+    tracing::trace!(pid, "pidfd_open");
+    // SAFETY: pidfd_open takes two integers and touches no memory of ours.
+    let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0 as libc::c_uint) };
+    if rc < 0 {
+        return Err(Errno::last());
+    }
+    let raw = RawFd::try_from(rc).map_err(|_| Errno::EBADF)?;
+    // SAFETY: the syscall succeeded and returned a new descriptor (pidfds are always
+    // close-on-exec) that nobody else knows: the OwnedFd is its only owner.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
 /// `poll(2)` on one descriptor. Returns `revents` (0 on timeout).
 pub(super) fn poll1(
     fd: BorrowedFd<'_>,
@@ -210,6 +253,7 @@ pub(super) fn poll_until(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
 
     #[test]
     fn ipc_control_len_fits_max_fds_exactly() {
@@ -241,5 +285,19 @@ mod tests {
         let z = Deadline::after(Duration::ZERO);
         assert!(z.expired());
         assert_eq!(z.poll_ms(), 0);
+    }
+
+    #[test]
+    fn ipc_pidfd_open_sees_a_child_exit_and_refuses_bad_pids() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("spawn sleep");
+        let pidfd = pidfd_open(child.id() as libc::pid_t).expect("pidfd_open");
+        let running = poll_until(pidfd.as_fd(), libc::POLLIN, Deadline::after(Duration::from_millis(20)));
+        assert_eq!(running, Ok(None), "sleep runs");
+        child.kill().expect("kill");
+        let exited = poll_until(pidfd.as_fd(), libc::POLLIN, Deadline::after(Duration::from_secs(10)));
+        assert!(exited.expect("poll").is_some_and(|r| r & libc::POLLIN != 0), "exit seen");
+        child.wait().expect("reap");
+        assert_eq!(pidfd_open(0).map(drop), Err(Errno::EINVAL));
+        assert_eq!(pidfd_open(-1).map(drop), Err(Errno::EINVAL));
     }
 }

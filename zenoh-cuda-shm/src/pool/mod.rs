@@ -808,6 +808,11 @@ impl<B: Backend> Pool<B> {
         self.shared.release_now(key, holder)
     }
 
+    /// How many blocks `holder` holds.
+    pub fn holds(&self, holder: HolderId) -> usize {
+        self.shared.lock().holder_counts.get(&holder).copied().unwrap_or(0)
+    }
+
     /// Releases every hold of `holder` at once (its connection closed: exit, crash,
     /// SIGKILL). Returns how many holds were dropped.
     pub fn release_holder(&self, holder: HolderId) -> usize {

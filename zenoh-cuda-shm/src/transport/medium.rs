@@ -50,6 +50,13 @@ impl PubMedium {
         }
     }
 
+    pub(crate) fn holds(&self, holder: HolderId) -> usize {
+        match self {
+            Self::Cuda { pool, .. } => pool.holds(holder),
+            Self::Host { pool } => pool.holds(holder),
+        }
+    }
+
     /// Runs `f` with the FD and size of a published block, if `capability` matches.
     pub(crate) fn with_handout<R>(
         &self,

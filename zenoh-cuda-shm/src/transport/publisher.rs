@@ -66,11 +66,16 @@ pub struct PublisherStats {
     pub fd_denied: u64,
     /// Releases that named nothing we lease (stale, duplicate or forged).
     pub bad_releases: u64,
-    /// Control connections that ended (each releases every lease it held).
+    /// Control connections that ended (each releases every lease it held, at once or,
+    /// see `held_until_exit`, when its process exits).
     pub disconnects: u64,
     /// Subscribers disconnected because their control socket stayed full for
     /// `PUSH_TIMEOUT` (1 s) or failed.
     pub slow_disconnects: u64,
+    /// Connections that ended, not for breaking the protocol, while their subscriber's
+    /// process, still running, held leases: those blocks stay leased until that process
+    /// exits, since it may still read them.
+    pub held_until_exit: u64,
 }
 
 #[derive(Default)]
@@ -93,6 +98,7 @@ struct Counters {
     bad_releases: AtomicU64,
     disconnects: AtomicU64,
     slow_disconnects: AtomicU64,
+    held_until_exit: AtomicU64,
 }
 
 fn inc(c: &AtomicU64) {
@@ -626,6 +632,7 @@ impl PublisherCore {
             bad_releases: l(&c.bad_releases),
             disconnects: l(&c.disconnects),
             slow_disconnects: l(&c.slow_disconnects),
+            held_until_exit: l(&c.held_until_exit),
         }
     }
 
@@ -717,19 +724,33 @@ fn send_reply(conn: &ControlConn, r: &Reply, fds: &[std::os::fd::BorrowedFd<'_>]
     }
 }
 
-fn recv_request(sh: &Shared, conn: &ControlConn, timeout: Duration) -> Result<Request, bool> {
+/// Why no request came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NoRequest {
+    Timeout,
+    /// The connection ended (closed, shut down or failed).
+    Ended,
+    /// The peer broke the frame rules or sent something undecodable.
+    Violation,
+}
+
+fn recv_request(sh: &Shared, conn: &ControlConn, timeout: Duration) -> Result<Request, NoRequest> {
     match conn.recv(timeout) {
         Ok(frame) => match protocol::decode::<Request>("control request", &frame.bytes) {
             Ok(r) => Ok(r),
             Err(e) => {
                 sh.bad_input.warn("malformed control request; closing the connection", &e);
-                Err(true)
+                Err(NoRequest::Violation)
             }
         },
-        Err(RecvError::Timeout(_)) => Err(false),
-        Err(e) => {
+        Err(RecvError::Timeout(_)) => Err(NoRequest::Timeout),
+        Err(e @ (RecvError::Closed | RecvError::Sys { .. })) => {
             tracing::debug!(error = %e, "control connection ended");
-            Err(true)
+            Err(NoRequest::Ended)
+        }
+        Err(e) => {
+            sh.bad_input.warn("control frame against the rules; closing the connection", &e);
+            Err(NoRequest::Violation)
         }
     }
 }
@@ -789,6 +810,8 @@ fn connection(sh: Arc<Shared>, conn: ControlConn) {
     crate::transport::step!("publisher: Ready sent, routing");
     inc(&c.handshakes);
     tracing::debug!(pid = peer.pid, uid = peer.uid, holder, "subscriber is GPU-ready");
+    // The peer broke the protocol: it is cut off and its leases go at once.
+    let mut violation = false;
     loop {
         if sh.stop.load(Ordering::Relaxed) {
             break;
@@ -835,14 +858,62 @@ fn connection(sh: Arc<Shared>, conn: ControlConn) {
             }
             Ok(other) => {
                 sh.bad_input.warn("unexpected control request; closing", &format!("{other:?}"));
+                violation = true;
                 break;
             }
-            Err(false) => {}
-            Err(true) => break,
+            Err(NoRequest::Timeout) => {}
+            Err(NoRequest::Ended) => break,
+            Err(NoRequest::Violation) => {
+                violation = true;
+                break;
+            }
         }
     }
     sh.state.lock().unwrap_or_else(|p| p.into_inner()).ready.remove(&holder);
+    if !violation {
+        hold_until_exit(&sh, holder, &conn);
+    }
     let dropped = sh.medium.release_holder(HolderId::new(holder));
     inc(&c.disconnects);
     tracing::debug!(holder, dropped, "subscriber connection closed; its leases are released");
+}
+
+/// How long a connection that ended with leases waits for its process's exit before it
+/// counts the process as running on: a dying process closes its descriptors a moment
+/// before the kernel reports its exit.
+const EXIT_GRACE: Duration = Duration::from_millis(50);
+
+/// A connection ended with leases outstanding. Normally its process died (its
+/// descriptors close as it exits). If that process still runs, it may still map those
+/// blocks and read samples of them (it shut its end of the connection by mistake, or
+/// our answer to its `Fd` request could not be sent): releasing them would let the pool
+/// hand them out under its reads. They stay leased until it exits or this publisher
+/// closes (G14). Not called for a peer that broke the protocol (cut off, its leases
+/// released at once), nor where the peer's process cannot be watched (another PID
+/// namespace, or already gone: released at once).
+fn hold_until_exit(sh: &Shared, holder: u64, conn: &ControlConn) {
+    let holds = sh.medium.holds(HolderId::new(holder));
+    if holds == 0 || sh.stop.load(Ordering::Relaxed) {
+        return;
+    }
+    // Opened only now (no descriptor per connection). The kernel's pidfd names the
+    // process that connected even after its death; the fallback opens its pid, which a
+    // process that just died cannot have passed on yet (it fails: gone).
+    let Some(p) = conn.peer_process() else { return };
+    if p.wait_exit(EXIT_GRACE) {
+        return;
+    }
+    let peer = conn.peer_cred();
+    inc(&sh.counters.held_until_exit);
+    sh.bad_input.warn(
+        "a subscriber process closed its control connection while holding leases and runs on; \
+         its blocks stay leased until it exits",
+        &format_args!("pid {} uid {}, {holds} blocks", peer.pid, peer.uid),
+    );
+    // Not a busy loop: each turn blocks in poll(2) on the pidfd for up to 100 ms.
+    loop {
+        if sh.stop.load(Ordering::Relaxed) || p.wait_exit(Duration::from_millis(100)) {
+            break;
+        }
+    }
 }
