@@ -223,6 +223,10 @@ struct Sample {
     gpu_free_mib: Option<u64>,
     pool_blocks: usize,
     pool_mib: f64,
+    /// GPU-aware subscribers the long-lived publisher knows (from their tokens).
+    aware_subscribers: usize,
+    /// Publishers the long-lived subscriber knows.
+    known_publishers: usize,
     in_use: usize,
     joined: u64,
     killed: u64,
@@ -232,7 +236,7 @@ impl Sample {
     fn json(&self) -> String {
         format!(
             "{{\"t_s\":{:.1},\"messages\":{},\"rss_kib\":{},\"rss_anon_kib\":{},\"rss_shmem_kib\":{},\"heap_used_kib\":{},\"heap_held_kib\":{},\"fds\":{},\"threads\":{},\"gpu_free_mib\":{},\
-             \"pool_blocks\":{},\"pool_mib\":{:.1},\"blocks_in_use\":{},\"processes_joined\":{},\"processes_killed\":{}}}",
+             \"pool_blocks\":{},\"pool_mib\":{:.1},\"aware_subscribers\":{},\"known_publishers\":{},\"blocks_in_use\":{},\"processes_joined\":{},\"processes_killed\":{}}}",
             self.t,
             self.messages,
             self.rss_kib,
@@ -245,6 +249,8 @@ impl Sample {
             self.gpu_free_mib.map_or("null".to_owned(), |v| v.to_string()),
             self.pool_blocks,
             self.pool_mib,
+            self.aware_subscribers,
+            self.known_publishers,
             self.in_use,
             self.joined,
             self.killed
@@ -272,31 +278,28 @@ fn main() {
     let pub_session = session(args.cuda, port, true);
     let publisher = pub_session.declare_publisher(main_key.clone()).wait().expect("publisher");
     let sub_session = session(args.cuda, port, false);
-    let sub: GpuSubscriber<flume::Receiver<GpuSample>> =
-        sub_session.declare_subscriber(format!("{key}/*")).wait().expect("subscriber");
+    let sub: Arc<GpuSubscriber<flume::Receiver<GpuSample>>> =
+        Arc::new(sub_session.declare_subscriber(format!("{key}/*")).wait().expect("subscriber"));
     let kernels = pub_session.gpu().map(|g| Kernels::load(g).expect("load kernels"));
     // With `zenoh-keys`, this process watches the churning peers' tokens as our
-    // publisher watches our subscribers' tokens.
+    // publisher watches our subscribers' tokens: with a callback, as ours do (a default
+    // FIFO handler that nobody drains fills up, then blocks the session's receive path).
     let _watch_keys = (args.churn == Churn::ZenohKeys).then(|| {
         let root = format!("@{KEY_ROOT}/v1");
-        pub_session
-            .zenoh()
-            .liveliness()
-            .declare_subscriber(format!("{root}/sub/**"))
-            .history(true)
-            .wait()
-            .expect("watch")
+        let watch = pub_session.zenoh().liveliness().declare_subscriber(format!("{root}/sub/**"));
+        watch.history(true).callback(|_| {}).wait().expect("watch")
     });
 
     let stop = Arc::new(AtomicBool::new(false));
     let received = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicBool::new(false));
-    let (stop2, received2, failed2) = (Arc::clone(&stop), Arc::clone(&received), Arc::clone(&failed));
+    let (stop2, received2, failed2, sub2) =
+        (Arc::clone(&stop), Arc::clone(&received), Arc::clone(&failed), Arc::clone(&sub));
     let checker = std::thread::spawn(move || {
         let mut last_main = 0u64;
         let mut n = 0u64;
         while !stop2.load(Ordering::Relaxed) {
-            let Ok(s) = sub.recv_timeout(Duration::from_millis(50)) else { continue };
+            let Ok(s) = sub2.recv_timeout(Duration::from_millis(50)) else { continue };
             n += 1;
             let info = s.info();
             if info.key == main_key {
@@ -408,6 +411,8 @@ fn main() {
                 gpu_free_mib: pub_session.gpu().and_then(|g| g.mem_info().ok()).map(|(f, _)| (f >> 20) as u64),
                 pool_blocks: ps.blocks,
                 pool_mib: ps.bytes as f64 / (1 << 20) as f64,
+                aware_subscribers: publisher.aware_subscribers(),
+                known_publishers: sub.publishers().len(),
                 in_use: ps.blocks_in_use,
                 joined: joined.load(Ordering::Relaxed),
                 killed: killed.load(Ordering::Relaxed),
@@ -497,7 +502,8 @@ fn child(role: &str) {
         let z = zenoh::open(loopback_zenoh_config(None, Some(port), Some(KEY_ROOT))).wait().expect("open zenoh");
         let id = format!("{:016x}", rand_id());
         let root = format!("@{KEY_ROOT}/v1");
-        let _watch = z.liveliness().declare_subscriber(format!("{root}/pub/**")).history(true).wait().expect("watch");
+        let watch = z.liveliness().declare_subscriber(format!("{root}/pub/**"));
+        let _watch = watch.history(true).callback(|_| {}).wait().expect("watch");
         let _tok = z.liveliness().declare_token(format!("{root}/sub/{id}/host/0")).wait().expect("token");
         let _sub = z.declare_subscriber(format!("{}/{id}/@zcs/b", env(KEY_ENV))).wait().expect("subscriber");
         std::thread::sleep(life);
