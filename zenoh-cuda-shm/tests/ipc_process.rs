@@ -159,15 +159,15 @@ fn ipc_process_peer_process_tells_a_running_peer_from_an_exited_one() {
     assert_eq!(conn.recv(STEP).expect("ready").bytes, b"ready");
     let peer = conn.peer_process().expect("a pidfd of a peer in our PID namespace");
     assert_eq!(peer.pid(), child.id() as i32);
-    assert!(!peer.exited(), "the child runs");
-    assert!(!peer.wait_exit(Duration::from_millis(50)), "the child runs on");
+    assert_eq!(peer.exited(), Ok(false), "the child runs");
+    assert_eq!(peer.wait_exit(Duration::from_millis(50)), Ok(false), "the child runs on");
     child.kill().expect("SIGKILL child");
     let start = Instant::now();
-    assert!(peer.wait_exit(STEP), "SIGKILL seen through the pidfd");
+    assert_eq!(peer.wait_exit(STEP), Ok(true), "SIGKILL seen through the pidfd");
     assert!(start.elapsed() < STEP);
     // Still exited once reaped (a reused pid cannot fool a pidfd).
     let _ = wait_child(child, STEP);
-    assert!(peer.exited());
+    assert_eq!(peer.exited(), Ok(true));
 }
 
 /// Root only: a child that drops to uid 65534 is refused by the default (same-uid)

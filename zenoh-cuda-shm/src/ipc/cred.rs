@@ -75,20 +75,16 @@ impl PeerProcess {
         self.pid
     }
 
-    /// Waits up to `timeout` for the process to exit; `true` once it has (a zombie
-    /// counts: it maps nothing). `false` also if the pidfd cannot be polled.
-    pub fn wait_exit(&self, timeout: Duration) -> bool {
-        match super::sys::poll_until(self.pidfd.as_fd(), libc::POLLIN, super::sys::Deadline::after(timeout)) {
-            Ok(r) => r.is_some(),
-            Err(e) => {
-                tracing::debug!(pid = self.pid, error = %e, "poll on a pidfd failed");
-                false
-            }
-        }
+    /// Waits up to `timeout` for the process to exit; `Ok(true)` once it has (a zombie
+    /// counts: it maps nothing), `Ok(false)` if it still runs. An error means the pidfd
+    /// cannot be polled (and nothing was waited for).
+    pub fn wait_exit(&self, timeout: Duration) -> Result<bool, Errno> {
+        super::sys::poll_until(self.pidfd.as_fd(), libc::POLLIN, super::sys::Deadline::after(timeout))
+            .map(|r| r.is_some())
     }
 
     /// Whether the process has exited, without waiting.
-    pub fn exited(&self) -> bool {
+    pub fn exited(&self) -> Result<bool, Errno> {
         self.wait_exit(Duration::ZERO)
     }
 }

@@ -900,7 +900,7 @@ fn hold_until_exit(sh: &Shared, holder: u64, conn: &ControlConn) {
     // process that connected even after its death; the fallback opens its pid, which a
     // process that just died cannot have passed on yet (it fails: gone).
     let Some(p) = conn.peer_process() else { return };
-    if p.wait_exit(EXIT_GRACE) {
+    if p.wait_exit(EXIT_GRACE) != Ok(false) {
         return;
     }
     let peer = conn.peer_cred();
@@ -910,10 +910,16 @@ fn hold_until_exit(sh: &Shared, holder: u64, conn: &ControlConn) {
          its blocks stay leased until it exits",
         &format_args!("pid {} uid {}, {holds} blocks", peer.pid, peer.uid),
     );
-    // Not a busy loop: each turn blocks in poll(2) on the pidfd for up to 100 ms.
-    loop {
-        if sh.stop.load(Ordering::Relaxed) || p.wait_exit(Duration::from_millis(100)) {
-            break;
+    // Each turn blocks in poll(2) on the pidfd for up to 100 ms; a pidfd that cannot be
+    // polled ends the wait (the leases go, as without a pidfd).
+    while !sh.stop.load(Ordering::Relaxed) {
+        match p.wait_exit(Duration::from_millis(100)) {
+            Ok(false) => {}
+            Ok(true) => break,
+            Err(e) => {
+                tracing::warn!(pid = peer.pid, error = %e, "cannot watch a subscriber's process; releasing its leases");
+                break;
+            }
         }
     }
 }
