@@ -2,8 +2,18 @@
 # Builds every test binary, the benchmarks and the examples with the `gpu` profile (release, stripped)
 # into .gpu-bin/, ready to carry to a GPU machine that has the driver but no Rust.
 # No CUDA is needed here: cudarc opens libcuda at run time.
+# `--soak` builds only the soak (zcs_soak) into .gpu-soak/, for the soak parts of
+# scripts/gpu-run.sh.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
+mkdir -p "$(git rev-parse --git-dir)/info"
+if [ "${1:-}" = --soak ]; then
+  grep -qx '/.gpu-soak/' .git/info/exclude 2>/dev/null || echo '/.gpu-soak/' >> .git/info/exclude
+  cargo build --profile gpu -p zcs-tests --bin zcs_soak
+  rm -rf .gpu-soak && mkdir -p .gpu-soak && cp target/gpu/zcs_soak .gpu-soak/
+  du -sh .gpu-soak
+  exit 0
+fi
 out=.gpu-bin
 rm -rf "$out"
 mkdir -p "$out"

@@ -4,8 +4,9 @@
 # every test binary with ZCS_REQUIRE_GPU=1 (a missing GPU fails), the demo, then the
 # benchmarks. With .gpu-pack-extra/ carried instead, ZCS_GPU_PART=extra runs the plugin
 # suite in zenohd and latency with the zenohd plugin as provider; ZCS_GPU_PART=soak
-# runs the soak from the same pack, ZCS_GPU_PART=soak-churn the host-backend soak once
-# per kind of churning process.
+# runs the soak from the same pack (or from .gpu-soak/), soak-detach and soak-collect
+# one longer than a device call, soak-churn the host-backend soak once per kind of
+# churning process.
 # Logs go to $OUT (or ./gpu-out); the last lines are a summary.
 set -uo pipefail
 out=${OUT:-gpu-out}
@@ -133,25 +134,55 @@ if [ "$part" = extra ]; then
     done
   done
 fi
-# ZCS_GPU_PART=soak (the same pack): the soak alone, as long as one device call allows,
-# flat out, sampled every 30 s, to show whether the figures level off.
+# The soak's binary: .gpu-soak/zcs_soak where that folder was carried alone
+# (`scripts/gpu-build.sh --soak`), else the one in the extra pack.
+soak_bin() {
+  if [ -x .gpu-soak/zcs_soak ]; then echo .gpu-soak/zcs_soak; return; fi
+  rm -rf .gpu-extra && mkdir -p .gpu-extra && xz -dc .gpu-pack-extra/extra.tar.xz | tar -C .gpu-extra -xf - \
+    && echo .gpu-extra/zcs_soak
+}
+# ZCS_GPU_PART=soak: the soak alone, as long as one device call allows, flat out,
+# sampled every 30 s, to show whether the figures level off.
 if [ "$part" = soak ]; then
-  rm -rf .gpu-extra && mkdir -p .gpu-extra && xz -dc .gpu-pack-extra/extra.tar.xz | tar -C .gpu-extra -xf -
+  soak=$(soak_bin)
   secs=${ZCS_SOAK_SECS:-540}
   echo "== zcs_soak for ${secs}s" | tee -a "$out/soak.log"
-  timeout $((secs + 60)) .gpu-extra/zcs_soak --backend cuda --messages 1000000000 --secs "$secs" --sample-secs 30 \
+  timeout $((secs + 60)) "$soak" --backend cuda --messages 1000000000 --secs "$secs" --sample-secs 30 \
     >"$out/soak.jsonl" 2>>"$out/soak.log" || { echo "FAILED: zcs_soak" | tee -a "$out/soak.log"; fail=1; }
 fi
-# ZCS_GPU_PART=soak-churn (the same pack): what the long-lived process's RSS grows with.
-# The host-backend soak once per kind of joining process (`--churn`), side by side on
-# the machine's cores, each with its own ports and keys.
+# A soak longer than one device call: ZCS_GPU_PART=soak-detach starts it in a process
+# session of its own (it outlives the call, up to the machine's return) and returns;
+# a later call with ZCS_GPU_PART=soak-collect on the same machine waits for its end and
+# brings its output back.
+long=/tmp/zcs-soak-long
+if [ "$part" = soak-detach ]; then
+  soak=$(soak_bin)
+  secs=${ZCS_SOAK_SECS:-1500}
+  rm -rf "$long" && mkdir -p "$long" && cp "$soak" "$long/zcs_soak"
+  echo "== zcs_soak for ${secs}s, detached" | tee -a "$out/soak.log"
+  setsid bash -c "'$long/zcs_soak' --backend cuda --messages 1000000000 --secs $secs --sample-secs 60 \
+    >'$long/soak-long.jsonl' 2>'$long/soak-long.log'; echo \$? >'$long/rc'" </dev/null >/dev/null 2>&1 &
+  sleep 5
+  head -1 "$long/soak-long.jsonl" | tee -a "$out/soak.log"
+fi
+if [ "$part" = soak-collect ]; then
+  echo "== waiting for the detached zcs_soak" | tee -a "$out/soak.log"
+  for _ in $(seq 1 ${ZCS_SOAK_WAIT:-540}); do [ -f "$long/rc" ] && break; sleep 1; done
+  if [ "$(cat "$long/rc" 2>/dev/null)" = 0 ]; then cp "$long"/soak-long.* "$out/"
+  else echo "FAILED: detached zcs_soak (rc $(cat "$long/rc" 2>/dev/null || echo 'none: still running or gone'))" | tee -a "$out/soak.log"
+    cp "$long"/soak-long.* "$out/" 2>/dev/null; fail=1
+  fi
+fi
+# ZCS_GPU_PART=soak-churn: what the long-lived process's RSS grows with. The
+# host-backend soak once per kind of joining process (`--churn`), side by side on the
+# machine's cores, each with its own ports and keys.
 if [ "$part" = soak-churn ]; then
-  rm -rf .gpu-extra && mkdir -p .gpu-extra && xz -dc .gpu-pack-extra/extra.tar.xz | tar -C .gpu-extra -xf -
+  soak=$(soak_bin)
   secs=${ZCS_SOAK_SECS:-480}
   pids=()
-  for churn in ours zenoh-keys zenoh none; do
+  for churn in ${ZCS_SOAK_CHURNS:-ours ours-pub ours-sub zenoh-topic zenoh none}; do
     echo "== zcs_soak --churn $churn for ${secs}s" | tee -a "$out/soak.log"
-    timeout $((secs + 60)) .gpu-extra/zcs_soak --backend host --churn "$churn" --messages 1000000000 --secs "$secs" \
+    timeout $((secs + 60)) "$soak" --backend host --churn "$churn" --messages 1000000000 --secs "$secs" \
       --sample-secs 30 >"$out/soak-$churn.jsonl" 2>"$out/soak-$churn.log" &
     pids+=($!)
   done

@@ -6,16 +6,19 @@
 //! growth of each figure between the first and last sample after warm-up.
 //!
 //! ```text
-//! zcs_soak [--backend host|cuda] [--messages N] [--secs S] [--sample-secs S]
-//!          [--len BYTES] [--churn-ms MS] [--churn ours|zenoh|zenoh-keys|none]
+//! zcs_soak [--backend host|cuda] [--messages N] [--secs S] [--sample-secs S] [--len BYTES]
+//!          [--churn-ms MS] [--churn ours|ours-pub|ours-sub|zenoh|zenoh-topic|zenoh-keys|none]
 //! ```
 //! Defaults: host, 1,000,000 messages or 1800 s (whichever comes first), a sample every
 //! 10 s, 128 KiB messages, a process joins or leaves every 300 ms.
 //!
 //! `--churn` says what the joining processes are: `ours` (default) the publishers and
-//! subscribers above; `zenoh` plain Zenoh peers that only open a session and declare a
-//! subscriber on an unrelated key (the Zenoh-level cost of peers coming and going,
-//! without any of this crate's work); `zenoh-keys` plain Zenoh peers that declare what
+//! subscribers above (one in three a publisher), `ours-pub` or `ours-sub` only one of
+//! the two; `zenoh` plain Zenoh peers that only open a session and declare a subscriber
+//! on an unrelated key (the Zenoh-level cost of peers coming and going, without any of
+//! this crate's work); `zenoh-topic` the same peers subscribing to the soak's topic,
+//! which the long-lived subscriber listens on too (the Zenoh-level cost of subscribers
+//! of a shared key coming and going); `zenoh-keys` plain Zenoh peers that declare what
 //! ours declare at the Zenoh level, on keys of the same shape: a liveliness token and a
 //! subscriber on keys that carry a per-process id, and a liveliness subscriber with
 //! history (the cost of Zenoh's per-key state for keys that are never seen again);
@@ -64,7 +67,10 @@ struct Args {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Churn {
     Ours,
+    OursPub,
+    OursSub,
     Zenoh,
+    ZenohTopic,
     ZenohKeys,
     None,
 }
@@ -73,7 +79,10 @@ impl Churn {
     fn name(self) -> &'static str {
         match self {
             Churn::Ours => "ours",
+            Churn::OursPub => "ours-pub",
+            Churn::OursSub => "ours-sub",
             Churn::Zenoh => "zenoh",
+            Churn::ZenohTopic => "zenoh-topic",
             Churn::ZenohKeys => "zenoh-keys",
             Churn::None => "none",
         }
@@ -110,15 +119,22 @@ fn parse_args() -> Result<Args, String> {
             "--churn" => {
                 a.churn = match value()?.as_str() {
                     "ours" => Churn::Ours,
+                    "ours-pub" => Churn::OursPub,
+                    "ours-sub" => Churn::OursSub,
                     "zenoh" => Churn::Zenoh,
+                    "zenoh-topic" => Churn::ZenohTopic,
                     "zenoh-keys" => Churn::ZenohKeys,
                     "none" => Churn::None,
-                    other => return Err(format!("unknown churn {other} (ours, zenoh, zenoh-keys or none)")),
+                    other => {
+                        return Err(format!(
+                            "unknown churn {other} (ours, ours-pub, ours-sub, zenoh, zenoh-topic, zenoh-keys or none)"
+                        ));
+                    }
                 }
             }
             "-h" | "--help" => {
                 return Err("usage: zcs_soak [--backend host|cuda] [--messages N] [--secs S] [--sample-secs S] \
-                            [--len BYTES] [--churn-ms MS] [--churn ours|zenoh|zenoh-keys|none]"
+                            [--len BYTES] [--churn-ms MS] [--churn ours|ours-pub|ours-sub|zenoh|zenoh-topic|zenoh-keys|none]"
                     .into());
             }
             other => return Err(format!("unknown flag {other}")),
@@ -348,10 +364,10 @@ fn main() {
             k += 1;
             let life = 200 + (k * 7919) % 2800;
             let role = match what {
-                Churn::Zenoh => "zenoh",
-                Churn::ZenohKeys => "zenoh-keys",
-                _ if k.is_multiple_of(3) => "pub",
-                _ => "sub",
+                Churn::Ours if k.is_multiple_of(3) => "pub",
+                Churn::Ours | Churn::OursSub => "sub",
+                Churn::OursPub => "pub",
+                plain => plain.name(),
             };
             let env = [
                 (PORT_ENV, port.to_string()),
@@ -489,9 +505,14 @@ fn child(role: &str) {
     let cuda = env(BACKEND_ENV) == "cuda";
     let len: usize = env(LEN_ENV).parse().expect("len");
     let life = Duration::from_millis(env(LIFE_ENV).parse().expect("life"));
-    if role == "zenoh" {
+    if role == "zenoh" || role == "zenoh-topic" {
+        // A key of its own, or the soak's topic, which the long-lived subscriber also
+        // listens on.
+        let key = format!("{}/{}", env(KEY_ENV), if role == "zenoh" { "unrelated" } else { "*" });
         let z = zenoh::open(loopback_zenoh_config(None, Some(port), Some(KEY_ROOT))).wait().expect("open zenoh");
-        let _sub = z.declare_subscriber(format!("{}/unrelated", env(KEY_ENV))).wait().expect("subscriber");
+        // A callback, not the default FIFO handler: a queue nobody drains fills up and
+        // then holds back the session's receive path, and with it the publisher's puts.
+        let _sub = z.declare_subscriber(key).callback(|_| {}).wait().expect("subscriber");
         std::thread::sleep(life);
         return;
     }
