@@ -76,6 +76,9 @@ enum Churn {
 }
 
 impl Churn {
+    const ALL: [Churn; 7] =
+        [Churn::Ours, Churn::OursPub, Churn::OursSub, Churn::Zenoh, Churn::ZenohTopic, Churn::ZenohKeys, Churn::None];
+
     fn name(self) -> &'static str {
         match self {
             Churn::Ours => "ours",
@@ -117,20 +120,11 @@ fn parse_args() -> Result<Args, String> {
             "--len" => a.len = zcs_tests::parse_size(&value()?)?,
             "--churn-ms" => a.churn_ms = num(value()?)?.max(10),
             "--churn" => {
-                a.churn = match value()?.as_str() {
-                    "ours" => Churn::Ours,
-                    "ours-pub" => Churn::OursPub,
-                    "ours-sub" => Churn::OursSub,
-                    "zenoh" => Churn::Zenoh,
-                    "zenoh-topic" => Churn::ZenohTopic,
-                    "zenoh-keys" => Churn::ZenohKeys,
-                    "none" => Churn::None,
-                    other => {
-                        return Err(format!(
-                            "unknown churn {other} (ours, ours-pub, ours-sub, zenoh, zenoh-topic, zenoh-keys or none)"
-                        ));
-                    }
-                }
+                let v = value()?;
+                a.churn = Churn::ALL.into_iter().find(|c| c.name() == v).ok_or_else(|| {
+                    let names: Vec<&str> = Churn::ALL.iter().map(|c| c.name()).collect();
+                    format!("unknown churn {v} ({})", names.join(", "))
+                })?;
             }
             "-h" | "--help" => {
                 return Err("usage: zcs_soak [--backend host|cuda] [--messages N] [--secs S] [--sample-secs S] \
