@@ -22,7 +22,7 @@
 
 use std::future::{IntoFuture, Ready, ready};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::{DeviceChoice, ProviderMode, ZcsConfig};
 use crate::cuda::{Gpu, ProbeError, Stream, sys};
@@ -110,6 +110,31 @@ fn send_reports(reports: std::sync::Weak<Mutex<Reports>>, watch: std::sync::Weak
     }
 }
 
+/// Whether `config` names endpoints to connect to, as one list or per mode.
+fn names_connect_endpoints(config: &zenoh::Config) -> bool {
+    fn any(v: &serde_json::Value) -> bool {
+        match v {
+            serde_json::Value::Array(a) => !a.is_empty(),
+            serde_json::Value::Object(m) => m.values().any(any),
+            _ => false,
+        }
+    }
+    let json = config.get_json("connect/endpoints").unwrap_or_default();
+    serde_json::from_str(&json).is_ok_and(|v| any(&v))
+}
+
+/// Waits until `zenoh` has a router or a peer, or until `deadline`.
+fn wait_for_a_link(zenoh: &zenoh::Session, deadline: Instant) {
+    use zenoh::Wait;
+    let linked = || {
+        let info = zenoh.info();
+        info.routers_zid().wait().next().is_some() || info.peers_zid().wait().next().is_some()
+    };
+    while !linked() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A Zenoh session with a GPU (or host-memory) block provider. Cheap to clone.
 #[derive(Clone)]
 pub struct GpuSession(Arc<SessionInner>);
@@ -131,9 +156,12 @@ impl OpenBuilder {
     /// Opens the session (blocking).
     pub fn wait(self) -> Result<GpuSession, OpenError> {
         use zenoh::Wait;
-        let zenoh = match self.zenoh {
-            Ok(c) => zenoh::open(c).wait().map_err(|e| OpenError::Zenoh(e.to_string()))?,
-            Err(s) => s,
+        let (zenoh, dials) = match self.zenoh {
+            Ok(c) => {
+                let dials = names_connect_endpoints(&c);
+                (zenoh::open(c).wait().map_err(|e| OpenError::Zenoh(e.to_string()))?, dials)
+            }
+            Err(s) => (s, false),
         };
         let cfg = self.cfg;
         let (gpu, why_host) = match cfg.device {
@@ -175,9 +203,17 @@ impl OpenBuilder {
                 let found = if cfg.provider == ProviderMode::Required {
                     w.wait(timeout)
                 } else {
+                    // A peer's open may return before its connections are up (Zenoh
+                    // connects in the background once `scouting/delay` has passed), and
+                    // a query with nowhere to go ends at once, empty.
+                    let deadline = Instant::now() + timeout;
+                    if dials {
+                        wait_for_a_link(&zenoh, deadline);
+                    }
                     // One query, answered at once by a router; the watch picks up a
                     // provider that shows up later.
-                    if let Some(r) = ProviderClient::discover(&zenoh, &boot_id, timeout) {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if let Some(r) = ProviderClient::discover(&zenoh, &boot_id, left) {
                         w.offer(r);
                     }
                     w.current()

@@ -104,7 +104,9 @@ pub struct ZcsConfig {
     /// Whether publishers borrow blocks from the host provider (default `auto`).
     pub provider: ProviderMode,
     /// How long opening a session looks for a provider (default 300 ms; only with
-    /// `provider` `auto` or `required`).
+    /// `provider` `auto` or `required`). With `auto`, a session opened from a
+    /// configuration that names connect endpoints spends this time waiting for the first
+    /// of its links, if Zenoh returned before any was up, and then asking over it.
     pub provider_discovery_ms: u64,
     /// Busy-polling by subscribers, in µs (default 0: none). Before sleeping, a
     /// subscriber's link thread polls its control socket, and `recv`/`recv_timeout` of
