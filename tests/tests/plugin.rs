@@ -41,6 +41,8 @@ mod provider;
 
 const ZENOHD_DIR_ENV: &str = "ZCS_ZENOHD_DIR";
 const MISMATCH_ENV: &str = "ZCS_MISMATCH_PLUGIN";
+/// What zenoh logs (info) once a router's runtime has started, after its plugins.
+const ROUTER_STARTED: &str = "Zenoh can be reached at";
 /// Bound on waiting for a router, a message or an admin-space state.
 const IO: Duration = Duration::from_secs(30);
 const TEST_LIMIT: Duration = Duration::from_secs(240);
@@ -143,6 +145,15 @@ impl Proc {
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
         Self { name: name.to_owned(), child, log }
+    }
+
+    /// Spawns a router (zenohd or the bridge) and waits until its runtime has started.
+    /// zenohd 1.10.2's REST plugin serves HTTP before that: an admin query answered in
+    /// that window can wedge its admin space for good (every later query times out).
+    fn spawn_router(name: &str, dir: &Path, program: &Path, args: &[String]) -> Self {
+        let mut router = Self::spawn(name, dir, program, args);
+        router.wait_for_output(ROUTER_STARTED);
+        router
     }
 
     fn output(&self) -> String {
@@ -438,7 +449,7 @@ fn zenohd_loads_the_plugin_and_lists_pubsub() {
     // writes are allowed, for the live configuration change below.
     let so = plugin_so();
     args.extend(["-P".into(), format!("cuda_shm:{}", so.display()), "--adminspace-permissions".into(), "rw".into()]);
-    let mut router = Proc::spawn("zenohd", &scratch.0, &zenohd.join("bin/zenohd"), &args);
+    let mut router = Proc::spawn_router("zenohd", &scratch.0, &zenohd.join("bin/zenohd"), &args);
     pubsub_through(&mut router, &scratch.0, zenoh_port, http_port, "zcs/plugin-test/zenohd");
 
     // A live change of max_entries is applied; one of __path__ is refused (zenohd logs
@@ -472,7 +483,7 @@ fn bridge_links_the_plugin_and_lists_pubsub() {
         format!("127.0.0.1:{http_port}"),
     ];
     let bridge = built(profile_dir().join("zenoh-bridge-cuda-shm"));
-    let mut router = Proc::spawn("zenoh-bridge-cuda-shm", &scratch.0, &bridge, &args);
+    let mut router = Proc::spawn_router("zenoh-bridge-cuda-shm", &scratch.0, &bridge, &args);
     pubsub_through(&mut router, &scratch.0, zenoh_port, http_port, "zcs/plugin-test/bridge");
     assert!(router.exited().is_none(), "the bridge exited\n{}", router.dump());
 }
@@ -515,7 +526,7 @@ fn zenohd_provider_scenario(test: &str, mode: provider::Mode, kernels: Option<Ke
     let (zenoh_port, http_port) = (free_tcp_port(), free_tcp_port());
     let mut args = zenohd_args(zenoh_port, http_port, &zenohd);
     args.extend(["-P".into(), format!("cuda_shm:{}", plugin_so().display())]);
-    let router = std::cell::RefCell::new(Proc::spawn("zenohd", &scratch.0, &zenohd.join("bin/zenohd"), &args));
+    let router = std::cell::RefCell::new(Proc::spawn_router("zenohd", &scratch.0, &zenohd.join("bin/zenohd"), &args));
     let id = {
         let admin = wait_admin(&mut router.borrow_mut(), http_port, "the provider", |a| get(a, "provider").is_some());
         let id = get(&admin, "provider").unwrap()["id"].as_str().unwrap_or_default().to_owned();
@@ -597,8 +608,8 @@ fn zenohd_refuses_a_plugin_built_with_other_zenoh_features() {
     let (zenoh_port, http_port) = (free_tcp_port(), free_tcp_port());
     let mut args = zenohd_args(zenoh_port, http_port, &zenohd);
     args.extend(["--cfg".into(), format!("plugins/cuda_shm:{{__path__:{:?}}}", mismatched.display().to_string())]);
-    let mut router = Proc::spawn("zenohd-optional", &scratch.0, &zenohd.join("bin/zenohd"), &args);
-    router.wait_for_output("Incompatible Zenoh feature sets");
+    let mut router = Proc::spawn_router("zenohd-optional", &scratch.0, &zenohd.join("bin/zenohd"), &args);
+    assert!(router.output().contains("Incompatible Zenoh feature sets"), "{}", router.dump());
     let t = Instant::now();
     while !http_get(http_port, "/@/*/router/plugins/**").is_ok_and(|(code, _)| code == 200) {
         assert!(router.exited().is_none(), "zenohd exited\n{}", router.dump());
