@@ -194,17 +194,6 @@ enum End {
 /// Reads until the publisher closes the connection: at most one `Refused` (and never
 /// a descriptor) may come first.
 fn expect_closed(conn: &ControlConn, what: &str) -> End {
-    expect_closed_after(conn, what, false)
-}
-
-/// As [`expect_closed`]; with `welcome`, a `Welcome` carrying the probe (one fd, not a
-/// block) must come first: the peer sent a valid `Hello` and then nothing.
-fn expect_closed_after(conn: &ControlConn, what: &str, welcome: bool) -> End {
-    if welcome {
-        let f = conn.recv(HANDSHAKE + CLOSE_MARGIN).expect("Welcome");
-        assert!(matches!(protocol::decode::<Reply>("reply", &f.bytes), Ok(Reply::Welcome { .. })), "{what}");
-        assert_eq!(f.fds.len(), 1, "{what}: the probe only");
-    }
     let mut end = End::Closed;
     loop {
         match conn.recv(HANDSHAKE + CLOSE_MARGIN) {
@@ -233,7 +222,7 @@ fn raw_send(conn: &ControlConn, bytes: &[u8], nfds: usize) {
 }
 
 fn hello(group: Group) -> Vec<u8> {
-    protocol::encode(&Request::Hello { subscriber: rand::random(), group })
+    protocol::encode(&Request::Hello { subscriber: rand::random(), group, lifeline: false })
 }
 
 /// A subscriber played by hand: it finishes the real handshake (Hello, probe import,
@@ -327,6 +316,8 @@ fn hostile_frames_before_the_handshake_are_refused_and_bounded() {
     // Hello { subscriber: 1, group: { boot_id: <string of 2^32-1 bytes> ...: a length
     // far beyond the frame must be refused without allocating it.
     let huge_len = vec![protocol::VERSION, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f, b'x'];
+    let lifeline = protocol::encode(&Request::Hello { subscriber: 1, group: host_group(), lifeline: true });
+    let lifeline2 = lifeline.clone();
     let other_group = hello(Group { boot_id: host_group().boot_id, device: "cuda-00".into() });
     let fd_first = protocol::encode(&Request::Fd { block: BlockKey { id: 0, alloc: 1, generation: 1 }, capability: 7 });
     let release_first =
@@ -335,7 +326,7 @@ fn hostile_frames_before_the_handshake_are_refused_and_bounded() {
     let send = |b: Vec<u8>| -> Act { Box::new(move |c: &ControlConn| c.send(&b, &[]).expect("send")) };
     let cases: Vec<(&str, Act)> = vec![
         ("garbage", send(vec![0xa5; 300])),
-        ("version 2", send(version2)),
+        ("a later version", send(version2)),
         ("version 0", send(version0)),
         ("truncated Hello", send(good[..good.len() / 2].to_vec())),
         ("Hello + trailing byte", send(trailing)),
@@ -343,9 +334,19 @@ fn hostile_frames_before_the_handshake_are_refused_and_bounded() {
         ("another locality group", send(other_group)),
         ("Fd before Hello", send(fd_first)),
         ("Release before Hello", send(release_first)),
-        // A valid Hello with stray fds: they are closed unread; the handshake goes on
-        // (Welcome with the probe), then times out waiting for the Ack.
-        ("Hello with fds attached, then silence", Box::new(move |c: &ControlConn| raw_send(c, &good, 3))),
+        // A Hello carries its lifeline's descriptor and nothing else: stray fds, a
+        // lifeline announced but missing, or one that is not a sealed memfd whose word
+        // names a thread are refused (the fds closed unread).
+        ("Hello with stray fds", Box::new(move |c: &ControlConn| raw_send(c, &good, 3))),
+        ("Hello announcing a lifeline without it", send(lifeline.clone())),
+        ("Hello with /dev/null as its lifeline", Box::new(move |c: &ControlConn| raw_send(c, &lifeline, 1))),
+        (
+            "Hello with a lifeline nobody holds",
+            Box::new(move |c: &ControlConn| {
+                let unheld = zenoh_cuda_shm::host::HostBlock::create(c"zcs-test-unheld", 4).expect("memfd");
+                c.send(&lifeline2, &[unheld.fd()]).expect("send");
+            }),
+        ),
         ("oversized frame", Box::new(|c: &ControlConn| raw_send(c, &vec![1u8; MAX_FRAME_BYTES + 1], 0))),
         ("too many fds", Box::new(|c: &ControlConn| raw_send(c, &[protocol::VERSION, 0], MAX_FRAME_FDS + 4))),
         ("empty frame", Box::new(|c: &ControlConn| raw_send(c, &[], 2))),
@@ -356,7 +357,10 @@ fn hostile_frames_before_the_handshake_are_refused_and_bounded() {
         let conn = r.connect();
         let t = Instant::now();
         act(&conn);
-        let end = expect_closed_after(&conn, what, what.starts_with("Hello with fds"));
+        let end = expect_closed(&conn, what);
+        if what.contains("lifeline") || what.contains("stray") {
+            assert!(matches!(&end, End::Refused(r) if r.contains("lifeline")), "{what}: {end:?}");
+        }
         let took = t.elapsed();
         slowest = slowest.max(took);
         println!("{TEST}: {what}: {end:?} after {:.1} ms", took.as_secs_f64() * 1e3);
@@ -393,7 +397,7 @@ fn hostile_frames_after_the_handshake_release_every_lease() {
     let send = |b: Vec<u8>| -> Act { Box::new(move |c: &ControlConn| c.send(&b, &[]).expect("send")) };
     let cases: Vec<(&str, Act)> = vec![
         ("garbage", send(vec![0x5a; 64])),
-        ("version 2", send(version2)),
+        ("a later version", send(version2)),
         ("second Hello", send(hello(host_group()))),
         ("stray Ack", send(protocol::encode(&Request::Ack { token: Some(1), error: None }))),
         ("oversized frame", Box::new(|c: &ControlConn| raw_send(c, &vec![1u8; MAX_FRAME_BYTES + 100], 0))),

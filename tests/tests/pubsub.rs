@@ -104,6 +104,9 @@ struct Params {
     zero_copy_subs: usize,
     /// Plain subscribers: sequence number of the first message expected.
     first_seq: u64,
+    /// Subscribers: once done, fork a process that keeps a copy of every descriptor
+    /// (see [`fork_keeper`]) and report its pid.
+    keeper: bool,
 }
 
 impl Params {
@@ -119,6 +122,7 @@ impl Params {
             late: false,
             zero_copy_subs: 0,
             first_seq: 1,
+            keeper: false,
         }
     }
 }
@@ -135,6 +139,8 @@ struct Summary {
     sub: Option<SubCounts>,
     /// The publisher's counters.
     publ: Option<PubCounts>,
+    /// The pid of the subscriber's keeper (`Params::keeper`).
+    keeper: Option<i32>,
 }
 
 /// The [`zenoh_cuda_shm::SubscriberStats`] this suite checks.
@@ -956,6 +962,52 @@ fn sigkilled_holder_returns_its_blocks() {
     );
 }
 
+/// A killed subscriber whose control connection outlives it — a process it forked holds
+/// a copy of the descriptor — still returns its blocks at once: the publisher learns of
+/// the death from the subscriber's lifeline (a robust futex that the kernel releases as
+/// the process's threads exit) and ends the connection itself. Waiting for the
+/// connection's end, the blocks would stay leased until the forked process exits.
+#[test]
+fn a_killed_subscriber_whose_connection_outlives_it_returns_its_blocks() {
+    use std::os::unix::process::ExitStatusExt;
+    const TEST: &str = "a_killed_subscriber_whose_connection_outlives_it_returns_its_blocks";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let (port, key, len, n, hold) = (free_tcp_port(), test_key(TEST), MIB + 5, 10, 6);
+    let session = host_session(port, true);
+    let publisher = session.declare_publisher(key.clone()).wait().expect("declare publisher");
+    let mut kids = Kids::new();
+    let mut p = Params::new(port, &key, n, LenRule::Fixed(len), PathRule::Exact(Path::ZeroCopy));
+    (p.hold, p.keeper) = (hold, true);
+    let holder = kids.spawn("sub", p);
+    wait_zero_copy_only(&publisher, 1);
+    for seq in 1..=n {
+        assert_eq!(publish_block(&publisher, seq, len).zero_copy, 1, "seq {seq}");
+    }
+    let keeper = kids.done(holder).keeper.expect("the subscriber's keeper");
+    wait_until("the holder's releases", IO, || publisher.pool_stats().blocks_in_use == hold);
+
+    let killed = Instant::now();
+    let status = kids.kill(holder);
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    while publisher.pool_stats().blocks_in_use != 0 {
+        assert!(killed.elapsed() < RECLAIM_LIMIT, "blocks still held {:?} after the kill", killed.elapsed());
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let reclaimed = killed.elapsed();
+    wait_until("the connection to end", IO, || publisher.stats().disconnects == 1);
+    assert!(!zenoh_cuda_shm::host::process_gone(keeper), "the keeper holds the connection's other end");
+    let st = publisher.stats();
+    assert_eq!((st.lifeline_deaths, st.held_until_exit), (1, 0), "{st:?}");
+    assert_eq!(publisher.zero_copy_subscribers(), 0);
+    // SAFETY: kill(2) takes two integers.
+    assert_eq!(unsafe { libc::kill(keeper, libc::SIGKILL) }, 0, "kill the keeper");
+    kids.finish();
+    println!(
+        "{TEST}: {hold} blocks back {:.3} ms after the kill, the connection still open in the keeper",
+        reclaimed.as_secs_f64() * 1e3
+    );
+}
+
 /// A subscriber that holds on to every sample reaches its lease limit. The first put
 /// over the limit waits `lease_wait_ms` for a release (congestion `block`), in vain;
 /// from then on the subscriber gets every message as bytes (one copy each) without
@@ -1388,9 +1440,30 @@ fn child_sub(conn: &ControlConn, p: &Params) {
     }
     assert_quiet(&sub, "subscriber child");
     checker.finish();
-    send_msg(conn, &Ctl::Done(summary(&checker, &sub)), &[]);
+    let keeper = p.keeper.then(fork_keeper);
+    send_msg(conn, &Ctl::Done(Summary { keeper, ..summary(&checker, &sub) }), &[]);
     expect_ctl(conn, "Stop");
     drop(held);
+}
+
+/// Forks a process that inherits every descriptor of this one, its control connections
+/// included, and only sleeps (30 s at most, or until killed): the way a helper forked
+/// without `exec` keeps a dead process's connections open.
+fn fork_keeper() -> i32 {
+    // SAFETY: the child makes only async-signal-safe calls (nanosleep, _exit), so it
+    // needs no lock that another thread of this process may have held at the fork.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let tenth = libc::timespec { tv_sec: 0, tv_nsec: 100_000_000 };
+        for _ in 0..300 {
+            // SAFETY: `tenth` is a valid timespec and no remainder is asked for.
+            unsafe { libc::nanosleep(&tenth, std::ptr::null_mut()) };
+        }
+        // SAFETY: ends this process at once, running nothing inherited from the parent.
+        unsafe { libc::_exit(0) }
+    }
+    pid
 }
 
 /// One of our publishers: waits for its zero-copy subscribers, then publishes `n`

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::pool::BlockKey;
 
 /// Protocol version carried first in every descriptor, header and control frame.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 
 /// Root of our liveliness tokens (verbatim chunk: `**` never matches it).
 pub const TOKEN_ROOT: &str = "@zcs/v1";
@@ -191,6 +191,10 @@ pub enum Request {
         subscriber: u64,
         /// Its locality group (must equal the publisher's).
         group: Group,
+        /// The frame carries the subscriber process's lifeline, a memfd (see
+        /// [`crate::ipc::Lifeline`]): the publisher learns of the process's death from
+        /// it, before the connection ends.
+        lifeline: bool,
     },
     /// The probe was imported (`token` read back from it), or failed.
     Ack {

@@ -14,9 +14,10 @@
 //!   number, with no duplicate and, for the surviving subscriber of a surviving
 //!   publisher, no gap (a CUDA read of a publisher that died before its ready signal
 //!   is refused with `PublisherDied`, counted, never delivered as data);
-//! - the publisher's pool is whole again (no block loaned or leased) — the issue's
-//!   target is 100 ms after a subscriber's death; the tests assert [`RECLAIM_LIMIT`]
-//!   and print the measured distribution;
+//! - the publisher's pool is whole again (no block loaned or leased) — the target is
+//!   100 ms after a subscriber's death, asserted on the GPU machine ([`reclaim_limit`]);
+//!   CI, whose two cores are shared with the build, asserts [`RECLAIM_LIMIT`]; both
+//!   print the measured distribution;
 //! - descriptors (sockets included; per block the pool allocated, the exported fd and
 //!   a host import's memfd) and our threads are back to the baseline, no new entry of
 //!   ours exists in `/dev/shm`, and on CUDA the free device memory (`cuMemGetInfo`)
@@ -68,6 +69,15 @@ const IO: Duration = Duration::from_secs(20);
 /// measured figures are printed).
 const RECLAIM_LIMIT: Duration = Duration::from_secs(1);
 const TARGET: Duration = Duration::from_millis(100);
+
+/// The bound a dead subscriber's blocks are asserted back within: the target on the
+/// GPU machine (16 cores, nothing else running), [`RECLAIM_LIMIT`] in CI.
+fn reclaim_limit(mode: Mode) -> Duration {
+    match mode {
+        Mode::Cuda => TARGET,
+        Mode::Host => RECLAIM_LIMIT,
+    }
+}
 /// Device memory that may differ from the baseline without being a leak (allocator
 /// and context bookkeeping).
 const GPU_SLACK: usize = 64 << 20;
@@ -285,6 +295,11 @@ fn back_to_baseline(
 
 fn kill(mut child: Child) {
     child.kill().expect("SIGKILL");
+    reap(child);
+}
+
+/// Waits for a SIGKILLed victim's exit.
+fn reap(mut child: Child) {
     let status = child.wait().expect("reap");
     use std::os::unix::process::ExitStatusExt;
     // A victim that died by itself would be a bug it reported above (its stderr).
@@ -426,7 +441,7 @@ pub fn subscriber_killed(mode: Mode, test: &'static str) {
     let (base_free, base_pool_bytes) = (gpu_free(&pub_session), publisher.pool_stats().bytes);
     let mut gpu_settle = Duration::ZERO;
 
-    let (mut reclaims, mut settle) = (Vec::with_capacity(n), Duration::ZERO);
+    let (mut reclaims, mut reaps, mut settle) = (Vec::with_capacity(n), Vec::with_capacity(n), Duration::ZERO);
     let (mut unseen, mut handshaking, mut while_ready, mut held_at_kill, mut over_target) = (0, 0, 0, 0u64, 0);
     for i in 0..n {
         let kill_at = rng.kill_moment();
@@ -452,14 +467,16 @@ pub fn subscriber_killed(mode: Mode, test: &'static str) {
         let ready = publisher.zero_copy_subscribers() == 2;
         let announced = publisher.aware_subscribers() == 2;
         let in_use = publisher.pool_stats().blocks_in_use;
-        let killed = Instant::now();
-        kill(victim);
+        let (killed, mut victim) = (Instant::now(), victim);
+        // Timed from the SIGKILL, not from the victim's exit: a CUDA process's exit
+        // takes tens of milliseconds, and its blocks are back before it ends.
+        victim.kill().expect("SIGKILL");
         // The survivor releases what it reads at once; once it has everything, every
         // block still in use is one the dead victim held.
         wait_until("the survivor to catch up", IO, || got.load(Ordering::Acquire) == seq);
         while publisher.pool_stats().blocks_in_use != 0 {
             assert!(
-                killed.elapsed() < RECLAIM_LIMIT,
+                killed.elapsed() < reclaim_limit(mode),
                 "iteration {i}: {} blocks still in use {:?} after the kill",
                 publisher.pool_stats().blocks_in_use,
                 killed.elapsed()
@@ -467,6 +484,8 @@ pub fn subscriber_killed(mode: Mode, test: &'static str) {
             std::thread::sleep(Duration::from_micros(100));
         }
         let reclaimed = killed.elapsed();
+        reap(victim);
+        reaps.push(killed.elapsed());
         if reclaimed > TARGET {
             over_target += 1;
         }
@@ -506,11 +525,13 @@ pub fn subscriber_killed(mode: Mode, test: &'static str) {
     let refused = drainer.join().expect("the survivor's checks failed (see above)");
     assert_eq!(refused, 0, "the survivor's publisher never died");
     reclaims.sort();
+    reaps.sort();
     println!(
         "{test} ({}): {n} kills in {:.1} s ({unseen} before the publisher saw the victim, {handshaking} after its token \
          but before it was zero-copy ready, {while_ready} while ready, with {held_at_kill} blocks in use at those \
          kills); pool whole after the kill: p50 {:.2} ms, \
-         p99 {:.2} ms, max {:.2} ms ({over_target} over {} ms); resources back within {:.1} ms \
+         p99 {:.2} ms, max {:.2} ms ({over_target} over {} ms); victim reaped after p50 {:.2} ms, max {:.2} ms; \
+         resources back within {:.1} ms \
          (Zenoh's idle workers retired {:.1} s after the last kill); survivor received {seq} messages, all checked{}",
         mode.name(),
         t_all.elapsed().as_secs_f64(),
@@ -518,6 +539,8 @@ pub fn subscriber_killed(mode: Mode, test: &'static str) {
         pct(&reclaims, 99.0),
         pct(&reclaims, 100.0),
         TARGET.as_millis(),
+        pct(&reaps, 50.0),
+        pct(&reaps, 100.0),
         settle.as_secs_f64() * 1e3,
         idle.as_secs_f64(),
         base_free.map_or(String::new(), |_| format!(

@@ -102,6 +102,7 @@
 
 mod conn;
 mod cred;
+mod lifeline;
 mod listener;
 mod name;
 mod sys;
@@ -110,6 +111,7 @@ use std::time::Duration;
 
 pub use conn::{ConnectError, ControlConn, Frame, RecvError, SendError};
 pub use cred::{AccessPolicy, PeerCred, PeerProcess};
+pub use lifeline::{Lifeline, Watch, WatchError};
 pub use listener::{AcceptError, BindError, ControlListener, ListenerStats};
 pub use name::{
     DecodeNameError, InvalidNameError, MAX_SOCKET_NAME_BYTES, RuntimeDirError, SocketName, default_runtime_dir,
@@ -123,8 +125,8 @@ pub const MAX_FRAME_BYTES: usize = 64 * 1024;
 pub const MAX_FRAME_FDS: usize = 16;
 
 /// Default limit of live connections accepted by one [`ControlListener`] (see
-/// [`ControlListener::with_max_connections`]). A publisher keeps one connection (and
-/// one thread) per subscriber process.
+/// [`ControlListener::with_max_connections`]). A publisher keeps one connection per
+/// subscriber process, served by one thread, plus one that watches its lifeline.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
 /// Default time [`ControlConn::send`] waits for socket space before

@@ -1,4 +1,5 @@
-//! Thin syscall wrappers for the control channel: the only `unsafe` in `ipc`.
+//! Thin syscall wrappers for the control channel and the lifeline: the only `unsafe`
+//! in `ipc`.
 //!
 //! Each function does one syscall, returns `Errno` on failure and hands back owned
 //! resources (`OwnedFd`) as soon as the kernel gives them to us, so nothing above this
@@ -192,6 +193,84 @@ pub(super) fn poll1(
         return Err(Errno::last());
     }
     Ok(if rc == 0 { 0 } else { pfd.revents })
+}
+
+/// One entry of the kernel's robust-futex list (`struct robust_list`).
+#[repr(C)]
+pub(super) struct RobustList {
+    pub next: *const RobustList,
+}
+
+/// The head of a thread's robust-futex list (`struct robust_list_head`; the ABI is
+/// the kernel's `Documentation/locking/robust-futex-ABI.rst`). At the thread's exit,
+/// for every entry, the kernel looks at the 32-bit word at `entry + futex_offset`:
+/// if it holds the thread's id it sets `FUTEX_OWNER_DIED` there and, when
+/// `FUTEX_WAITERS` is set, wakes a waiter on that word.
+#[repr(C)]
+pub(super) struct RobustListHead {
+    pub list: RobustList,
+    pub futex_offset: libc::c_long,
+    pub list_op_pending: *const RobustList,
+}
+
+/// `set_robust_list(2)` for the calling thread. The list and every word it names must
+/// stay valid for as long as the thread lives, hence `'static`.
+pub(super) fn set_robust_list(head: &'static RobustListHead) -> Result<(), Errno> {
+    tracing::trace!(head = ?std::ptr::from_ref(head), "set_robust_list");
+    // SAFETY: `head` points to a live, never-freed `robust_list_head` of the size
+    // passed; the kernel only stores the address and reads it when this thread exits.
+    let rc = unsafe { libc::syscall(libc::SYS_set_robust_list, std::ptr::from_ref(head), size_of::<RobustListHead>()) };
+    if rc < 0 { Err(Errno::last()) } else { Ok(()) }
+}
+
+/// `gettid(2)`: the calling thread's id in its own PID namespace (what the kernel
+/// compares a robust futex word with).
+pub(super) fn gettid() -> u32 {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    tid as u32
+}
+
+/// The first four bytes of a shared mapping as a futex word. The peer that shares the
+/// mapping may change the word at any time; everything we do with it is atomic.
+pub(super) fn futex_word(block: &crate::host::HostBlock) -> &std::sync::atomic::AtomicU32 {
+    assert!(block.size() >= 4, "a futex word needs four bytes");
+    // SAFETY: the mapping is page-aligned, at least four bytes long (checked above)
+    // and stays mapped as long as `block`, which the returned reference borrows.
+    // `AtomicU32` has the size and alignment of `u32`; concurrent writes by another
+    // process through its own mapping are atomic accesses to the same memory.
+    unsafe { &*block.as_ptr().cast::<std::sync::atomic::AtomicU32>() }
+}
+
+/// `FUTEX_WAIT` on a word of shared memory (not `FUTEX_PRIVATE_FLAG`: the waker may be
+/// another process, or the kernel on a robust-list owner's death): sleeps while
+/// `*word == expected`, up to `timeout`. `EAGAIN` (the word changed), `ETIMEDOUT` and
+/// `EINTR` are the normal ways out and are returned as such.
+pub(super) fn futex_wait_shared(
+    word: &std::sync::atomic::AtomicU32,
+    expected: u32,
+    timeout: Duration,
+) -> Result<(), Errno> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a live, 4-byte aligned u32; `ts` is a valid relative timeout on
+    // our stack; uaddr2 and val3 are unused by FUTEX_WAIT.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &raw const ts, 0usize, 0u32)
+    };
+    if rc < 0 { Err(Errno::last()) } else { Ok(()) }
+}
+
+/// `FUTEX_WAKE` (shared) of up to `n` waiters on `word`, in any process.
+pub(super) fn futex_wake_shared(word: &std::sync::atomic::AtomicU32, n: i32) {
+    // SAFETY: `word` is a live, 4-byte aligned u32; the other arguments are unused by
+    // FUTEX_WAKE.
+    let rc = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n, 0usize, 0usize, 0u32) };
+    if rc < 0 {
+        tracing::debug!(error = %Errno::last(), "FUTEX_WAKE failed");
+    }
 }
 
 /// A point in time after which an operation gives up. `None` inside means "never"

@@ -16,7 +16,7 @@ use super::medium::{PubMedium, PublishedAny};
 use super::{RateLimitedWarn, now_ns};
 use crate::config::Congestion;
 use crate::host::HostBlock;
-use crate::ipc::{AccessPolicy, ControlConn, ControlListener, RecvError, SocketName};
+use crate::ipc::{AccessPolicy, ControlConn, ControlListener, RecvError, SocketName, Watch};
 use crate::pool::{HolderId, LeaseError};
 use crate::protocol::{self, BytesHeader, Descriptor, Group, Reply, Request, Role, Token};
 
@@ -76,6 +76,9 @@ pub struct PublisherStats {
     /// process, still running, held leases: those blocks stay leased until that process
     /// exits, since it may still read them.
     pub held_until_exit: u64,
+    /// Subscriber processes whose death their lifeline reported: each connection of
+    /// theirs was ended (and its leases released) at once, before the kernel closed it.
+    pub lifeline_deaths: u64,
 }
 
 #[derive(Default)]
@@ -99,6 +102,7 @@ struct Counters {
     disconnects: AtomicU64,
     slow_disconnects: AtomicU64,
     held_until_exit: AtomicU64,
+    lifeline_deaths: AtomicU64,
 }
 
 fn inc(c: &AtomicU64) {
@@ -633,6 +637,7 @@ impl PublisherCore {
             disconnects: l(&c.disconnects),
             slow_disconnects: l(&c.slow_disconnects),
             held_until_exit: l(&c.held_until_exit),
+            lifeline_deaths: l(&c.lifeline_deaths),
         }
     }
 
@@ -660,7 +665,8 @@ impl Drop for PublisherCore {
     }
 }
 
-/// Serves control connections until stopped; one thread per connection.
+/// Serves control connections until stopped; one thread per connection (and one
+/// [`Watcher`] of the subscriber's lifeline).
 ///
 /// The thread that accepts a connection serves it: one acceptor waits in `accept` at a
 /// time, and once it has a connection this thread starts the next acceptor while it
@@ -735,9 +741,18 @@ enum NoRequest {
 }
 
 fn recv_request(sh: &Shared, conn: &ControlConn, timeout: Duration) -> Result<Request, NoRequest> {
+    recv_request_with_fds(sh, conn, timeout).map(|(r, _)| r)
+}
+
+/// A request and the descriptors that came with it.
+fn recv_request_with_fds(
+    sh: &Shared,
+    conn: &ControlConn,
+    timeout: Duration,
+) -> Result<(Request, Vec<std::os::fd::OwnedFd>), NoRequest> {
     match conn.recv(timeout) {
         Ok(frame) => match protocol::decode::<Request>("control request", &frame.bytes) {
-            Ok(r) => Ok(r),
+            Ok(r) => Ok((r, frame.fds)),
             Err(e) => {
                 sh.bad_input.warn("malformed control request; closing the connection", &e);
                 Err(NoRequest::Violation)
@@ -766,13 +781,24 @@ fn connection(sh: Arc<Shared>, conn: ControlConn) {
         tracing::debug!(pid = peer.pid, uid = peer.uid, why, "handshake failed");
         let _ = send_reply(&conn, &Reply::Refused { reason: why.into() }, &[]);
     };
-    let subscriber = match recv_request(&sh, &conn, sh.handshake_timeout) {
-        Ok(Request::Hello { subscriber, group }) if group == sh.group => subscriber,
-        Ok(Request::Hello { .. }) => return fail("different locality group"),
+    let (subscriber, lifeline) = match recv_request_with_fds(&sh, &conn, sh.handshake_timeout) {
+        Ok((Request::Hello { subscriber, group, lifeline }, mut fds)) if group == sh.group => {
+            if fds.len() != usize::from(lifeline) {
+                return fail("a Hello carries its lifeline's descriptor and nothing else");
+            }
+            (subscriber, fds.pop())
+        }
+        Ok((Request::Hello { .. }, _)) => return fail("different locality group"),
         Ok(_) => return fail("expected Hello"),
         Err(_) => return fail("no Hello"),
     };
     crate::transport::step!("publisher: Hello received");
+    // From here on the subscriber's death ends this connection at once (lifeline), not
+    // when the kernel closes its end.
+    let watcher = match lifeline.map(Watch::new).transpose() {
+        Ok(w) => w.and_then(|w| Watcher::spawn(w, &conn, &sh)),
+        Err(e) => return fail(&format!("lifeline refused: {e}")),
+    };
     let (probe_fd, probe_size) = match (&sh.medium, &sh.probe) {
         (PubMedium::Cuda { signals, .. }, _) => (signals.fd().expect("our own signal block"), signals.size()),
         (PubMedium::Host { .. }, Some(p)) => (p.fd(), p.size()),
@@ -870,12 +896,63 @@ fn connection(sh: Arc<Shared>, conn: ControlConn) {
         }
     }
     sh.state.lock().unwrap_or_else(|p| p.into_inner()).ready.remove(&holder);
-    if !violation {
+    let died = watcher.as_ref().is_some_and(Watcher::died);
+    if !violation && !died {
         hold_until_exit(&sh, holder, &conn);
     }
     let dropped = sh.medium.release_holder(HolderId::new(holder));
+    drop(watcher);
     inc(&c.disconnects);
-    tracing::debug!(holder, dropped, "subscriber connection closed; its leases are released");
+    tracing::debug!(holder, dropped, died, "subscriber connection closed; its leases are released");
+}
+
+/// Watches a subscriber's lifeline for as long as its connection is served: the
+/// process's death shuts the connection down (the connection thread then ends it and
+/// releases its leases). Dropping it stops and joins the thread (woken at once).
+struct Watcher {
+    watch: Arc<Watch>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watcher {
+    /// `None` if no thread can be started: the connection's end then tells the death.
+    fn spawn(watch: Watch, conn: &Arc<ControlConn>, sh: &Arc<Shared>) -> Option<Self> {
+        let (watch, stop) = (Arc::new(watch), Arc::new(AtomicBool::new(false)));
+        let (w, s, conn, sh) = (Arc::clone(&watch), Arc::clone(&stop), Arc::clone(conn), Arc::clone(sh));
+        let thread = std::thread::Builder::new().name("zcs-pub-life".into()).spawn(move || match w.wait(&s) {
+            Ok(true) => {
+                inc(&sh.counters.lifeline_deaths);
+                tracing::debug!(pid = conn.peer_cred().pid, "a subscriber's process died; ending its connection");
+                conn.shutdown();
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot wait on a subscriber's lifeline; its connection's end will tell")
+            }
+        });
+        match thread {
+            Ok(t) => Some(Self { watch, stop, thread: Some(t) }),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start a lifeline watcher; the connection's end will tell");
+                None
+            }
+        }
+    }
+
+    fn died(&self) -> bool {
+        self.watch.died()
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.watch.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// How long a connection that ended with leases waits for its process's exit before it
@@ -889,7 +966,7 @@ const EXIT_GRACE: Duration = Duration::from_millis(50);
 /// our answer to its `Fd` request could not be sent): releasing them would let the pool
 /// hand them out under its reads. They stay leased until it exits or this publisher
 /// closes (G14). Not called for a peer that broke the protocol (cut off, its leases
-/// released at once), nor where the peer's process cannot be watched (another PID
+/// released at once) or whose lifeline told its death, nor where the peer's process cannot be watched (another PID
 /// namespace, or already gone: released at once).
 fn hold_until_exit(sh: &Shared, holder: u64, conn: &ControlConn) {
     let holds = sh.medium.holds(HolderId::new(holder));

@@ -966,8 +966,13 @@ fn watch_publisher_process(link: &Arc<Link>) {
 fn hello(sh: &Shared, socket: &str, timeout: Duration) -> Result<ControlConn, String> {
     let name = SocketName::from_key_chunk(socket).map_err(|e| e.to_string())?;
     let conn = ControlConn::connect(&name, timeout).map_err(|e| e.to_string())?;
-    let hello = Request::Hello { subscriber: sh.instance, group: sh.group.clone() };
-    conn.send(&protocol::encode(&hello), &[]).map_err(|e| e.to_string())?;
+    // Without a lifeline the publisher learns of our death when our end closes.
+    let lifeline = crate::ipc::Lifeline::ours()
+        .inspect_err(|e| tracing::warn!(error = %e, "no lifeline: a publisher learns of this process's death late"))
+        .ok();
+    let hello = Request::Hello { subscriber: sh.instance, group: sh.group.clone(), lifeline: lifeline.is_some() };
+    let fds: Vec<_> = lifeline.iter().map(|l| l.fd()).collect();
+    conn.send(&protocol::encode(&hello), &fds).map_err(|e| e.to_string())?;
     super::step!("subscriber: Hello sent");
     Ok(conn)
 }
