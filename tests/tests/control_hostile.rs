@@ -194,6 +194,17 @@ enum End {
 /// Reads until the publisher closes the connection: at most one `Refused` (and never
 /// a descriptor) may come first.
 fn expect_closed(conn: &ControlConn, what: &str) -> End {
+    expect_closed_after(conn, what, false)
+}
+
+/// As [`expect_closed`]; with `welcome`, a `Welcome` carrying the probe (one fd, not a
+/// block) must come first: the peer sent a valid `Hello` and then nothing.
+fn expect_closed_after(conn: &ControlConn, what: &str, welcome: bool) -> End {
+    if welcome {
+        let f = conn.recv(HANDSHAKE + CLOSE_MARGIN).expect("Welcome");
+        assert!(matches!(protocol::decode::<Reply>("reply", &f.bytes), Ok(Reply::Welcome { .. })), "{what}");
+        assert_eq!(f.fds.len(), 1, "{what}: the probe only");
+    }
     let mut end = End::Closed;
     loop {
         match conn.recv(HANDSHAKE + CLOSE_MARGIN) {
@@ -317,7 +328,7 @@ fn hostile_frames_before_the_handshake_are_refused_and_bounded() {
     // far beyond the frame must be refused without allocating it.
     let huge_len = vec![protocol::VERSION, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f, b'x'];
     let lifeline = protocol::encode(&Request::Hello { subscriber: 1, group: host_group(), lifeline: true });
-    let lifeline2 = lifeline.clone();
+    let (lifeline2, good2) = (lifeline.clone(), good.clone());
     let other_group = hello(Group { boot_id: host_group().boot_id, device: "cuda-00".into() });
     let fd_first = protocol::encode(&Request::Fd { block: BlockKey { id: 0, alloc: 1, generation: 1 }, capability: 7 });
     let release_first =
@@ -338,6 +349,9 @@ fn hostile_frames_before_the_handshake_are_refused_and_bounded() {
         // lifeline announced but missing, or one that is not a sealed memfd whose word
         // names a thread are refused (the fds closed unread).
         ("Hello with stray fds", Box::new(move |c: &ControlConn| raw_send(c, &good, 3))),
+        // A valid Hello: the handshake goes on (Welcome with the probe), then times out
+        // waiting for the Ack.
+        ("Hello, then silence", send(good2)),
         ("Hello announcing a lifeline without it", send(lifeline.clone())),
         ("Hello with /dev/null as its lifeline", Box::new(move |c: &ControlConn| raw_send(c, &lifeline, 1))),
         (
@@ -357,7 +371,7 @@ fn hostile_frames_before_the_handshake_are_refused_and_bounded() {
         let conn = r.connect();
         let t = Instant::now();
         act(&conn);
-        let end = expect_closed(&conn, what);
+        let end = expect_closed_after(&conn, what, what.starts_with("Hello, then"));
         if what.contains("lifeline") || what.contains("stray") {
             assert!(matches!(&end, End::Refused(r) if r.contains("lifeline")), "{what}: {end:?}");
         }
