@@ -78,6 +78,7 @@ fn reclaim_limit(mode: Mode) -> Duration {
         Mode::Host => RECLAIM_LIMIT,
     }
 }
+
 /// Device memory that may differ from the baseline without being a leak (allocator
 /// and context bookkeeping).
 const GPU_SLACK: usize = 64 << 20;
@@ -448,7 +449,7 @@ pub fn subscriber_killed(mode: Mode, test: &'static str) {
         if std::env::var_os("ZCS_CRASH_TRACE").is_some() {
             eprintln!("{TEST}: iteration {i}, kill at {kill_at:?}");
         }
-        let victim = spawn_child(
+        let mut victim = spawn_child(
             "child_entry",
             "victim-sub",
             &[
@@ -467,7 +468,7 @@ pub fn subscriber_killed(mode: Mode, test: &'static str) {
         let ready = publisher.zero_copy_subscribers() == 2;
         let announced = publisher.aware_subscribers() == 2;
         let in_use = publisher.pool_stats().blocks_in_use;
-        let (killed, mut victim) = (Instant::now(), victim);
+        let killed = Instant::now();
         // Timed from the SIGKILL, not from the victim's exit: a CUDA process's exit
         // takes tens of milliseconds, and its blocks are back before it ends.
         victim.kill().expect("SIGKILL");

@@ -966,8 +966,8 @@ const EXIT_GRACE: Duration = Duration::from_millis(50);
 /// our answer to its `Fd` request could not be sent): releasing them would let the pool
 /// hand them out under its reads. They stay leased until it exits or this publisher
 /// closes (G14). Not called for a peer that broke the protocol (cut off, its leases
-/// released at once) or whose lifeline told its death, nor where the peer's process cannot be watched (another PID
-/// namespace, or already gone: released at once).
+/// released at once) or whose lifeline told its death, nor where the peer's process
+/// cannot be watched (another PID namespace, or already gone: released at once).
 fn hold_until_exit(sh: &Shared, holder: u64, conn: &ControlConn) {
     let holds = sh.medium.holds(HolderId::new(holder));
     if holds == 0 || sh.stop.load(Ordering::Relaxed) {
