@@ -26,7 +26,10 @@
 //! The parked thread replaces the robust list that the C library registered for it;
 //! it never locks a robust `pthread` mutex, the only user of that list. A word that a
 //! peer clears, or sets to anything but a live thread's id, reads as the death of
-//! that peer: it can only end its own connection early. A process forked from a
+//! that peer: it can only end its own connection early. A publisher can write the
+//! words of the subscribers it serves too; marking one dead ends that subscriber's
+//! connections to other publishers, which it opens again, restoring its word before
+//! every `Hello` ([`Lifeline::restore`]). A process forked from a
 //! subscriber without `exec` has no lifeline thread: blocks it inherited mappings of
 //! are not held for it once its parent dies.
 
@@ -51,6 +54,8 @@ const WAIT_TURN: Duration = Duration::from_millis(100);
 #[derive(Debug)]
 pub struct Lifeline {
     block: Arc<HostBlock>,
+    /// The id of the thread that holds the word.
+    tid: u32,
 }
 
 /// The lifeline and the process id it was made in: a forked child makes its own.
@@ -58,13 +63,15 @@ static OURS: Mutex<Option<(u32, Arc<Lifeline>)>> = Mutex::new(None);
 
 impl Lifeline {
     /// This process's lifeline, created on first use: one memfd, one mapping and one
-    /// parked thread (`zcs-lifeline`), kept until the process ends.
+    /// parked thread (`zcs-lifeline`), kept until the process ends. Its word is
+    /// restored if a peer changed it ([`Lifeline::restore`]).
     pub fn ours() -> io::Result<Arc<Lifeline>> {
         let pid = std::process::id();
         let mut ours = OURS.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((made_in, l)) = &*ours
             && *made_in == pid
         {
+            l.restore();
             return Ok(Arc::clone(l));
         }
         let l = Arc::new(Self::create()?);
@@ -78,7 +85,7 @@ impl Lifeline {
         let held = Arc::clone(&block);
         std::thread::Builder::new().name("zcs-lifeline".into()).spawn(move || hold(&held, &ready_tx))?;
         match ready.recv() {
-            Ok(Ok(())) => Ok(Self { block }),
+            Ok(Ok(tid)) => Ok(Self { block, tid }),
             Ok(Err(e)) => Err(io::Error::other(format!("set_robust_list: {e}"))),
             Err(_) => Err(io::Error::other("the lifeline thread ended before it held its word")),
         }
@@ -88,11 +95,28 @@ impl Lifeline {
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.block.fd()
     }
+
+    /// Every publisher we connect to maps the word and may write it: a hostile one could
+    /// clear it, or mark it dead, and our next handshakes with any publisher would be
+    /// refused for it. The holding thread is alive and its robust list still names the
+    /// word, so putting its id back is all it takes (with `FUTEX_WAITERS`, so that
+    /// watchers that went to sleep meanwhile are woken at the death). Returns whether
+    /// the word had to be restored.
+    pub fn restore(&self) -> bool {
+        let word = sys::futex_word(&self.block);
+        let v = word.load(Ordering::Acquire);
+        if v & libc::FUTEX_TID_MASK == self.tid && v & libc::FUTEX_OWNER_DIED == 0 {
+            return false;
+        }
+        word.store(self.tid | libc::FUTEX_WAITERS, Ordering::Release);
+        tracing::warn!(word = v, "this process's lifeline was changed by a peer; restored");
+        true
+    }
 }
 
 /// The lifeline thread: holds the word, reports, and parks for the rest of the
 /// process's life.
-fn hold(block: &Arc<HostBlock>, ready: &std::sync::mpsc::SyncSender<Result<(), Errno>>) {
+fn hold(block: &Arc<HostBlock>, ready: &std::sync::mpsc::SyncSender<Result<u32, Errno>>) {
     let set = hold_word(block);
     let failed = set.is_err();
     let _ = ready.send(set);
@@ -110,9 +134,10 @@ fn hold(block: &Arc<HostBlock>, ready: &std::sync::mpsc::SyncSender<Result<(), E
 /// `entry + futex_offset`. Both are leaked (the kernel may read them until the thread
 /// exits; a lifeline thread lives as long as the process), as is the block's mapping
 /// (the thread holds an `Arc` of it until then).
-fn hold_word(block: &Arc<HostBlock>) -> Result<(), Errno> {
+fn hold_word(block: &Arc<HostBlock>) -> Result<u32, Errno> {
     let word = sys::futex_word(block);
-    word.store(sys::gettid(), Ordering::Release);
+    let tid = sys::gettid();
+    word.store(tid, Ordering::Release);
     let head: &'static mut RobustListHead = Box::leak(Box::new(RobustListHead {
         list: RobustList { next: std::ptr::null() },
         futex_offset: 0,
@@ -121,7 +146,7 @@ fn hold_word(block: &Arc<HostBlock>) -> Result<(), Errno> {
     let entry: &'static RobustList = Box::leak(Box::new(RobustList { next: &raw const head.list }));
     head.futex_offset = (word.as_ptr() as isize).wrapping_sub(std::ptr::from_ref(entry) as isize) as libc::c_long;
     head.list.next = entry;
-    sys::set_robust_list(head)
+    sys::set_robust_list(head).map(|()| tid)
 }
 
 /// Why a received lifeline is refused.
@@ -220,6 +245,22 @@ mod tests {
     }
 
     #[test]
+    fn a_word_changed_by_a_peer_is_restored() {
+        // A lifeline of its own (its thread parks for the rest of the test process), so
+        // that no publisher watching this process's lifeline sees the tampering.
+        let l = Lifeline::create().expect("lifeline");
+        let peer = Watch::new(l.fd().try_clone_to_owned().unwrap()).expect("held");
+        assert!(!l.restore(), "untouched");
+        for forged in [0, libc::FUTEX_OWNER_DIED | l.tid, l.tid + 1] {
+            sys::futex_word(&peer.block).store(forged, Ordering::Release);
+            assert!(peer.died() || forged == l.tid + 1);
+            assert!(l.restore(), "{forged:#x}");
+            assert!(!peer.died());
+            assert_eq!(sys::futex_word(&peer.block).load(Ordering::Acquire), l.tid | libc::FUTEX_WAITERS);
+        }
+    }
+
+    #[test]
     fn a_stopped_wait_returns_when_woken() {
         let w = Arc::new(watch_ours());
         let stop = Arc::new(AtomicBool::new(false));
@@ -243,7 +284,7 @@ mod tests {
             held_tx.send(hold_word(&b2)).unwrap();
             let _ = go.recv();
         });
-        assert_eq!(held.recv().unwrap(), Ok(()));
+        assert!(held.recv().unwrap().is_ok());
         let w = Arc::new(Watch::new(block.fd().try_clone_to_owned().unwrap()).expect("held"));
         let stop = Arc::new(AtomicBool::new(false));
         let (w2, s2) = (Arc::clone(&w), Arc::clone(&stop));
