@@ -29,9 +29,9 @@
 //! that peer: it can only end its own connection early. A publisher can write the
 //! words of the subscribers it serves too; marking one dead ends that subscriber's
 //! connections to other publishers, which it opens again, restoring its word before
-//! every `Hello` ([`Lifeline::restore`]). A process forked from a
-//! subscriber without `exec` has no lifeline thread: blocks it inherited mappings of
-//! are not held for it once its parent dies.
+//! every `Hello` ([`Lifeline::restore`]). A process forked from a subscriber without
+//! `exec` has no lifeline thread: blocks it inherited mappings of are not held for it
+//! once its parent dies.
 
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
