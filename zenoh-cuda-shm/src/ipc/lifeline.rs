@@ -190,7 +190,7 @@ impl Watch {
     }
 
     /// Blocks until the peer's process dies (`Ok(true)`) or `stop` is seen set
-    /// (`Ok(false)`: at the latest [`WAIT_TURN`] after it was set, at once after a
+    /// (`Ok(false)`: at the latest 100 ms after it was set, at once after a
     /// [`Watch::wake`]). An error means the word cannot be waited on here (the caller
     /// falls back to the connection's end).
     pub fn wait(&self, stop: &AtomicBool) -> Result<bool, Errno> {
