@@ -51,8 +51,21 @@ fn an_auto_session_finds_a_provider_whose_router_comes_up_late() {
         let provider = Provider::start(&cfg, &z).expect("start the provider");
         (z, provider)
     });
+    let opening = std::time::Instant::now();
     let s = auto(port, 10_000);
+    let opened = opening.elapsed();
     let (_z, provider) = router.join().expect("router thread");
+    // The open waited for its link (without the wait it returns after the 500 ms
+    // scouting delay, and its one query goes nowhere).
+    assert!(opened >= std::time::Duration::from_millis(850), "the open returned before its link: {opened:?}");
+    // The link may come up before the provider's token is declared (the router thread
+    // opens its session, then starts the provider): then the query finds nothing and
+    // the session's watch learns of the provider a moment later.
+    let waiting = std::time::Instant::now();
+    while s.provider().is_err() {
+        assert!(waiting.elapsed().as_secs() < 10, "the session never learned of the provider: {:?}", s.provider());
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     assert_eq!(s.provider().map(|p| p.id), Ok(provider.provider().id), "the session found the late provider");
     let p = s.declare_publisher("zcs-test/late-router").wait().expect("publisher");
     let loan = p.loan(1 << 20).expect("loan");

@@ -61,6 +61,11 @@ pub struct Lifeline {
 /// The lifeline and the process id it was made in: a forked child makes its own.
 static OURS: Mutex<Option<(u32, Arc<Lifeline>)>> = Mutex::new(None);
 
+/// The address of every robust list handed to the kernel. Only the kernel reads a
+/// list, at its thread's exit; kept here so that leak checkers, which cannot see the
+/// kernel's copy of the pointer, see the list as live.
+static LISTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
 impl Lifeline {
     /// This process's lifeline, created on first use: one memfd, one mapping and one
     /// parked thread (`zcs-lifeline`), kept until the process ends. Its word is
@@ -132,8 +137,8 @@ fn hold(block: &Arc<HostBlock>, ready: &std::sync::mpsc::SyncSender<Result<u32, 
 /// robust list, so the kernel releases the word when this thread exits. The list is
 /// one entry that points back to the head; the kernel finds the word at
 /// `entry + futex_offset`. Both are leaked (the kernel may read them until the thread
-/// exits; a lifeline thread lives as long as the process), as is the block's mapping
-/// (the thread holds an `Arc` of it until then).
+/// exits; a lifeline thread lives as long as the process) and named in [`LISTS`], as
+/// is the block's mapping (the thread holds an `Arc` of it until then).
 fn hold_word(block: &Arc<HostBlock>) -> Result<u32, Errno> {
     let word = sys::futex_word(block);
     let tid = sys::gettid();
@@ -146,6 +151,7 @@ fn hold_word(block: &Arc<HostBlock>) -> Result<u32, Errno> {
     let entry: &'static RobustList = Box::leak(Box::new(RobustList { next: &raw const head.list }));
     head.futex_offset = (word.as_ptr() as isize).wrapping_sub(std::ptr::from_ref(entry) as isize) as libc::c_long;
     head.list.next = entry;
+    LISTS.lock().unwrap_or_else(PoisonError::into_inner).push(std::ptr::from_ref(head) as usize);
     sys::set_robust_list(head).map(|()| tid)
 }
 
