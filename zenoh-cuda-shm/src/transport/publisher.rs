@@ -793,10 +793,10 @@ fn connection(sh: Arc<Shared>, conn: ControlConn) {
         Err(_) => return fail("no Hello"),
     };
     crate::transport::step!("publisher: Hello received");
-    // From here on the subscriber's death ends this connection at once (lifeline), not
-    // when the kernel closes its end.
-    let watcher = match lifeline.map(Watch::new).transpose() {
-        Ok(w) => w.and_then(|w| Watcher::spawn(w, &conn, &sh)),
+    // Checked here, so that a bad lifeline is refused at the Hello; watched only once
+    // leases can exist (after Ready), keeping a thread start off the join's path.
+    let lifeline = match lifeline.map(Watch::new).transpose() {
+        Ok(w) => w,
         Err(e) => return fail(&format!("lifeline refused: {e}")),
     };
     let (probe_fd, probe_size) = match (&sh.medium, &sh.probe) {
@@ -834,6 +834,9 @@ fn connection(sh: Arc<Shared>, conn: ControlConn) {
         st.ready.insert(holder, r);
     }
     crate::transport::step!("publisher: Ready sent, routing");
+    // From here on the subscriber's death ends this connection at once, not when the
+    // kernel closes its end (a word already released is seen at the first look).
+    let watcher = lifeline.and_then(|w| Watcher::spawn(w, &conn, &sh));
     inc(&c.handshakes);
     tracing::debug!(pid = peer.pid, uid = peer.uid, holder, "subscriber is GPU-ready");
     // The peer broke the protocol: it is cut off and its leases go at once.
