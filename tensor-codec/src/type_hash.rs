@@ -92,6 +92,12 @@ pub trait RosMessage {
     /// The DDS-mangled name rmw_zenoh uses in key expressions, `"<pkg>::msg::dds_::<Name>_"`.
     const DDS_TYPE_NAME: &'static str;
 
+    /// Whether the type has a top-level `uint8[]` field (rosidl's `has_buffer_fields`).
+    /// Such types' volatile endpoints are *buffer-aware* in rmw_zenoh 0.10.5 / 0.12.0
+    /// and later: their tokens carry a `backends:` chunk and their data may travel on
+    /// `_buf*` keys.
+    const HAS_BUFFER_FIELDS: bool;
+
     /// The RIHS01 hash, computed once per process from the type description.
     fn type_hash() -> TypeHash;
 }
@@ -138,6 +144,19 @@ const fn field(name: &'static str, type_id: u8) -> Field {
 
 const fn nested(name: &'static str, type_name: &'static str) -> Field {
     Field { name, type_id: NESTED, capacity: 0, string_capacity: 0, nested_type_name: type_name }
+}
+
+/// Whether `desc` has a top-level unbounded `uint8[]` field (nested types do not count,
+/// as in rosidl's generators).
+const fn has_buffer_fields(desc: &Description) -> bool {
+    let mut i = 0;
+    while i < desc.fields.len() {
+        if desc.fields[i].type_id == UINT8_SEQ {
+            return true;
+        }
+        i += 1;
+    }
+    false
 }
 
 /// An individual type description: a type and its own fields.
@@ -284,6 +303,7 @@ static EXPERIMENTAL_TENSOR_HASH: OnceLock<TypeHash> = OnceLock::new();
 
 impl RosMessage for Time {
     const TYPE_NAME: &'static str = TIME.type_name;
+    const HAS_BUFFER_FIELDS: bool = has_buffer_fields(&TIME);
     const DDS_TYPE_NAME: &'static str = "builtin_interfaces::msg::dds_::Time_";
 
     fn type_hash() -> TypeHash {
@@ -293,6 +313,7 @@ impl RosMessage for Time {
 
 impl RosMessage for Header {
     const TYPE_NAME: &'static str = HEADER.type_name;
+    const HAS_BUFFER_FIELDS: bool = has_buffer_fields(&HEADER);
     const DDS_TYPE_NAME: &'static str = "std_msgs::msg::dds_::Header_";
 
     fn type_hash() -> TypeHash {
@@ -303,6 +324,7 @@ impl RosMessage for Header {
 /// One hash for every data representation `D`.
 impl<D> RosMessage for Image<D> {
     const TYPE_NAME: &'static str = IMAGE.type_name;
+    const HAS_BUFFER_FIELDS: bool = has_buffer_fields(&IMAGE);
     const DDS_TYPE_NAME: &'static str = "sensor_msgs::msg::dds_::Image_";
 
     fn type_hash() -> TypeHash {
@@ -313,6 +335,7 @@ impl<D> RosMessage for Image<D> {
 /// One hash for every data representation `D`.
 impl<D> RosMessage for ExperimentalTensor<D> {
     const TYPE_NAME: &'static str = EXPERIMENTAL_TENSOR.type_name;
+    const HAS_BUFFER_FIELDS: bool = has_buffer_fields(&EXPERIMENTAL_TENSOR);
     const DDS_TYPE_NAME: &'static str = "tensor_msgs::msg::dds_::ExperimentalTensor_";
 
     fn type_hash() -> TypeHash {
@@ -341,6 +364,18 @@ mod tests {
         assert_eq!(Image::<Vec<u8>>::type_hash().to_string(), EXPECTED_IMAGE_HASH);
         assert_eq!(Image::<&[u8]>::type_hash().to_string(), EXPECTED_IMAGE_HASH);
         assert_eq!(ExperimentalTensor::<Vec<u8>>::type_hash().to_string(), EXPECTED_TENSOR_HASH);
+    }
+
+    #[test]
+    fn buffer_fields_are_top_level_uint8_sequences() {
+        const { assert!(<Image<()> as RosMessage>::HAS_BUFFER_FIELDS) };
+        const { assert!(<ExperimentalTensor<()> as RosMessage>::HAS_BUFFER_FIELDS) };
+        // Header has no uint8[]; Image's is found at the top level, not through Header.
+        const { assert!(!<Header as RosMessage>::HAS_BUFFER_FIELDS) };
+        const { assert!(!<Time as RosMessage>::HAS_BUFFER_FIELDS) };
+        const BYTES_INSIDE: Description =
+            Description { type_name: "p/msg/Outer", fields: &[nested("image", IMAGE.type_name)] };
+        assert!(!has_buffer_fields(&BYTES_INSIDE));
     }
 
     #[test]
