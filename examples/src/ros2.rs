@@ -44,6 +44,10 @@ pub struct RosArgs {
     /// History depth (reliable and transient).
     #[arg(long, default_value_t = 10)]
     pub depth: u32,
+    /// Report a publisher of a subscribed topic that sends nothing for this many
+    /// seconds (0: never).
+    #[arg(long, default_value_t = 5.0)]
+    pub silence_after: f64,
 }
 
 impl RosArgs {
@@ -58,8 +62,10 @@ impl RosArgs {
     }
 
     fn node(&self, session: &GpuSession, default_name: &str) -> Result<RosNode, BoxError> {
+        let window = (self.silence_after > 0.0).then(|| Duration::from_secs_f64(self.silence_after));
         let mut o = NodeOptions::new(self.node.clone().unwrap_or_else(|| default_name.to_owned()))
-            .namespace(self.namespace.clone());
+            .namespace(self.namespace.clone())
+            .silence_window(window);
         o.domain = self.domain;
         Ok(RosNode::new(session, o)?)
     }
@@ -157,7 +163,7 @@ fn wait_subscriptions(node: &RosNode, key: &str, n: usize) {
     while n > 0 && t.elapsed() < Duration::from_secs(60) {
         let subs = node
             .graph()
-            .0
+            .entities
             .iter()
             .filter(|e| e.kind == EntityKind::Subscription && e.topic.as_ref().is_some_and(|t| t.key == key))
             .count();
@@ -288,16 +294,25 @@ pub struct SeqCheck {
 }
 
 impl SeqCheck {
-    /// Records one message.
-    pub fn see(&mut self, gid: [u8; 16], seq: i64, ts: i64) {
+    /// Records one message; `per_put`: its publisher numbers each put, so gaps are
+    /// expected (a buffer-aware rmw_zenoh publisher).
+    pub fn see(&mut self, gid: [u8; 16], seq: i64, ts: i64, per_put: bool) {
         if let Some(&(s, t)) = self.last.get(&gid) {
             if seq <= s || ts < t {
                 self.disorder += 1;
-            } else if seq > s + 1 {
+            } else if seq > s + 1 && !per_put {
                 self.gaps += (seq - s - 1) as u64;
             }
         }
         self.last.insert(gid, (seq, ts));
+    }
+}
+
+/// Prints the publishers the subscription found silent, with their reasons.
+fn report_silent<M: RosDataMessage>(s: &zenoh_cuda_shm::ros2::RosSubscriber<M>) {
+    for p in s.silent_publishers() {
+        let reasons: Vec<String> = p.reasons.iter().map(ToString::to_string).collect();
+        eprintln!("[ros2] silent publisher {} ({}): {}", gid_hex(&p.gid), p.token, reasons.join("; "));
     }
 }
 
@@ -330,7 +345,7 @@ fn sub_loop<M: RosDataMessage>(
     args: &RosSubArgs,
     fields_ok: impl Fn(&M, usize) -> bool,
 ) -> Result<(), BoxError> {
-    println!("[ros2] subscribed to '{}' token {}", s.key(), s.token());
+    println!("[ros2] subscribed to '{}' token {} gid {}", s.key(), s.token(), gid_hex(&s.gid()));
     let mut checks = SeqCheck::default();
     let mut paths: BTreeMap<String, u64> = BTreeMap::new();
     let (mut n, mut bad) = (0u64, 0u64);
@@ -338,11 +353,14 @@ fn sub_loop<M: RosDataMessage>(
     while args.count == 0 || n < args.count {
         let sample: RosSample<M> = match s.recv_timeout(Duration::from_secs(args.idle_timeout.max(1))) {
             Ok(v) => v,
-            Err(e) => return Err(format!("after {n} messages: {e}; stats {:?}", s.stats()).into()),
+            Err(e) => {
+                report_silent(s);
+                return Err(format!("after {n} messages: {e}; stats {:?}", s.stats()).into());
+            }
         };
         first.get_or_insert_with(Instant::now);
         let a = *sample.attachment();
-        checks.see(a.gid, a.seq, a.timestamp_ns);
+        checks.see(a.gid, a.seq, a.timestamp_ns, sample.seq_per_put());
         *paths.entry(sample.path().to_string()).or_default() += 1;
         let mut ok = fields_ok(sample.msg(), sample.data_len());
         if ok && !args.no_check {
@@ -365,14 +383,18 @@ fn sub_loop<M: RosDataMessage>(
     std::thread::sleep(Duration::from_millis(300));
     let extra = std::iter::from_fn(|| s.try_recv()).count();
     let st = s.stats();
+    report_silent(s);
     let fps = if n > 1 && secs > 0.0 { (n - 1) as f64 / secs } else { 0.0 };
     println!(
-        "{{\"role\":\"ros2_sub\",\"frames\":{n},\"bad\":{bad},\"gaps\":{},\"disorder\":{},\"extra\":{extra},\"fps\":{fps:.2},\"paths\":{:?},\"channel\":{},\"base\":{},\"duplicates\":{},\"bad_attachment\":{},\"bad_cdr\":{},\"bad_envelope\":{}}}",
+        "{{\"role\":\"ros2_sub\",\"frames\":{n},\"bad\":{bad},\"gaps\":{},\"disorder\":{},\"extra\":{extra},\"fps\":{fps:.2},\"paths\":{:?},\"channel\":{},\"base\":{},\"buf_cpu\":{},\"lost\":{},\"silent\":{},\"duplicates\":{},\"bad_attachment\":{},\"bad_cdr\":{},\"bad_envelope\":{}}}",
         checks.gaps,
         checks.disorder,
         paths,
         st.channel,
         st.base,
+        st.buf_cpu,
+        st.lost,
+        st.silent_publishers,
         st.duplicates,
         st.bad_attachment,
         st.bad_cdr,

@@ -11,12 +11,20 @@ use zcs_tests::{free_tcp_port, loopback_zenoh_config, watchdog_guard};
 use zenoh::Wait;
 use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::ros2::names::{gid_hex, gid_of};
-use zenoh_cuda_shm::ros2::{Attachment, NodeOptions, Qos, RosDataMessage, RosNode, channel_key, marker_token};
+use zenoh_cuda_shm::ros2::{
+    Attachment, NameError, NodeOptions, Qos, RosDataMessage, RosDeclareError, RosNode, SilenceReason, buf_cpu_key,
+    channel_key, marker_token,
+};
 use zenoh_cuda_shm::{GpuSession, Path, ZcsConfig, tensor_codec};
 
 const IO: Duration = Duration::from_secs(10);
 
 fn sessions(domain: u32) -> (RosNode, zenoh::Session) {
+    sessions_with(NodeOptions::new("test_node").domain(domain))
+}
+
+fn sessions_with(options: NodeOptions) -> (RosNode, zenoh::Session) {
+    let domain = options.domain.expect("a domain");
     let port = free_tcp_port();
     let ours = GpuSession::open(
         loopback_zenoh_config(Some(port), None, Some(&domain.to_string())),
@@ -25,7 +33,7 @@ fn sessions(domain: u32) -> (RosNode, zenoh::Session) {
     .wait()
     .unwrap();
     let raw = zenoh::open(loopback_zenoh_config(None, Some(port), None)).wait().unwrap();
-    let node = RosNode::new(&ours, NodeOptions::new("test_node").domain(domain)).unwrap();
+    let node = RosNode::new(&ours, options).unwrap();
     (node, raw)
 }
 
@@ -81,7 +89,7 @@ fn ordinary_subscriptions_are_counted_from_graph_tokens() {
     let wrong_hash = raw.liveliness().declare_token(ms_token(&raw, 7, 1, &format!("RIHS01_{}", "0".repeat(64)))).wait();
     let other_domain = raw.liveliness().declare_token(ms_token(&raw, 8, 2, &hash)).wait();
     let malformed = raw.liveliness().declare_token("@ros2_lv/7/zz/0/3/MS/%/%/other/%t").wait();
-    wait_for("the malformed token", || node.graph().1 >= 1);
+    wait_for("the malformed token", || node.graph().malformed >= 1);
     assert_eq!(publisher.ordinary_subscriptions(), 0);
 
     // An ordinary subscription appears: the next message goes on the base key as CDR
@@ -130,7 +138,7 @@ fn our_subscriptions_declare_a_marker_and_are_not_ordinary() {
     let sub = node.subscriber::<Image<()>>("/t", Qos::reliable(10)).unwrap();
     assert_eq!(rx.recv_timeout(IO).unwrap(), format!("@zcs/ros2/v1/9/sub/{}", gid_hex(&sub.gid())));
     wait_for("our subscription in the graph", || {
-        node.graph().0.iter().any(|e| e.gid == sub.gid() && e.topic.as_ref().is_some_and(|t| t.key == sub.key()))
+        node.graph().entities.iter().any(|e| e.gid == sub.gid() && e.topic.as_ref().is_some_and(|t| t.key == sub.key()))
     });
     assert_eq!(publisher.ordinary_subscriptions(), 0);
     wait_for("the channel subscriber", || publisher.channel().aware_subscribers() == 1);
@@ -172,4 +180,195 @@ fn bad_envelopes_on_our_channel_are_dropped_and_counted() {
     let st = sub.stats();
     assert_eq!((st.bad_envelope, st.channel, st.base, st.duplicates), (3, 1, 0, 1));
     assert!(sub.try_recv().is_none());
+}
+
+/// A token of another participant's endpoint on `/t` (Image, the given hash, QoS and
+/// optional 14th chunk).
+fn endpoint(raw: &zenoh::Session, domain: u32, eid: u32, kind: &str, hash: &str, qos: &str, chunk: &str) -> String {
+    let dds = <Image<()> as RosDataMessage>::DDS_TYPE_NAME;
+    format!("@ros2_lv/{domain}/{}/0/{eid}/{kind}/%/%/other/%t/{dds}/{hash}/{qos}{chunk}", raw.zid())
+}
+
+/// Waits until the raw session sees `token`: our subscribers, declared before their
+/// tokens, are then known to it as well.
+fn raw_sees(raw: &zenoh::Session, token: &str) {
+    wait_for("the raw session to see our token", || {
+        raw.liveliness().get(token).wait().unwrap().recv_timeout(Duration::from_millis(200)).ok().flatten().is_some()
+    });
+}
+
+fn cdr(data: &[u8]) -> Vec<u8> {
+    let mut c = fields().encode_cdr_prefix(data.len()).unwrap();
+    c.extend_from_slice(data);
+    c
+}
+
+fn attachment(seq: i64, gid: [u8; 16]) -> Vec<u8> {
+    Attachment { seq, timestamp_ns: seq, gid }.encode().to_vec()
+}
+
+/// A buffer-aware rmw_zenoh publisher (0.12.0) serves our CPU-only subscription on
+/// `_buf_cpu`, numbering each put: every message arrives once, its gaps are no losses.
+#[test]
+fn buffer_aware_publishers_reach_us_on_buf_cpu_once() {
+    let _w = watchdog_guard("buffer_aware_publishers_reach_us_on_buf_cpu_once", Duration::from_secs(60));
+    let (node, raw) = sessions(13);
+    let sub = node.subscriber::<Image<()>>("/t", Qos::reliable(10)).unwrap();
+    assert!(sub.token().ends_with("/1:2:1,10:,:,:1,,/backends:cpu:"), "{}", sub.token());
+    assert_eq!(sub.gid(), gid_of(sub.token()));
+    let latched = node.subscriber::<Image<()>>("/t", Qos::transient_local(3)).unwrap();
+    assert!(latched.token().ends_with("/1:1:1,3:,:,:1,,"), "transient local: no chunk: {}", latched.token());
+    drop(latched);
+
+    let hash = <Image<()> as RosDataMessage>::type_hash().to_string();
+    let mp = endpoint(&raw, 13, 1, "MP", &hash, "::,10:,:,:,,", "/backends:cpu:;cuda:");
+    let gid = gid_of(&mp);
+    let _mp = raw.liveliness().declare_token(mp).wait().unwrap();
+    let base = sub.key().to_owned();
+    raw_sees(&raw, sub.token());
+    assert!(
+        node.graph()
+            .entities
+            .iter()
+            .any(|e| e.gid == sub.gid() && e.topic.as_ref().is_some_and(|t| t.backends.is_some()))
+    );
+    // Publish 1 went to the base key (the publisher had not discovered us yet), then
+    // each message went to _buf_cpu and to one cuda subscription's key: two numbers each.
+    let put =
+        |key: &str, seq: i64, byte: u8| raw.put(key, cdr(&[byte; 16])).attachment(attachment(seq, gid)).wait().unwrap();
+    put(&base, 1, 1);
+    for (i, seq) in [2, 4, 6, 8].into_iter().enumerate() {
+        put(&buf_cpu_key(&base), seq, i as u8 + 2);
+    }
+    // A stray second copy of one message on the base key is dropped as a duplicate.
+    put(&base, 6, 4);
+    for byte in 1..=5u8 {
+        let s = sub.recv_timeout(IO).unwrap();
+        assert_eq!(s.host_data().unwrap().as_ref(), &[byte; 16][..]);
+        assert_eq!(s.attachment().gid, gid);
+        assert_eq!(s.seq_per_put(), byte > 1, "known as numbering per put from its first _buf_cpu message on");
+    }
+    wait_for("the duplicate", || sub.stats().duplicates == 1);
+    let st = sub.stats();
+    assert_eq!((st.base, st.buf_cpu, st.lost, st.duplicates), (1, 4, 0, 1));
+    assert!(sub.try_recv().is_none());
+}
+
+/// Gaps from a publisher that numbers each message are losses; a late message fills
+/// its gap again.
+#[test]
+fn gaps_in_per_message_numbering_count_as_lost() {
+    let _w = watchdog_guard("gaps_in_per_message_numbering_count_as_lost", Duration::from_secs(60));
+    let (node, raw) = sessions(14);
+    let sub = node.subscriber::<Image<()>>("/t", Qos::reliable(10)).unwrap();
+    raw_sees(&raw, sub.token());
+    let key = sub.key().to_owned();
+    let gid = [7; 16];
+    for seq in [5, 6, 8, 7, 11] {
+        raw.put(&key, cdr(&[1; 4])).attachment(attachment(seq, gid)).wait().unwrap();
+        let s = sub.recv_timeout(IO).unwrap();
+        assert_eq!((s.attachment().seq, s.seq_per_put()), (seq, false));
+        let lost = match seq {
+            8 => 1,  // 7 missing
+            7 => 0,  // filled late
+            11 => 2, // 9 and 10 missing; nothing before the first message (5) counts
+            _ => 0,
+        };
+        assert_eq!(sub.stats().lost, lost, "after {seq}");
+    }
+}
+
+/// Publishers that never reach a subscription are reported once each, with the reason;
+/// publishers that do reach it are not.
+#[test]
+fn silent_publishers_are_reported_once_with_a_reason() {
+    let _w = watchdog_guard("silent_publishers_are_reported_once_with_a_reason", Duration::from_secs(60));
+    let window = Duration::from_millis(400);
+    let (node, raw) = sessions_with(NodeOptions::new("watcher").domain(15).silence_window(Some(window)));
+    let hash = <Image<()> as RosDataMessage>::type_hash().to_string();
+    // A transient-local subscription: no backends chunk.
+    let latched = node.subscriber::<Image<()>>("/t", Qos::transient_local(5)).unwrap();
+    let volatile = node.subscriber::<Image<()>>("/t", Qos::reliable(10)).unwrap();
+
+    // Silent: a buffer-aware rmw_zenoh publisher (it routes the latched subscription to
+    // _buf/<its gid>, and serves _buf_cpu, which this test never puts on), another
+    // definition of the type, and a Humble publisher.
+    let new_wire = endpoint(&raw, 15, 1, "MP", &hash, "::,10:,:,:,,", "/backends:cpu:");
+    let other_hash = endpoint(&raw, 15, 2, "MP", &format!("RIHS01_{}", "ab".repeat(32)), ":1:,5:,:,:,,", "");
+    let humble = endpoint(&raw, 15, 3, "MP", "TypeHashNotSupported", ":1:,5:,:,:,,", "");
+    // Heard: an old-wire publisher on the base key and one of ours.
+    let old_wire = endpoint(&raw, 15, 4, "MP", &hash, "1:1:1,5:,:,:,,", "");
+    let old_gid = gid_of(&old_wire);
+    let tokens: Vec<_> = [&new_wire, &other_hash, &humble, &old_wire]
+        .into_iter()
+        .map(|t| raw.liveliness().declare_token(t.clone()).wait().unwrap())
+        .collect();
+    let ours = node.publisher::<Image<()>>("/t", Qos::transient_local(5)).unwrap();
+    let t0 = Instant::now();
+    let mut seq = 0;
+    while t0.elapsed() < window * 4 {
+        seq += 1;
+        raw.put(latched.key(), cdr(&[1; 4])).attachment(attachment(seq, old_gid)).wait().unwrap();
+        ours.publish_host(&fields(), &[2; 4]).unwrap();
+        std::thread::sleep(Duration::from_millis(40));
+        // Drain: a full queue holds Zenoh back.
+        while latched.try_recv().or_else(|| volatile.try_recv()).is_some() {}
+    }
+    wait_for("three reports each", || {
+        latched.stats().silent_publishers == 3 && volatile.stats().silent_publishers == 3
+    });
+    std::thread::sleep(window);
+    while latched.try_recv().or_else(|| volatile.try_recv()).is_some() {}
+    assert_eq!(latched.stats().silent_publishers, 3, "each reported once");
+
+    let reasons = |s: &zenoh_cuda_shm::ros2::RosSubscriber<Image<()>>, gid: [u8; 16]| {
+        s.silent_publishers().into_iter().find(|p| p.gid == gid).map(|p| p.reasons).unwrap_or_default()
+    };
+    let unheard = SilenceReason::UnheardKey { key: format!("{}/_buf/{}", latched.key(), gid_hex(&latched.gid())) };
+    let r = reasons(&latched, gid_of(&new_wire));
+    assert!(r.contains(&unheard), "{r:?}");
+    assert!(r.iter().any(|r| matches!(r, SilenceReason::QosIncompatible(_))), "{r:?}");
+    // The volatile subscription hears _buf_cpu: the same publisher is merely idle to it.
+    assert_eq!(reasons(&volatile, gid_of(&new_wire)), vec![SilenceReason::Unknown]);
+    for s in [&latched, &volatile] {
+        assert_eq!(
+            reasons(s, gid_of(&other_hash)),
+            vec![SilenceReason::TypeHashMismatch { theirs: format!("RIHS01_{}", "ab".repeat(32)) }]
+        );
+        assert_eq!(reasons(s, gid_of(&humble)), vec![SilenceReason::Humble]);
+        assert!(reasons(s, old_gid).is_empty() && reasons(s, ours.gid()).is_empty());
+    }
+    let text = reasons(&latched, gid_of(&new_wire)).iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+    assert!(text.contains("_buf/") && text.contains("transient-local"), "{text}");
+    // A publisher that leaves drops off the list.
+    drop(tokens);
+    wait_for("the silent list to empty", || latched.silent_publishers().is_empty());
+}
+
+/// Topic names resolve as rcl resolves them; invalid names are refused at declaration.
+#[test]
+fn topic_names_resolve_as_rcl_does() {
+    let _w = watchdog_guard("topic_names_resolve_as_rcl_does", Duration::from_secs(60));
+    let (node, _raw) = sessions_with(NodeOptions::new("cam").namespace("/robot1").domain(16));
+    let dds = <Image<()> as RosDataMessage>::DDS_TYPE_NAME;
+    for (name, want) in
+        [("camera/image", "/robot1/camera/image"), ("/camera/image", "/camera/image"), ("~/image", "/robot1/cam/image")]
+    {
+        let p = node.publisher::<Image<()>>(name, Qos::reliable(1)).unwrap();
+        assert_eq!(p.topic(), want);
+        assert!(p.key().starts_with(&format!("16{want}/{dds}/")), "{}", p.key());
+        assert!(p.token().contains(&format!("/MP/%/%robot1/cam/{}/", want.replace('/', "%"))), "{}", p.token());
+        let s = node.subscriber::<Image<()>>(name, Qos::reliable(1)).unwrap();
+        assert_eq!((s.topic(), s.key()), (want, p.key()));
+    }
+    for bad in ["camera/", "1camera", "/a//b", "~x", "{unknown}", "a b"] {
+        match node.subscriber::<Image<()>>(bad, Qos::reliable(1)) {
+            Err(RosDeclareError::Name(NameError::Invalid { name, .. })) => assert_eq!(name, bad),
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        RosNode::new(node.session(), NodeOptions::new("cam").namespace("robot1")),
+        Err(RosDeclareError::Name(NameError::Invalid { .. }))
+    ));
 }

@@ -6,8 +6,8 @@
 
 use tensor_codec::cdr::{ExperimentalTensor, Header, Image, Time};
 use zenoh_cuda_shm::ros2::message::{RosDataMessage, decode_envelope, encode_envelope};
-use zenoh_cuda_shm::ros2::names::{NodeName, gid_hex, gid_of, topic_key};
-use zenoh_cuda_shm::ros2::{Attachment, AttachmentError, Entity, EntityKind, Qos, channel_key};
+use zenoh_cuda_shm::ros2::names::{NodeName, canonical_token, gid_hex, gid_of, hash_token, topic_key};
+use zenoh_cuda_shm::ros2::{Attachment, AttachmentError, Backends, Entity, EntityKind, Qos, channel_key};
 use zenoh_cuda_shm::tensor_codec;
 
 const ZID: &str = "aac3178e146ba6f1fc6e6a4085e77f21";
@@ -38,9 +38,9 @@ fn worked_example_key_and_tokens() {
     assert_eq!(node().node_token(), NODE_TOKEN);
     let dds = <Image<()> as RosDataMessage>::DDS_TYPE_NAME;
     let qos = Qos::reliable(10).to_keyexpr_compact();
-    assert_eq!(node().endpoint_token(5, EntityKind::Publisher, "/camera/image", dds, &hash, &qos), PUB_TOKEN);
+    assert_eq!(node().endpoint_token(5, EntityKind::Publisher, "/camera/image", dds, &hash, &qos, None), PUB_TOKEN);
     let sensor = Qos::sensor_data().to_keyexpr_compact();
-    let sub = node().endpoint_token(5, EntityKind::Subscription, "/camera/image", dds, &hash, &sensor);
+    let sub = node().endpoint_token(5, EntityKind::Subscription, "/camera/image", dds, &hash, &sensor, None);
     assert_eq!(sub, PUB_TOKEN.replace("/MP/", "/MS/").replace("::,10:,:,:,,", "2::,5:,:,:,,"));
     // What this crate declares: explicit reliability, durability, history and liveliness.
     assert_eq!(Qos::reliable(10).to_keyexpr(), "1:2:1,10:,:,:1,,");
@@ -65,7 +65,8 @@ fn namespaces_and_domains_are_mangled() {
     let dds = <ExperimentalTensor<()> as RosDataMessage>::DDS_TYPE_NAME;
     assert_eq!(dds, "tensor_msgs::msg::dds_::ExperimentalTensor_");
     assert_eq!(topic_key(42, "/robot1/front/tensor", dds, &hash), format!("42/robot1/front/tensor/{dds}/{hash}"));
-    let tok = n.endpoint_token(3, EntityKind::Subscription, "/robot1/front/tensor", dds, &hash, "1:1:1,1:,:,:1,,");
+    let tok =
+        n.endpoint_token(3, EntityKind::Subscription, "/robot1/front/tensor", dds, &hash, "1:1:1,1:,:,:1,,", None);
     assert!(
         tok.ends_with(&format!("/MS/%/%robot1%front/camera_driver/%robot1%front%tensor/{dds}/{hash}/1:1:1,1:,:,:1,,"))
     );
@@ -91,6 +92,70 @@ fn worked_example_gid_and_attachment() {
     assert_eq!(Attachment::decode(&wrong), Err(AttachmentError::GidLength(8)));
     // A different token is a different GID.
     assert_ne!(gid_of(NODE_TOKEN), gid);
+}
+
+/// The seven GIDs of the worked example of rmw_zenoh 0.12.0's buffer-aware wire: the
+/// same endpoints before and after PR #930, with and without backends, and a token
+/// with explicit QoS, which rmw_zenoh hashes in its compact rebuild.
+#[test]
+fn worked_example_gids_before_and_after_buffer_backends() {
+    let hash = <Image<()> as RosDataMessage>::type_hash();
+    let dds = <Image<()> as RosDataMessage>::DDS_TYPE_NAME;
+    let reliable = Qos::reliable(10).to_keyexpr_compact();
+    let sensor = Qos::sensor_data().to_keyexpr_compact();
+    let viewer = NodeName { name: "viewer".into(), ..node() };
+    let cpu = Backends::cpu_only();
+    let cpu_cuda = Backends::cpu_only().with("cuda", "");
+    let cuda = Backends::default().with("cuda", "");
+    let mp = |b: Option<&Backends>| {
+        node().endpoint_token(5, EntityKind::Publisher, "/camera/image", dds, &hash, &reliable, b)
+    };
+    let ms = |q: &str, b: Option<&Backends>| {
+        viewer.endpoint_token(7, EntityKind::Subscription, "/camera/image", dds, &hash, q, b)
+    };
+    assert_eq!(mp(Some(&cpu_cuda)), format!("{PUB_TOKEN}/backends:cpu:;cuda:"));
+    let cases = [
+        (mp(None), "e9975392dbe9f91f7b4d3e837baae760"),
+        (mp(Some(&cpu_cuda)), "08be57d0cd6dd8ba72537dbbe96ebe4c"),
+        (mp(Some(&cpu)), "ddced2a886bf5d0fdb670f7d4cbced9e"),
+        (ms(&sensor, None), "f2eeca687e7b86a00735368f2fc22bd3"),
+        (ms(&sensor, Some(&cpu)), "6dfd10e4cc60941304adbc26e928d5e9"),
+        (ms(&sensor, Some(&cuda)), "1b123fed7b70ed905028346b9ef66e25"),
+    ];
+    for (token, gid) in &cases {
+        // rmw_zenoh's own tokens are canonical: the plain hash and the rebuild agree.
+        assert_eq!(canonical_token(token).as_deref(), Some(token.as_str()));
+        assert_eq!(
+            (gid_hex(&hash_token(token)), gid_hex(&gid_of(token))),
+            (gid.to_string(), gid.to_string()),
+            "{token}"
+        );
+        assert_eq!(Entity::parse(token).unwrap().gid, gid_of(token));
+    }
+    // Explicit QoS (as this crate declares) hashes to its compact rebuild's GID, not
+    // to the hash of its own text.
+    let explicit = ms(&Qos::sensor_data().to_keyexpr(), None);
+    assert!(explicit.ends_with("/2:2:1,5:,:,:1,,"));
+    assert_eq!(gid_hex(&hash_token(&explicit)), "96e9b7e6d3c3a45625e5036855a7874c");
+    assert_eq!(gid_hex(&gid_of(&explicit)), "f2eeca687e7b86a00735368f2fc22bd3");
+    assert_eq!(gid_hex(&gid_of(&format!("{explicit}/backends:cpu:"))), "6dfd10e4cc60941304adbc26e928d5e9");
+    // Backends are re-sorted and re-escaped, lower-case escapes read, empty entries and
+    // a chunk listing nothing dropped, further chunks ignored.
+    let messy = format!("{explicit}/backends:;cuda:;cpu:/extra");
+    assert_eq!(canonical_token(&messy), canonical_token(&format!("{}/backends:cpu:;cuda:", ms(&sensor, None))));
+    assert_eq!(canonical_token(&format!("{explicit}/backends:")).as_deref(), Some(ms(&sensor, None).as_str()));
+    assert_eq!(canonical_token(&format!("{explicit}/other")).as_deref(), Some(ms(&sensor, None).as_str()));
+    let odd = format!("{explicit}/backends:x:a%2fb");
+    assert!(canonical_token(&odd).unwrap().ends_with("/backends:x:a%2Fb"));
+    // A refused backends chunk: no canonical form; the endpoint parses as legacy and
+    // names the error.
+    let bad = format!("{explicit}/backends:cpu:%zz");
+    assert_eq!(canonical_token(&bad), None);
+    let t = Entity::parse(&bad).unwrap().topic.unwrap();
+    assert!(t.backends.is_none() && t.backends_error.is_some());
+    let t = Entity::parse(&cases[1].0).unwrap().topic.unwrap();
+    assert_eq!(t.backends, Some(cpu_cuda));
+    assert!(t.backends_error.is_none());
 }
 
 #[test]

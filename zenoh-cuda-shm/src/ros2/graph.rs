@@ -1,15 +1,17 @@
 //! The ROS graph as seen from the liveliness tokens: every rmw_zenoh entity of the
-//! domain (`@ros2_lv/<domain>/**`), and the GIDs of subscriptions that are ours and
-//! GPU-capable (`@zcs/ros2/v1/<domain>/sub/<gid>`), which receive through our channel
-//! and so do not need the CDR copy on the base key.
+//! domain (`@ros2_lv/<domain>/**`), and the markers of our own endpoints
+//! (`@zcs/ros2/v1/<domain>/<pub|sub>/<gid>`): a subscription with a `sub` marker
+//! receives through our channel and so needs no CDR copy on the base key; a publisher
+//! with a `pub` marker numbers its messages one by one, whatever its token lists.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use zenoh::Wait;
 use zenoh::sample::SampleKind;
 
-use super::names::{ADMIN_SPACE, Entity, EntityKind, gid_hex};
+use super::names::{ADMIN_SPACE, Entity, EntityKind, gid_hex, strip_slashes};
 
 /// Prefix of our marker tokens.
 pub const MARKER_PREFIX: &str = "@zcs/ros2/v1";
@@ -20,11 +22,19 @@ pub fn marker_token(domain: u32, gid: &[u8; 16]) -> String {
     format!("{MARKER_PREFIX}/{domain}/sub/{}", gid_hex(gid))
 }
 
+/// The marker token of one of our publishers: declared before its `MP` token, so that
+/// subscriptions never take it for a buffer-aware rmw_zenoh publisher.
+pub fn publisher_marker_token(domain: u32, gid: &[u8; 16]) -> String {
+    format!("{MARKER_PREFIX}/{domain}/pub/{}", gid_hex(gid))
+}
+
 #[derive(Default)]
 struct State {
-    entities: HashMap<String, Entity>,
+    entities: HashMap<String, (Entity, Instant)>,
+    /// `sub/<gid hex>` and `pub/<gid hex>`.
     markers: HashSet<String>,
     malformed: u64,
+    malformed_backends: u64,
 }
 
 /// Watches the graph tokens of one domain.
@@ -52,7 +62,11 @@ impl Graph {
                 match sample.kind() {
                     SampleKind::Put => match Entity::parse(key) {
                         Some(e) => {
-                            s.entities.insert(key.to_owned(), e);
+                            if let Some(err) = e.topic.as_ref().and_then(|t| t.backends_error.as_ref()) {
+                                s.malformed_backends += 1;
+                                tracing::debug!(token = key, error = %err, "a graph token's backends chunk is refused; the endpoint counts as legacy");
+                            }
+                            s.entities.entry(key.to_owned()).or_insert((e, Instant::now()));
                         }
                         None => {
                             s.malformed += 1;
@@ -66,17 +80,17 @@ impl Graph {
             })
             .wait()?;
         let st = Arc::clone(&state);
-        let prefix = format!("{MARKER_PREFIX}/{domain}/sub/");
+        let prefix = format!("{MARKER_PREFIX}/{domain}/");
         let markers = session
             .liveliness()
-            .declare_subscriber(format!("{prefix}*"))
+            .declare_subscriber(format!("{prefix}*/*"))
             .history(true)
             .callback(move |sample| {
-                let Some(gid) = sample.key_expr().as_str().strip_prefix(&prefix) else { return };
+                let Some(marker) = sample.key_expr().as_str().strip_prefix(&prefix) else { return };
                 let mut s = lock(&st);
                 match sample.kind() {
-                    SampleKind::Put => s.markers.insert(gid.to_owned()),
-                    SampleKind::Delete => s.markers.remove(gid),
+                    SampleKind::Put => s.markers.insert(marker.to_owned()),
+                    SampleKind::Delete => s.markers.remove(marker),
                 };
             })
             .wait()?;
@@ -88,15 +102,29 @@ impl Graph {
         let s = lock(&self.state);
         s.entities
             .values()
+            .map(|(e, _)| e)
             .filter(|e| e.kind == EntityKind::Subscription)
             .filter(|e| e.topic.as_ref().is_some_and(|t| t.key == key))
-            .filter(|e| !s.markers.contains(&gid_hex(&e.gid)))
+            .filter(|e| !s.markers.contains(&format!("sub/{}", gid_hex(&e.gid))))
             .count()
     }
 
-    /// Every entity known, and how many tokens were malformed.
-    pub(crate) fn snapshot(&self) -> (Vec<Entity>, u64) {
+    /// Publishers of the topic `topic` (without its outer slashes), any type: each with
+    /// when it was first seen and whether it is one of ours.
+    pub(crate) fn publishers_of(&self, topic: &str) -> Vec<(Entity, Instant, bool)> {
         let s = lock(&self.state);
-        (s.entities.values().cloned().collect(), s.malformed)
+        s.entities
+            .values()
+            .filter(|(e, _)| e.kind == EntityKind::Publisher)
+            .filter(|(e, _)| e.topic.as_ref().is_some_and(|t| strip_slashes(&t.name) == topic))
+            .map(|(e, t)| (e.clone(), *t, s.markers.contains(&format!("pub/{}", gid_hex(&e.gid)))))
+            .collect()
+    }
+
+    /// Every entity known, how many tokens were malformed, and how many had a backends
+    /// chunk that was refused.
+    pub(crate) fn snapshot(&self) -> (Vec<Entity>, u64, u64) {
+        let s = lock(&self.state);
+        (s.entities.values().map(|(e, _)| e.clone()).collect(), s.malformed, s.malformed_backends)
     }
 }

@@ -29,6 +29,9 @@ pub trait RosDataMessage: Clone + Send + Sync + 'static {
     const TYPE_NAME: &'static str;
     /// `pkg::msg::dds_::Name_`, as in rmw_zenoh keys.
     const DDS_TYPE_NAME: &'static str;
+    /// Whether the type has a top-level `uint8[]` field, which makes its volatile
+    /// endpoints buffer-aware in rmw_zenoh 0.10.5 / 0.12.0 and later.
+    const HAS_BUFFER_FIELDS: bool;
     /// The RIHS01 type hash.
     fn type_hash() -> TypeHash;
     /// The CDR message up to and including the `data` length field (`data_len`).
@@ -49,6 +52,7 @@ impl RosDataMessage for Image<()> {
     type Owned = Image<Vec<u8>>;
     const TYPE_NAME: &'static str = <Image<()> as RosMessage>::TYPE_NAME;
     const DDS_TYPE_NAME: &'static str = <Image<()> as RosMessage>::DDS_TYPE_NAME;
+    const HAS_BUFFER_FIELDS: bool = <Image<()> as RosMessage>::HAS_BUFFER_FIELDS;
 
     fn type_hash() -> TypeHash {
         <Image<()> as RosMessage>::type_hash()
@@ -73,6 +77,7 @@ impl RosDataMessage for ExperimentalTensor<()> {
     type Owned = ExperimentalTensor<Vec<u8>>;
     const TYPE_NAME: &'static str = <ExperimentalTensor<()> as RosMessage>::TYPE_NAME;
     const DDS_TYPE_NAME: &'static str = <ExperimentalTensor<()> as RosMessage>::DDS_TYPE_NAME;
+    const HAS_BUFFER_FIELDS: bool = <ExperimentalTensor<()> as RosMessage>::HAS_BUFFER_FIELDS;
 
     fn type_hash() -> TypeHash {
         <ExperimentalTensor<()> as RosMessage>::type_hash()

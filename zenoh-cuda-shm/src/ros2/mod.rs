@@ -2,19 +2,25 @@
 //! of an rmw_zenoh graph, publishing and receiving `sensor_msgs/msg/Image` and
 //! `tensor_msgs/msg/ExperimentalTensor` whose data may stay on the GPU.
 //!
-//! - [`RosNode`] declares the node token (`@ros2_lv/<domain>/<zid>/<nid>/<nid>/NN/…`)
-//!   and watches the domain's graph tokens.
+//! - [`RosNode`] declares the node token (`@ros2_lv/<domain>/<zid>/<nid>/<nid>/NN/…`),
+//!   watches the domain's graph tokens, resolves topic names as rcl does, and reports
+//!   publishers that never reach a subscription ([`SilentPublisher`]).
 //! - [`RosPublisher`] declares an `MP` token and publishes each message on **our
 //!   channel** (`<base key>/@zcs_ros2`, zero-copy to our subscriptions on the same GPU)
 //!   and, while ordinary ROS subscriptions exist, as CDR with the 33-byte rmw_zenoh
-//!   attachment on the **base key** `<domain>/<topic>/<pkg>::msg::dds_::<Msg>_/RIHS01_<hash>`.
+//!   attachment on the **base key** `<domain>/<topic>/<pkg>::msg::dds_::<Msg>_/RIHS01_<hash>`,
+//!   which every rmw_zenoh subscription of every release hears.
 //! - [`RosSubscriber`] declares an `MS` token (and a marker saying it takes our
-//!   channel), and receives from both: our publishers through the channel, every other
-//!   ROS publisher through the base key, each message once.
+//!   channel), and receives from all: our publishers through the channel, other ROS
+//!   publishers through the base key, and buffer-aware rmw_zenoh publishers (0.10.5 /
+//!   0.12.0 and later) through `<base key>/_buf_cpu`, each message once.
+//! - Volatile endpoints of types with a top-level `uint8[]` list the `cpu` backend in
+//!   their tokens ([`backends`]), as rmw_zenoh's buffer-aware endpoints do; GIDs are
+//!   those rmw_zenoh computes ([`names::gid_of`]).
 //!
 //! `@zcs_ros2` is a verbatim chunk: `**` never matches it, so nothing of rmw_zenoh
-//! (which subscribes to the exact base key and, on Rolling, uses `<base>/_buf_cpu` and
-//! `<base>/_buf/<gid>`) ever sees our descriptors. Wire details: `docs/ros2.md`.
+//! (which subscribes to exact keys: the base key, `<base>/_buf_cpu`, `<base>/_buf/<gid>`)
+//! ever sees our descriptors. Wire details: `docs/ros2.md`.
 //!
 //! ```no_run
 //! use zenoh_cuda_shm::ros2::{NodeOptions, Qos, RosNode};
@@ -38,19 +44,24 @@
 //! ```
 
 pub mod attachment;
+pub mod backends;
 mod graph;
 pub mod message;
 pub mod names;
 mod node;
 mod publisher;
+pub mod resolve;
+mod silence;
 mod subscriber;
 
 pub use attachment::{ATTACHMENT_LEN, Attachment, AttachmentError};
-pub use graph::{MARKER_PREFIX, marker_token};
+pub use backends::{Backends, BackendsError};
+pub use graph::{MARKER_PREFIX, marker_token, publisher_marker_token};
 pub use message::{EnvelopeError, RosDataMessage};
 pub use names::{Durability, Entity, EntityKind, History, Liveliness, NameError, Qos, Reliability, TopicInfo};
-pub use node::{NodeOptions, RosDeclareError, RosNode};
+pub use node::{DEFAULT_SILENCE_WINDOW, GraphView, NodeOptions, RosDeclareError, RosNode};
 pub use publisher::{RosPublishError, RosPublisher, RosPublisherStats, RosPutReport};
+pub use silence::{SilenceReason, SilentPublisher};
 pub use subscriber::{RosSample, RosSubscriber, RosSubscriberStats};
 
 /// The verbatim chunk of our channel under a topic's base key.
@@ -59,4 +70,10 @@ pub const CHANNEL_CHUNK: &str = "@zcs_ros2";
 /// Our channel's key for a base key: `<base key>/@zcs_ros2`.
 pub fn channel_key(base_key: &str) -> String {
     format!("{base_key}/{CHANNEL_CHUNK}")
+}
+
+/// The key on which buffer-aware rmw_zenoh publishers (0.10.5 / 0.12.0 and later) put
+/// plain CDR for every CPU-only buffer-aware subscription: `<base key>/_buf_cpu`.
+pub fn buf_cpu_key(base_key: &str) -> String {
+    format!("{base_key}/_buf_cpu")
 }

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use tensor_codec::type_hash::TypeHash;
 
+use super::backends::{Backends, BackendsError};
+
 /// The admin space every rmw_zenoh graph token lives under.
 pub const ADMIN_SPACE: &str = "@ros2_lv";
 
@@ -17,41 +19,22 @@ pub const DEFAULT_DEPTH: u32 = 42;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum NameError {
-    /// The name is empty (after stripping one leading and one trailing `/`).
+    /// The name is empty.
     #[error("{what} is empty")]
     Empty {
         /// Which name.
         what: &'static str,
     },
-    /// The name holds a character that cannot appear in a key expression chunk
-    /// (`*`, `$`, `?`, `#`, `@` at a chunk start, `%`, whitespace) or an empty segment.
-    #[error("{what} {name:?} is not a valid ROS name")]
+    /// The name breaks a rule of ROS names (see [`super::resolve`]).
+    #[error("{what} {name:?} is not a valid ROS name: it {reason}")]
     Invalid {
         /// Which name.
         what: &'static str,
         /// The name.
         name: String,
+        /// The rule it breaks, e.g. "has a token that starts with a digit".
+        reason: &'static str,
     },
-}
-
-/// Checks a topic, namespace or node name: ASCII letters, digits, `_`, `~`, and `/`
-/// between non-empty segments. ROS's own rules are stricter; these are the ones the key
-/// expressions need.
-pub(crate) fn check_name(what: &'static str, name: &str, slashes: bool) -> Result<(), NameError> {
-    let invalid = || NameError::Invalid { what, name: name.to_owned() };
-    let body = strip_slashes(name);
-    if body.is_empty() {
-        return Err(NameError::Empty { what });
-    }
-    for seg in body.split('/') {
-        if seg.is_empty() || (!slashes && body.contains('/')) {
-            return Err(invalid());
-        }
-        if !seg.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'~') {
-            return Err(invalid());
-        }
-    }
-    Ok(())
 }
 
 /// Removes one leading and one trailing `/`, as rmw_zenoh does for topic keys.
@@ -355,7 +338,9 @@ impl NodeName {
     }
 
     /// An endpoint's token:
-    /// `@ros2_lv/<domain>/<zid>/<nid>/<eid>/<MP|MS>/<enclave>/<ns>/<node>/<topic>/<type>/<hash>/<qos>`.
+    /// `@ros2_lv/<domain>/<zid>/<nid>/<eid>/<MP|MS>/<enclave>/<ns>/<node>/<topic>/<type>/<hash>/<qos>`,
+    /// followed by `/backends:…` for a buffer-aware endpoint ([`Backends::to_chunk`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn endpoint_token(
         &self,
         eid: u64,
@@ -364,8 +349,9 @@ impl NodeName {
         dds_type: &str,
         hash: &TypeHash,
         qos: &str,
+        backends: Option<&Backends>,
     ) -> String {
-        format!(
+        let mut token = format!(
             "{ADMIN_SPACE}/{}/{}/{}/{eid}/{}/{}/{}/{}/{}/{}/{}/{qos}",
             self.domain,
             self.zid,
@@ -377,14 +363,105 @@ impl NodeName {
             mangle(topic),
             mangle(dds_type),
             mangle(&hash.to_string()),
-        )
+        );
+        if let Some(chunk) = backends.and_then(Backends::to_chunk) {
+            token.push('/');
+            token.push_str(&chunk);
+        }
+        token
     }
 }
 
-/// An endpoint's GID: XXH3-128 (seed 0) of its liveliness token, low 64 bits then high
-/// 64 bits, each little-endian.
-pub fn gid_of(token: &str) -> [u8; 16] {
+/// XXH3-128 (seed 0) of a token's text, low 64 bits then high 64 bits, each
+/// little-endian. rmw_zenoh's GID of an entity is this hash of its token *as rmw_zenoh
+/// rebuilds it*: use [`gid_of`] for any token that may not be canonical.
+pub fn hash_token(token: &str) -> [u8; 16] {
     xxhash_rust::xxh3::xxh3_128(token.as_bytes()).to_le_bytes()
+}
+
+/// An entity's GID as rmw_zenoh computes it: [`hash_token`] of [`canonical_token`], or
+/// of the token itself where it does not parse (such a GID only has to be stable).
+pub fn gid_of(token: &str) -> [u8; 16] {
+    match canonical_token(token) {
+        Some(c) => hash_token(&c),
+        None => hash_token(token),
+    }
+}
+
+/// rmw_zenoh's defaults, field by field in token order: reliability, durability,
+/// history, depth, deadline s/ns, lifespan s/ns, liveliness, lease s/ns. Durations
+/// default to `RMW_DURATION_INFINITE` (9223372036 s 854775807 ns).
+const QOS_DEFAULTS: [u64; 11] =
+    [1, 2, 1, 42, 9_223_372_036, 854_775_807, 9_223_372_036, 854_775_807, 1, 9_223_372_036, 854_775_807];
+/// The values rmw_zenoh's parser accepts for reliability, durability, history and
+/// liveliness (`rmw/types.h`: 0 is "system default"; liveliness also takes 4, "unknown",
+/// and 5, "best available"), by field.
+const QOS_ENUMS: [(usize, &[u64]); 4] =
+    [(0, &[0, 1, 2, 3]), (1, &[0, 1, 2, 3]), (2, &[0, 1, 2, 3]), (8, &[0, 1, 3, 4, 5])];
+
+/// A QoS component as rmw_zenoh rebuilds it after parsing: every field equal to its
+/// default written empty, every other one as a plain decimal number. `None` where
+/// rmw_zenoh's parser refuses the component.
+pub fn canonical_qos(qos: &str) -> Option<String> {
+    let parts: Vec<&str> = qos.split(':').collect();
+    if parts.len() < 6 {
+        return None;
+    }
+    let mut fields = vec![parts[0], parts[1]];
+    for (i, n) in [(2, 2), (3, 2), (4, 2), (5, 3)] {
+        let sub: Vec<&str> = parts[i].split(',').collect();
+        fields.extend(sub.get(..n)?);
+    }
+    let mut values = [0u64; 11];
+    for (i, f) in fields.iter().enumerate() {
+        values[i] = match f {
+            &"" => QOS_DEFAULTS[i],
+            f if f.bytes().all(|b| b.is_ascii_digit()) => f.parse().ok()?,
+            _ => return None,
+        };
+    }
+    for (i, allowed) in QOS_ENUMS {
+        // rmw_zenoh looks an enumeration up by its exact text, so "01" is refused.
+        if !fields[i].is_empty() && (!allowed.contains(&values[i]) || fields[i] != values[i].to_string()) {
+            return None;
+        }
+    }
+    let f: Vec<String> =
+        (0..11).map(|i| if values[i] == QOS_DEFAULTS[i] { String::new() } else { values[i].to_string() }).collect();
+    Some(format!("{}:{}:{},{}:{},{}:{},{}:{},{},{}", f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]))
+}
+
+/// A token as rmw_zenoh rebuilds it from the fields it parsed: the domain as a plain
+/// number, the QoS in compact form ([`canonical_qos`]), the backends re-sorted and
+/// re-escaped, a 14th chunk that lists no backend dropped, further chunks dropped.
+/// `None` for a token rmw_zenoh refuses, or whose backends chunk this crate refuses.
+pub fn canonical_token(token: &str) -> Option<String> {
+    let parts: Vec<&str> = token.split('/').collect();
+    if parts.len() < 9 || parts[0] != ADMIN_SPACE || parts.iter().any(|p| p.is_empty()) {
+        return None;
+    }
+    let kind = EntityKind::parse(parts[5])?;
+    let domain: u64 = parts[1].parse().ok()?;
+    let mut out = format!("{ADMIN_SPACE}/{domain}/{}", parts[2..9].join("/"));
+    if kind == EntityKind::Node {
+        return Some(out);
+    }
+    if parts.len() < 13 {
+        return None;
+    }
+    out.push('/');
+    out.push_str(&parts[9..12].join("/"));
+    out.push('/');
+    out.push_str(&canonical_qos(parts[12])?);
+    let backends = match parts.get(13) {
+        Some(chunk) => Backends::parse_chunk(chunk).ok()?,
+        None => None,
+    };
+    if let Some(b) = backends {
+        out.push('/');
+        out.push_str(&b.to_chunk()?);
+    }
+    Some(out)
 }
 
 /// Lower-case hex of a GID (32 characters).
@@ -415,8 +492,10 @@ pub struct Entity {
     pub node: String,
     /// For endpoints: the topic, its DDS type name, type hash text and QoS.
     pub topic: Option<TopicInfo>,
-    /// XXH3-128 of the token.
+    /// The GID rmw_zenoh computes for it ([`gid_of`]).
     pub gid: [u8; 16],
+    /// The token as received.
+    pub token: String,
 }
 
 /// The topic half of an endpoint token.
@@ -432,14 +511,20 @@ pub struct TopicInfo {
     pub qos: Option<Qos>,
     /// The data key this endpoint publishes or subscribes on.
     pub key: String,
+    /// The backends a buffer-aware endpoint lists (rmw_zenoh ≥ 0.10.5 / 0.12.0); `None`
+    /// for a legacy endpoint (no chunk, or a chunk refused: see `backends_error`).
+    pub backends: Option<Backends>,
+    /// Why the token's backends chunk was refused, if it was.
+    pub backends_error: Option<BackendsError>,
 }
 
 impl Entity {
-    /// Parses a token as rmw_zenoh does: at least 9 non-empty parts for a node, 13 for
-    /// an endpoint; extra trailing parts are ignored. `None` for anything else.
+    /// Parses a token as rmw_zenoh does: no empty part, at least 9 parts for a node, 13
+    /// for an endpoint, an optional 14th (backends), further parts ignored. `None` for
+    /// anything else.
     pub fn parse(token: &str) -> Option<Self> {
         let parts: Vec<&str> = token.split('/').collect();
-        if parts.len() < 9 || parts[0] != ADMIN_SPACE || parts[..9].iter().any(|p| p.is_empty()) {
+        if parts.len() < 9 || parts[0] != ADMIN_SPACE || parts.iter().any(|p| p.is_empty()) {
             return None;
         }
         let kind = EntityKind::parse(parts[5])?;
@@ -454,7 +539,12 @@ impl Entity {
             let dds_type = demangle(parts[10]);
             let hash = demangle(parts[11]);
             let key = format!("{domain}/{}/{dds_type}/{hash}", strip_slashes(&name));
-            Some(TopicInfo { name, dds_type, hash, qos: Qos::from_keyexpr(parts[12]), key })
+            let (backends, backends_error) = match parts.get(13).map(|c| Backends::parse_chunk(c)) {
+                None => (None, None),
+                Some(Ok(b)) => (b, None),
+                Some(Err(e)) => (None, Some(e)),
+            };
+            Some(TopicInfo { name, dds_type, hash, qos: Qos::from_keyexpr(parts[12]), key, backends, backends_error })
         };
         Some(Self {
             kind,
@@ -466,6 +556,7 @@ impl Entity {
             node: demangle(parts[8]),
             topic,
             gid: gid_of(token),
+            token: token.to_owned(),
         })
     }
 }
@@ -506,14 +597,26 @@ mod tests {
     }
 
     #[test]
-    fn names_are_checked() {
-        assert!(check_name("topic", "/camera/image", true).is_ok());
-        assert!(check_name("topic", "camera/image/", true).is_ok());
-        assert_eq!(check_name("topic", "/", true), Err(NameError::Empty { what: "topic" }));
-        for bad in ["/a//b", "/a/*", "/a/@b", "/a b", "/a/%b", "/a/$x"] {
-            assert!(check_name("topic", bad, true).is_err(), "{bad}");
+    fn canonical_qos_is_rmw_zenohs_rebuild() {
+        for (given, want) in [
+            ("1:2:1,10:,:,:1,,", Some("::,10:,:,:,,")),
+            ("::,10:,:,:,,", Some("::,10:,:,:,,")),
+            ("2:2:1,5:,:,:1,,", Some("2::,5:,:,:,,")),
+            ("1:2:2,10:,:,:1,,", Some("::2,10:,:,:,,")),
+            ("1:1:1,042:,:,:1,,", Some(":1:,:,:,:,,")),
+            ("0:0:0,0:5,0:9223372036,854775807:3,1,2", Some("0:0:0,0:5,0:,:3,1,2")),
+            ("::,:,:,:,,:extra", Some("::,:,:,:,,")),
+            ("01:2:1,10:,:,:,,", None),
+            ("4:2:1,10:,:,:,,", None),
+            ("1:2:1,10:,:,:2,,", None),
+            ("1:2:1,x:,:,:,,", None),
+            ("1:2:1,-1:,:,:,,", None),
+            ("1:2:1,10:,:,:1,", None),
+            ("1:2:1:,:,:,,", None),
+            ("", None),
+        ] {
+            assert_eq!(canonical_qos(given).as_deref(), want, "{given}");
         }
-        assert!(check_name("node", "a/b", false).is_err());
     }
 
     #[test]

@@ -1,15 +1,18 @@
 //! A ROS node on an rmw_zenoh graph: its token, its view of the graph, and the
 //! factory of publishers and subscriptions.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use zenoh::Wait;
 
 use super::graph::Graph;
 use super::message::RosDataMessage;
-use super::names::{Entity, NameError, NodeName, Qos, check_name};
+use super::names::{Entity, NameError, NodeName, Qos};
 use super::publisher::RosPublisher;
+use super::resolve::{resolve_topic, validate_absolute, validate_node_name};
+use super::silence::{Watch, spawn_checker};
 use super::subscriber::RosSubscriber;
 use crate::GpuSession;
 use crate::transport::publisher::DeclareError;
@@ -34,12 +37,31 @@ pub struct NodeOptions {
     pub domain: Option<u32>,
     /// Security enclave (default `/`).
     pub enclave: String,
+    /// How long a publisher of a subscription's topic may be in the graph without a
+    /// message reaching the subscription before it is reported as silent, once (see
+    /// [`RosSubscriber::silent_publishers`]); `None` turns the check off. Default 5 s.
+    pub silence_window: Option<Duration>,
 }
+
+/// The default [`NodeOptions::silence_window`].
+pub const DEFAULT_SILENCE_WINDOW: Duration = Duration::from_secs(5);
 
 impl NodeOptions {
     /// A node named `name` in the root namespace.
     pub fn new(name: impl Into<String>) -> Self {
-        Self { name: name.into(), namespace: "/".into(), domain: None, enclave: "/".into() }
+        Self {
+            name: name.into(),
+            namespace: "/".into(),
+            domain: None,
+            enclave: "/".into(),
+            silence_window: Some(DEFAULT_SILENCE_WINDOW),
+        }
+    }
+
+    /// Sets the silence window (`None`: no check).
+    pub fn silence_window(mut self, window: Option<Duration>) -> Self {
+        self.silence_window = window;
+        self
     }
 
     /// Sets the namespace.
@@ -55,6 +77,17 @@ impl NodeOptions {
     }
 }
 
+/// The graph of a node's domain, as [`RosNode::graph`] sees it.
+#[derive(Debug, Clone)]
+pub struct GraphView {
+    /// Every entity known from its token (ours included).
+    pub entities: Vec<Entity>,
+    /// Tokens ignored as malformed.
+    pub malformed: u64,
+    /// Tokens whose `backends:` chunk was refused (their endpoints count as legacy).
+    pub malformed_backends: u64,
+}
+
 /// Declaring a node, publisher or subscription failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -68,6 +101,9 @@ pub enum RosDeclareError {
     /// A Zenoh declaration failed.
     #[error("zenoh: {0}")]
     Zenoh(String),
+    /// The thread that checks for silent publishers could not start.
+    #[error("starting the silent-publisher check: {0}")]
+    Thread(#[source] std::io::Error),
     /// Declaring our GPU channel failed.
     #[error(transparent)]
     Channel(#[from] DeclareError),
@@ -83,6 +119,9 @@ pub(crate) struct NodeInner {
     pub(crate) session: GpuSession,
     pub(crate) name: NodeName,
     pub(crate) graph: Graph,
+    silence_window: Option<Duration>,
+    watches: Mutex<Vec<Weak<Watch>>>,
+    checker_started: AtomicBool,
     token: String,
     _token: zenoh::liveliness::LivelinessToken,
 }
@@ -102,15 +141,9 @@ impl RosNode {
     /// Declares a node on `session`'s Zenoh session: watches the domain's graph, then
     /// declares the node token.
     pub fn new(session: &GpuSession, options: NodeOptions) -> Result<Self, RosDeclareError> {
-        check_name("node name", &options.name, false)?;
-        for (what, v) in [("namespace", &options.namespace), ("enclave", &options.enclave)] {
-            if v != "/" {
-                check_name(what, v, true)?;
-                if !v.starts_with('/') || v.ends_with('/') {
-                    return Err(NameError::Invalid { what, name: v.clone() }.into());
-                }
-            }
-        }
+        validate_node_name(&options.name)?;
+        validate_absolute("namespace", &options.namespace)?;
+        validate_absolute("enclave", &options.enclave)?;
         let domain = match options.domain {
             Some(d) => d,
             None => match std::env::var("ROS_DOMAIN_ID") {
@@ -130,7 +163,43 @@ impl RosNode {
         let graph = Graph::new(z, domain)?;
         let token = name.node_token();
         let tok = z.liveliness().declare_token(token.clone()).wait()?;
-        Ok(Self(Arc::new(NodeInner { session: session.clone(), name, graph, token, _token: tok })))
+        Ok(Self(Arc::new(NodeInner {
+            session: session.clone(),
+            name,
+            graph,
+            silence_window: options.silence_window,
+            watches: Mutex::new(Vec::new()),
+            checker_started: AtomicBool::new(false),
+            token,
+            _token: tok,
+        })))
+    }
+
+    /// A topic name as rcl resolves it for this node: relative names take the node's
+    /// namespace, `~` the node's full name, `{node}` / `{ns}` are substituted.
+    pub fn resolve_topic(&self, topic: &str) -> Result<String, NameError> {
+        let n = &self.0.name;
+        resolve_topic(topic, &n.namespace, &n.name)
+    }
+
+    /// Puts a subscription under the silent-publisher check (starting the node's
+    /// checker thread with the first one).
+    pub(crate) fn watch(&self, watch: &Arc<Watch>) -> Result<(), RosDeclareError> {
+        let Some(window) = self.0.silence_window else { return Ok(()) };
+        self.0.watches.lock().unwrap_or_else(|p| p.into_inner()).push(Arc::downgrade(watch));
+        if !self.0.checker_started.swap(true, Ordering::AcqRel) {
+            let started = spawn_checker(Arc::downgrade(&self.0), |n| &n.graph, |n| &n.watches, window);
+            if let Err(e) = started {
+                self.0.checker_started.store(false, Ordering::Release);
+                return Err(RosDeclareError::Thread(e));
+            }
+        }
+        Ok(())
+    }
+
+    /// The silence window (`None`: no check).
+    pub fn silence_window(&self) -> Option<Duration> {
+        self.0.silence_window
     }
 
     /// The session.
@@ -149,9 +218,10 @@ impl RosNode {
     }
 
     /// Every entity of the domain known from its tokens (ours included), and how many
-    /// tokens were ignored as malformed.
-    pub fn graph(&self) -> (Vec<Entity>, u64) {
-        self.0.graph.snapshot()
+    /// tokens were ignored or had their backends chunk refused.
+    pub fn graph(&self) -> GraphView {
+        let (entities, malformed, malformed_backends) = self.0.graph.snapshot();
+        GraphView { entities, malformed, malformed_backends }
     }
 
     /// Subscriptions on the data key `key` that are not GPU-capable subscriptions of
@@ -160,7 +230,8 @@ impl RosNode {
         self.0.graph.ordinary_subscriptions(key)
     }
 
-    /// Declares a publisher of `M` on `topic` (e.g. `/camera/image`).
+    /// Declares a publisher of `M` on `topic` (e.g. `/camera/image`, or a name relative
+    /// to the node, see [`RosNode::resolve_topic`]).
     pub fn publisher<M: RosDataMessage>(&self, topic: &str, qos: Qos) -> Result<RosPublisher<M>, RosDeclareError> {
         RosPublisher::new(self.clone(), topic, qos)
     }

@@ -14,9 +14,11 @@ use zenoh::Wait;
 use zenoh::qos::{CongestionControl, Reliability as ZReliability};
 
 use super::attachment::{Attachment, now_ns};
+use super::backends::Backends;
 use super::channel_key;
+use super::graph::publisher_marker_token;
 use super::message::{RosDataMessage, encode_envelope};
-use super::names::{Durability, EntityKind, History, Qos, Reliability, check_name, gid_of, topic_key};
+use super::names::{Durability, EntityKind, History, Qos, Reliability, gid_of, topic_key};
 use super::node::{RosDeclareError, RosNode, next_id};
 use crate::api::{GpuLoan, GpuPublisher, PublishError};
 use crate::pool::LoanError;
@@ -79,6 +81,7 @@ pub struct RosPublisherStats {
 /// would keep the closed session's memory alive (see `transport::publisher::PublisherCore`).
 pub struct RosPublisher<M: RosDataMessage> {
     key: String,
+    topic: String,
     token: String,
     gid: [u8; 16],
     qos: Qos,
@@ -89,6 +92,7 @@ pub struct RosPublisher<M: RosDataMessage> {
     base_puts: AtomicU64,
     d2h: AtomicU64,
     _token: zenoh::liveliness::LivelinessToken,
+    _marker: zenoh::liveliness::LivelinessToken,
     node: RosNode,
     _m: PhantomData<fn(M)>,
 }
@@ -101,12 +105,22 @@ impl<M: RosDataMessage> std::fmt::Debug for RosPublisher<M> {
 
 impl<M: RosDataMessage> RosPublisher<M> {
     pub(crate) fn new(node: RosNode, topic: &str, qos: Qos) -> Result<Self, RosDeclareError> {
-        check_name("topic", topic, true)?;
+        let topic = node.resolve_topic(topic)?;
         let n = &node.0.name;
         let hash = M::type_hash();
-        let key = topic_key(n.domain, topic, M::DDS_TYPE_NAME, &hash);
-        let token =
-            n.endpoint_token(next_id(), EntityKind::Publisher, topic, M::DDS_TYPE_NAME, &hash, &qos.to_keyexpr());
+        let key = topic_key(n.domain, &topic, M::DDS_TYPE_NAME, &hash);
+        // As rmw_zenoh's buffer-aware publishers without backend plugins: `cpu` only. Our
+        // GPU data reaches our own subscriptions through our channel, never as a descriptor.
+        let backends = (M::HAS_BUFFER_FIELDS && qos.durability == Durability::Volatile).then(Backends::cpu_only);
+        let token = n.endpoint_token(
+            next_id(),
+            EntityKind::Publisher,
+            &topic,
+            M::DDS_TYPE_NAME,
+            &hash,
+            &qos.to_keyexpr(),
+            backends.as_ref(),
+        );
         let gid = gid_of(&token);
         let z = node.0.session.zenoh().clone();
         let gpu = node.0.session.declare_publisher(channel_key(&key)).wait()?;
@@ -134,9 +148,13 @@ impl<M: RosDataMessage> RosPublisher<M> {
                 Base::Advanced(b.wait()?)
             }
         };
+        // The marker before the MP token: a subscription that sees the token already knows
+        // this publisher numbers its messages one by one.
+        let marker = z.liveliness().declare_token(publisher_marker_token(n.domain, &gid)).wait()?;
         let tok = z.liveliness().declare_token(token.clone()).wait()?;
         Ok(Self {
             key,
+            topic,
             token,
             gid,
             qos,
@@ -147,6 +165,7 @@ impl<M: RosDataMessage> RosPublisher<M> {
             base_puts: AtomicU64::new(0),
             d2h: AtomicU64::new(0),
             _token: tok,
+            _marker: marker,
             node,
             _m: PhantomData,
         })
@@ -157,12 +176,19 @@ impl<M: RosDataMessage> RosPublisher<M> {
         &self.key
     }
 
+    /// The topic name as resolved (`/robot1/camera/image` for `camera/image` in
+    /// namespace `/robot1`).
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
     /// The liveliness token.
     pub fn token(&self) -> &str {
         &self.token
     }
 
-    /// The GID (XXH3-128 of the token).
+    /// The GID, as rmw_zenoh computes it (what `ros2 topic info -v` shows; also in
+    /// every message's attachment).
     pub fn gid(&self) -> [u8; 16] {
         self.gid
     }

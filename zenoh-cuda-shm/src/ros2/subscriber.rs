@@ -1,12 +1,20 @@
-//! A ROS subscription that takes the zero-copy channel from our publishers and the
-//! base key from every other ROS publisher.
+//! A ROS subscription that takes the zero-copy channel from our publishers, the base
+//! key from every other ROS publisher, and `<base key>/_buf_cpu` from buffer-aware
+//! rmw_zenoh publishers (0.10.5 / 0.12.0 and later), which serve CPU-only buffer-aware
+//! subscriptions there and nowhere else.
 //!
-//! Both paths carry the rmw_zenoh attachment of each message (inside the envelope on
-//! our channel), so a message is identified by `(GID, sequence number)` on either. A
-//! message is delivered once, by whichever path brings it first; the other copy is
+//! Every path carries the rmw_zenoh attachment of each message (inside the envelope on
+//! our channel), so a message is identified by `(GID, sequence number)` on any. A
+//! message is delivered once, by whichever path brings it first; other copies are
 //! dropped and counted. Our publishers put the channel copy first, so while they also
 //! serve ordinary subscribers the zero-copy copy is the one kept. No switch-over can
 //! lose a message: nothing is dropped that was not delivered already.
+//!
+//! Losses: a gap in a publisher's sequence numbers after its first delivered message
+//! counts as lost, and a late message that fills a gap takes it back. Buffer-aware
+//! rmw_zenoh publishers number each *put* (one message to `_buf_cpu` and to N other
+//! keys uses N+1 numbers), so their gaps are not losses: a publisher is taken for one
+//! of them once a message of its arrives on `_buf_cpu`.
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
@@ -19,11 +27,15 @@ use zenoh::Wait;
 use zenoh::bytes::ZBytes;
 
 use super::attachment::{Attachment, AttachmentError};
-use super::channel_key;
+use std::time::Instant;
+
+use super::backends::Backends;
 use super::graph::marker_token;
 use super::message::{EnvelopeError, RosDataMessage, decode_envelope};
-use super::names::{Durability, EntityKind, Qos, Reliability, check_name, gid_of, topic_key};
+use super::names::{Durability, EntityKind, Qos, Reliability, gid_of, topic_key};
 use super::node::{RosDeclareError, RosNode, next_id};
+use super::silence::{SilentPublisher, Subject, Watch};
+use super::{buf_cpu_key, channel_key};
 use crate::api::{GpuSubscriber, RecvError};
 use crate::config::PlainListen;
 use crate::sample::{GpuSample, Path, ReadError};
@@ -40,6 +52,13 @@ pub struct RosSubscriberStats {
     pub channel: u64,
     /// Messages delivered from the base key.
     pub base: u64,
+    /// Messages delivered from `<base key>/_buf_cpu` (buffer-aware rmw_zenoh publishers).
+    pub buf_cpu: u64,
+    /// Messages missing from publishers that number their messages one by one (gaps
+    /// after a publisher's first delivered message, less those filled late).
+    pub lost: u64,
+    /// Publishers reported as silent (see [`RosSubscriber::silent_publishers`]).
+    pub silent_publishers: u64,
     /// Second copies (the same GID and sequence number by the other path) dropped.
     pub duplicates: u64,
     /// Base-key samples without a valid attachment, dropped.
@@ -54,6 +73,7 @@ pub struct RosSubscriberStats {
 struct Counters {
     channel: AtomicU64,
     base: AtomicU64,
+    buf_cpu: AtomicU64,
     duplicates: AtomicU64,
     bad_attachment: AtomicU64,
     bad_cdr: AtomicU64,
@@ -65,50 +85,89 @@ struct Counters {
 struct Seen {
     seqs: BTreeSet<i64>,
     order: u64,
+    /// The highest sequence number delivered.
+    high: Option<i64>,
+    /// Numbers skipped below `high`, less those delivered late.
+    lost: u64,
+    /// Numbers each put, not each message (a buffer-aware rmw_zenoh publisher).
+    per_put: bool,
 }
 
 #[derive(Default)]
 struct Dedup {
     by_gid: HashMap<[u8; 16], Seen>,
     clock: u64,
+    /// Losses of publishers forgotten to make room.
+    forgotten_lost: u64,
 }
 
 impl Dedup {
-    /// Whether `(gid, seq)` is new (and records it).
-    fn first(&mut self, gid: [u8; 16], seq: i64) -> bool {
+    /// Records `(gid, seq)`: `None` if it was delivered already, else whether its
+    /// publisher numbers per put. `via_buf_cpu`: it came on `_buf_cpu`.
+    fn first(&mut self, gid: [u8; 16], seq: i64, via_buf_cpu: bool) -> Option<bool> {
         self.clock += 1;
         if !self.by_gid.contains_key(&gid) && self.by_gid.len() >= MAX_PUBLISHERS {
             let oldest = self.by_gid.iter().min_by_key(|(_, s)| s.order).map(|(g, _)| *g);
-            if let Some(g) = oldest {
-                self.by_gid.remove(&g);
+            if let Some(s) = oldest.and_then(|g| self.by_gid.remove(&g)) {
+                self.forgotten_lost += if s.per_put { 0 } else { s.lost };
             }
         }
         let seen = self.by_gid.entry(gid).or_default();
         seen.order = self.clock;
+        seen.per_put |= via_buf_cpu;
         if seen.seqs.len() >= DEDUP_WINDOW && seen.seqs.first().is_some_and(|&lo| seq < lo) {
-            return false; // older than the window: long since delivered or skipped
+            return None; // older than the window: long since delivered or skipped
         }
         if !seen.seqs.insert(seq) {
-            return false;
+            return None;
         }
         if seen.seqs.len() > DEDUP_WINDOW {
             seen.seqs.pop_first();
         }
-        true
+        match seen.high {
+            Some(high) if seq > high => {
+                seen.lost += seq.abs_diff(high) - 1;
+                seen.high = Some(seq);
+            }
+            Some(_) => seen.lost = seen.lost.saturating_sub(1),
+            None => seen.high = Some(seq),
+        }
+        Some(seen.per_put)
+    }
+
+    fn heard(&self, gid: &[u8; 16]) -> bool {
+        self.by_gid.contains_key(gid)
+    }
+
+    fn lost(&self) -> u64 {
+        self.by_gid.values().filter(|s| !s.per_put).map(|s| s.lost).sum::<u64>() + self.forgotten_lost
+    }
+}
+
+/// The state of a subscription that does not depend on its message type.
+#[derive(Default)]
+struct Core {
+    dedup: Mutex<Dedup>,
+    counters: Counters,
+}
+
+impl Core {
+    fn dedup(&self) -> std::sync::MutexGuard<'_, Dedup> {
+        self.dedup.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 struct Shared<M> {
     tx: flume::Sender<RosSample<M>>,
-    dedup: Mutex<Dedup>,
-    counters: Counters,
+    core: Arc<Core>,
 }
 
 impl<M: RosDataMessage> Shared<M> {
-    fn first(&self, att: &Attachment) -> bool {
-        let new = self.dedup.lock().unwrap_or_else(|p| p.into_inner()).first(att.gid, att.seq);
-        if !new {
-            self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
+    /// `Some(per_put)` for a message not delivered yet.
+    fn first(&self, att: &Attachment, via_buf_cpu: bool) -> Option<bool> {
+        let new = self.core.dedup().first(att.gid, att.seq, via_buf_cpu);
+        if new.is_none() {
+            self.core.counters.duplicates.fetch_add(1, Ordering::Relaxed);
         }
         new
     }
@@ -118,18 +177,19 @@ impl<M: RosDataMessage> Shared<M> {
         let (attachment, msg) = match env {
             Ok(v) => v,
             Err(e) => {
-                self.counters.bad_envelope.fetch_add(1, Ordering::Relaxed);
+                self.core.counters.bad_envelope.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(error = %e, key = %sample.info().key, "dropping a channel sample");
                 return;
             }
         };
-        if self.first(&attachment) {
-            self.counters.channel.fetch_add(1, Ordering::Relaxed);
-            let _ = self.tx.send(RosSample { msg, attachment, body: Body::Channel(sample) });
+        if let Some(seq_per_put) = self.first(&attachment, false) {
+            self.core.counters.channel.fetch_add(1, Ordering::Relaxed);
+            let _ = self.tx.send(RosSample { msg, attachment, seq_per_put, body: Body::Channel(sample) });
         }
     }
 
-    fn on_base(&self, sample: zenoh::sample::Sample) {
+    /// A sample of the base key, or of `_buf_cpu` when `via_buf_cpu`: the same CDR.
+    fn on_base(&self, sample: zenoh::sample::Sample, via_buf_cpu: bool) {
         let attachment = match sample.attachment().map(|a| a.to_bytes()) {
             None => Err(AttachmentError::Missing),
             Some(a) => Attachment::decode(&a),
@@ -137,7 +197,7 @@ impl<M: RosDataMessage> Shared<M> {
         let attachment = match attachment {
             Ok(a) => a,
             Err(e) => {
-                self.counters.bad_attachment.fetch_add(1, Ordering::Relaxed);
+                self.core.counters.bad_attachment.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(error = %e, key = %sample.key_expr(), "dropping a sample without a valid attachment");
                 return;
             }
@@ -147,14 +207,15 @@ impl<M: RosDataMessage> Shared<M> {
         let (msg, range) = match decoded {
             Ok(v) => v,
             Err(e) => {
-                self.counters.bad_cdr.fetch_add(1, Ordering::Relaxed);
+                self.core.counters.bad_cdr.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(error = %e, key = %sample.key_expr(), "dropping a sample whose CDR does not decode");
                 return;
             }
         };
-        if self.first(&attachment) {
-            self.counters.base.fetch_add(1, Ordering::Relaxed);
-            let _ = self.tx.send(RosSample { msg, attachment, body: Body::Base { payload, range } });
+        if let Some(seq_per_put) = self.first(&attachment, via_buf_cpu) {
+            let c = &self.core.counters;
+            if via_buf_cpu { &c.buf_cpu } else { &c.base }.fetch_add(1, Ordering::Relaxed);
+            let _ = self.tx.send(RosSample { msg, attachment, seq_per_put, body: Body::Base { payload, range } });
         }
     }
 }
@@ -169,6 +230,7 @@ enum Body {
 pub struct RosSample<M> {
     msg: M,
     attachment: Attachment,
+    seq_per_put: bool,
     body: Body,
 }
 
@@ -194,8 +256,15 @@ impl<M: RosDataMessage> RosSample<M> {
         &self.attachment
     }
 
+    /// Whether its publisher numbers each put rather than each message (a buffer-aware
+    /// rmw_zenoh publisher, as far as known when it arrived): gaps in its sequence
+    /// numbers are then not losses.
+    pub fn seq_per_put(&self) -> bool {
+        self.seq_per_put
+    }
+
     /// How the data arrived: our channel's paths, or [`Path::Plain`] for the CDR
-    /// message on the base key.
+    /// message on the base key or `_buf_cpu`.
     pub fn path(&self) -> Path {
         match &self.body {
             Body::Channel(s) => s.path(),
@@ -251,15 +320,18 @@ enum BaseSub {
 }
 
 /// A subscription to `M` on a ROS topic. Fields drop in order: the tokens go first
-/// (publishers stop counting it), then the base subscriber, then our channel.
+/// (publishers stop counting it), then the base subscribers, then our channel.
 pub struct RosSubscriber<M: RosDataMessage> {
     _token: zenoh::liveliness::LivelinessToken,
     _marker: zenoh::liveliness::LivelinessToken,
     _base: BaseSub,
+    _buf_cpu: Option<zenoh::pubsub::Subscriber<()>>,
     channel: GpuSubscriber<()>,
     rx: flume::Receiver<RosSample<M>>,
-    shared: Arc<Shared<M>>,
+    core: Arc<Core>,
+    watch: Arc<Watch>,
     key: String,
+    topic: String,
     token: String,
     gid: [u8; 16],
     _node: RosNode,
@@ -273,15 +345,26 @@ impl<M: RosDataMessage> std::fmt::Debug for RosSubscriber<M> {
 
 impl<M: RosDataMessage> RosSubscriber<M> {
     pub(crate) fn new(node: RosNode, topic: &str, qos: Qos) -> Result<Self, RosDeclareError> {
-        check_name("topic", topic, true)?;
+        let topic = node.resolve_topic(topic)?;
         let n = &node.0.name;
         let hash = M::type_hash();
-        let key = topic_key(n.domain, topic, M::DDS_TYPE_NAME, &hash);
-        let token =
-            n.endpoint_token(next_id(), EntityKind::Subscription, topic, M::DDS_TYPE_NAME, &hash, &qos.to_keyexpr());
+        let key = topic_key(n.domain, &topic, M::DDS_TYPE_NAME, &hash);
+        // A CPU-only buffer-aware subscription, as rmw_zenoh's default: buffer-aware
+        // publishers then serve it plain CDR on `_buf_cpu` and never a descriptor.
+        let backends = (M::HAS_BUFFER_FIELDS && qos.durability == Durability::Volatile).then(Backends::cpu_only);
+        let token = n.endpoint_token(
+            next_id(),
+            EntityKind::Subscription,
+            &topic,
+            M::DDS_TYPE_NAME,
+            &hash,
+            &qos.to_keyexpr(),
+            backends.as_ref(),
+        );
         let gid = gid_of(&token);
         let (tx, rx) = flume::bounded(qos.depth().max(1) as usize);
-        let shared = Arc::new(Shared { tx, dedup: Mutex::new(Dedup::default()), counters: Counters::default() });
+        let core = Arc::new(Core::default());
+        let shared = Arc::new(Shared { tx, core: Arc::clone(&core) });
 
         // Nobody publishes plain samples on our channel key: never listen there.
         let sh = Arc::clone(&shared);
@@ -297,7 +380,7 @@ impl<M: RosDataMessage> RosSubscriber<M> {
         let sh = Arc::clone(&shared);
         let base = match qos.durability {
             Durability::Volatile => {
-                BaseSub::Plain(z.declare_subscriber(key.clone()).callback(move |s| sh.on_base(s)).wait()?)
+                BaseSub::Plain(z.declare_subscriber(key.clone()).callback(move |s| sh.on_base(s, false)).wait()?)
             }
             Durability::TransientLocal => {
                 use zenoh_ext::{AdvancedSubscriberBuilderExt, HistoryConfig, RecoveryConfig};
@@ -311,14 +394,65 @@ impl<M: RosDataMessage> RosSubscriber<M> {
                 if qos.reliability == Reliability::Reliable {
                     b = b.recovery(RecoveryConfig::default().heartbeat());
                 }
-                BaseSub::Advanced(b.callback(move |s| sh.on_base(s)).wait()?)
+                BaseSub::Advanced(b.callback(move |s| sh.on_base(s, false)).wait()?)
             }
         };
+        let buf_cpu = match backends {
+            Some(_) => {
+                let sh = Arc::clone(&shared);
+                Some(z.declare_subscriber(buf_cpu_key(&key)).callback(move |s| sh.on_base(s, true)).wait()?)
+            }
+            None => None,
+        };
+        let heard_by = Arc::clone(&core);
+        let watch = Arc::new(Watch {
+            subject: Subject {
+                topic: topic.clone(),
+                dds_type: M::DDS_TYPE_NAME,
+                hash: hash.to_string(),
+                qos,
+                has_backends: backends.is_some(),
+                key: key.clone(),
+                gid,
+                since: Instant::now(),
+            },
+            heard: Box::new(move |gid| heard_by.dedup().heard(gid)),
+            silent: Mutex::new(HashMap::new()),
+            reports: AtomicU64::new(0),
+        });
+        node.watch(&watch)?;
         // The marker before the MS token: a publisher that sees the token already knows
         // this subscription takes our channel.
         let marker = z.liveliness().declare_token(marker_token(n.domain, &gid)).wait()?;
         let tok = z.liveliness().declare_token(token.clone()).wait()?;
-        Ok(Self { _token: tok, _marker: marker, _base: base, channel, rx, shared, key, token, gid, _node: node })
+        Ok(Self {
+            _token: tok,
+            _marker: marker,
+            _base: base,
+            _buf_cpu: buf_cpu,
+            channel,
+            rx,
+            core,
+            watch,
+            key,
+            topic,
+            token,
+            gid,
+            _node: node,
+        })
+    }
+
+    /// The topic name as resolved.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Publishers of this topic in the graph that have sent nothing that reached this
+    /// subscription within the node's silence window, with the likely reasons. Each was
+    /// also logged once (WARN) and counted in [`RosSubscriberStats::silent_publishers`];
+    /// one that is heard from later, or leaves, drops off this list.
+    pub fn silent_publishers(&self) -> Vec<SilentPublisher> {
+        self.watch.silent.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
     }
 
     /// The data key.
@@ -331,7 +465,7 @@ impl<M: RosDataMessage> RosSubscriber<M> {
         &self.token
     }
 
-    /// The GID (XXH3-128 of the token).
+    /// The GID, as rmw_zenoh computes it.
     pub fn gid(&self) -> [u8; 16] {
         self.gid
     }
@@ -343,10 +477,13 @@ impl<M: RosDataMessage> RosSubscriber<M> {
 
     /// Counters.
     pub fn stats(&self) -> RosSubscriberStats {
-        let c = &self.shared.counters;
+        let c = &self.core.counters;
         RosSubscriberStats {
             channel: c.channel.load(Ordering::Relaxed),
             base: c.base.load(Ordering::Relaxed),
+            buf_cpu: c.buf_cpu.load(Ordering::Relaxed),
+            lost: self.core.dedup().lost(),
+            silent_publishers: self.watch.reports.load(Ordering::Relaxed),
             duplicates: c.duplicates.load(Ordering::Relaxed),
             bad_attachment: c.bad_attachment.load(Ordering::Relaxed),
             bad_cdr: c.bad_cdr.load(Ordering::Relaxed),

@@ -1,0 +1,191 @@
+//! Silent publishers: a publisher of a subscription's topic that has been in the graph
+//! for a while without a single message reaching the subscription. Nothing on the wire
+//! reports such a failure (a type-hash mismatch, incompatible QoS, or a buffer-aware
+//! rmw_zenoh publisher routing to a key we do not hear all look like an idle topic), so
+//! each subscription is checked against the graph and says so once per publisher: a
+//! WARN log with the likely reason, a counter (`RosSubscriberStats::silent_publishers`)
+//! and [`RosSubscriber::silent_publishers`](super::RosSubscriber::silent_publishers).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use super::graph::Graph;
+use super::names::{Durability, Entity, Qos, Reliability, gid_hex, strip_slashes};
+
+/// Why a publisher may be silent, as far as the graph tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SilenceReason {
+    /// It publishes another type on the topic.
+    TypeMismatch {
+        /// Its DDS type name.
+        theirs: String,
+    },
+    /// The same type with another type hash: another message definition (another
+    /// distro's, or a changed `.msg`). Its data goes to another key.
+    TypeHashMismatch {
+        /// Its type hash.
+        theirs: String,
+    },
+    /// A Humble publisher (no type hashes): Humble's keys are not supported.
+    Humble,
+    /// The QoS do not match (rmw_zenoh drops nothing for it, but a buffer-aware
+    /// publisher leaves incompatible subscriptions out of its count).
+    QosIncompatible(&'static str),
+    /// A buffer-aware rmw_zenoh publisher (0.10.5 / 0.12.0 or later) and a subscription
+    /// without a `backends:` chunk (transient local, or a type without `uint8[]`): it
+    /// routes this subscription's data to `key`, which rmw_zenoh's own legacy
+    /// subscriptions do not hear either.
+    UnheardKey {
+        /// `<base key>/_buf/<this subscription's GID>`.
+        key: String,
+    },
+    /// Nothing in the graph explains it: the publisher may be idle, or its data does
+    /// not reach this session (routers, access control, another network).
+    Unknown,
+}
+
+impl std::fmt::Display for SilenceReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::TypeMismatch { theirs } => write!(f, "it publishes another type ({theirs})"),
+            Self::TypeHashMismatch { theirs } => {
+                write!(f, "type hash mismatch: it has {theirs} (another message definition or ROS distro)")
+            }
+            Self::Humble => write!(f, "it is a Humble node (no type hashes), and Humble is not supported"),
+            Self::QosIncompatible(what) => write!(f, "incompatible QoS: {what}"),
+            Self::UnheardKey { key } => write!(
+                f,
+                "it is a buffer-aware rmw_zenoh publisher (0.10.5 / 0.12.0 or later) and sends this \
+                 subscription's data to {key}, a key no subscription without a backends chunk hears"
+            ),
+            Self::Unknown => {
+                write!(f, "nothing in the graph explains it: it may be idle, or its data does not reach this session")
+            }
+        }
+    }
+}
+
+/// A publisher reported as silent to one subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SilentPublisher {
+    /// Its liveliness token.
+    pub token: String,
+    /// Its GID.
+    pub gid: [u8; 16],
+    /// Every reason found (at least one).
+    pub reasons: Vec<SilenceReason>,
+}
+
+/// What one subscription is, for the check.
+pub(crate) struct Subject {
+    pub(crate) topic: String,
+    pub(crate) dds_type: &'static str,
+    pub(crate) hash: String,
+    pub(crate) qos: Qos,
+    pub(crate) has_backends: bool,
+    pub(crate) key: String,
+    pub(crate) gid: [u8; 16],
+    pub(crate) since: Instant,
+}
+
+/// Whether a message from a publisher GID was delivered.
+pub(crate) type Heard = Box<dyn Fn(&[u8; 16]) -> bool + Send + Sync>;
+
+/// The check's state for one subscription: what it is, whom it heard from, whom it
+/// reported.
+pub(crate) struct Watch {
+    pub(crate) subject: Subject,
+    pub(crate) heard: Heard,
+    pub(crate) silent: Mutex<HashMap<[u8; 16], SilentPublisher>>,
+    pub(crate) reports: std::sync::atomic::AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The likely reasons `publisher` does not reach `sub`.
+pub(crate) fn diagnose(sub: &Subject, publisher: &Entity, ours: bool) -> Vec<SilenceReason> {
+    let Some(t) = &publisher.topic else { return vec![SilenceReason::Unknown] };
+    let mut reasons = Vec::new();
+    if t.dds_type != sub.dds_type {
+        reasons.push(SilenceReason::TypeMismatch { theirs: t.dds_type.clone() });
+    } else if t.hash == "TypeHashNotSupported" {
+        reasons.push(SilenceReason::Humble);
+    } else if t.hash != sub.hash {
+        reasons.push(SilenceReason::TypeHashMismatch { theirs: t.hash.clone() });
+    }
+    if let Some(q) = t.qos {
+        if q.reliability == Reliability::BestEffort && sub.qos.reliability == Reliability::Reliable {
+            reasons.push(SilenceReason::QosIncompatible("a best-effort publisher and a reliable subscription"));
+        }
+        if q.durability == Durability::Volatile && sub.qos.durability == Durability::TransientLocal {
+            reasons.push(SilenceReason::QosIncompatible("a volatile publisher and a transient-local subscription"));
+        }
+    }
+    if !ours && t.backends.is_some() && !sub.has_backends && t.key == sub.key {
+        reasons.push(SilenceReason::UnheardKey { key: format!("{}/_buf/{}", sub.key, gid_hex(&sub.gid)) });
+    }
+    if reasons.is_empty() {
+        reasons.push(SilenceReason::Unknown);
+    }
+    reasons
+}
+
+/// Runs one check of `watch` against the graph: reports each publisher of its topic
+/// that has been known for `window` without being heard, once; forgets publishers that
+/// were heard since or left.
+pub(crate) fn check(watch: &Watch, graph: &Graph, window: Duration, now: Instant) {
+    let s = &watch.subject;
+    if now.saturating_duration_since(s.since) < window {
+        return;
+    }
+    let publishers = graph.publishers_of(strip_slashes(&s.topic));
+    let mut silent = lock(&watch.silent);
+    silent.retain(|gid, _| publishers.iter().any(|(e, _, _)| e.gid == *gid) && !(watch.heard)(gid));
+    for (e, first_seen, ours) in publishers {
+        if now.saturating_duration_since(first_seen) < window || silent.contains_key(&e.gid) || (watch.heard)(&e.gid) {
+            continue;
+        }
+        let reasons = diagnose(s, &e, ours);
+        let text: Vec<String> = reasons.iter().map(ToString::to_string).collect();
+        tracing::warn!(
+            topic = %s.topic,
+            publisher = %e.token,
+            gid = %gid_hex(&e.gid),
+            "a publisher of this topic has sent nothing to this subscription for {:.1} s: {}",
+            window.as_secs_f64(),
+            text.join("; ")
+        );
+        watch.reports.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        silent.insert(e.gid, SilentPublisher { token: e.token.clone(), gid: e.gid, reasons });
+    }
+}
+
+/// The thread that checks a node's subscriptions every `tick` until the node is gone.
+pub(crate) fn spawn_checker<N: Send + Sync + 'static>(
+    node: Weak<N>,
+    graph_of: fn(&N) -> &Graph,
+    watches_of: fn(&N) -> &Mutex<Vec<Weak<Watch>>>,
+    window: Duration,
+) -> std::io::Result<()> {
+    let tick = (window / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    std::thread::Builder::new().name("zcs-ros2-silence".into()).spawn(move || {
+        loop {
+            std::thread::sleep(tick);
+            let Some(node) = node.upgrade() else { return };
+            let live: Vec<Arc<Watch>> = {
+                let mut w = lock(watches_of(&node));
+                w.retain(|w| w.strong_count() > 0);
+                w.iter().filter_map(Weak::upgrade).collect()
+            };
+            let now = Instant::now();
+            for w in live {
+                check(&w, graph_of(&node), window, now);
+            }
+        }
+    })?;
+    Ok(())
+}
