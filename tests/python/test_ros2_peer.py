@@ -1,10 +1,17 @@
 """zenoh-cuda-shm's ROS 2 examples against an independent rmw_zenoh peer (ros2_peer.py,
-eclipse-zenoh + rosbags), over loopback TCP on a free port, no multicast scouting, with
-host-memory blocks (the same protocol as on a GPU; see tests/tests/gpu_ros2.rs there).
+eclipse-zenoh + rosbags + xxhash), over loopback TCP on a free port, no multicast
+scouting, with host-memory blocks (the same protocol as on a GPU; see
+tests/tests/gpu_ros2.rs there).
 
 Every message is checked by whoever receives it (pixels, fields, attachment sequence
 numbers / timestamps / GID, CDR byte-exact against rosbags); each test then checks the
 counters both sides print.
+
+The peer speaks two wires: `old` (rmw_zenoh before buffer backends) and `new` (rmw_zenoh
+0.12.0 / 0.10.5: a `backends:` token chunk, `_buf_cpu` and `_buf/<GID>` keys, sequence
+numbers per put). The tests named `test_peer_*` check the peer's wire model and run the
+peer against itself, without our binaries (`pytest -k test_peer_`); the others run it
+against our examples.
 """
 
 import json
@@ -16,9 +23,24 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ros2_peer  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 PEER = Path(__file__).with_name("ros2_peer.py")
 TIMEOUT = 120
+# Processes a test started: any still running when it ends (a failed test) are killed.
+STARTED = []
+
+
+@pytest.fixture(autouse=True)
+def reap():
+    yield
+    while STARTED:
+        p = STARTED.pop()
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
 
 
 def free_port():
@@ -40,13 +62,15 @@ def examples():
 def zcs(examples, name, port, *args, listen=False):
     endpoint = ["-l" if listen else "-e", f"tcp/127.0.0.1:{port}"]
     cmd = [str(examples / name), "--no-multicast-scouting", "--device", "host", *endpoint, *map(str, args)]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    STARTED.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT))
+    return STARTED[-1]
 
 
 def peer(role, port, *args, listen=True):
     endpoint = ["-l" if listen else "-e", f"tcp/127.0.0.1:{port}"]
     cmd = [sys.executable, str(PEER), role, *endpoint, *map(str, args)]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    STARTED.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT))
+    return STARTED[-1]
 
 
 def result(proc, role):
@@ -146,3 +170,281 @@ def test_transient_local_late_subscriber_gets_the_last_depth_messages(examples):
     pub.kill()
     pub.wait()
     assert s["frames"] == depth and s["base"] == depth and s["extra"] == 0 and s["gaps"] == 0
+
+
+# --- the peer's wire model, without processes ---------------------------------------
+
+P = "@ros2_lv/0/aac3178e146ba6f1fc6e6a4085e77f21/0"
+H = "RIHS01_d31d41a9a4c4bc8eae9be757b0beed306564f7526c88ea6a4588fb9582527d47"
+MP = f"{P}/5/MP/%/%/camera_driver/%camera%image/sensor_msgs::msg::dds_::Image_/{H}/::,10:,:,:,,"
+MS = f"{P}/7/MS/%/%/viewer/%camera%image/sensor_msgs::msg::dds_::Image_/{H}/2::,5:,:,:,,"
+
+
+@pytest.mark.parametrize(
+    "token, gid",
+    [
+        (MP, "e9975392dbe9f91f7b4d3e837baae760"),
+        (MP + "/backends:cpu:;cuda:", "08be57d0cd6dd8ba72537dbbe96ebe4c"),
+        (MP + "/backends:cpu:", "ddced2a886bf5d0fdb670f7d4cbced9e"),
+        (MS, "f2eeca687e7b86a00735368f2fc22bd3"),
+        (MS + "/backends:cpu:", "6dfd10e4cc60941304adbc26e928d5e9"),
+        (MS + "/backends:cuda:", "1b123fed7b70ed905028346b9ef66e25"),
+        # Explicit QoS: rmw_zenoh hashes its compact rebuild, i.e. the token above.
+        (MS.replace("/2::,5:,:,:,,", "/2:2:1,5:,:,:1,,"), "f2eeca687e7b86a00735368f2fc22bd3"),
+        # Backends out of order: rmw_zenoh sorts them before hashing.
+        (MP + "/backends:cuda:;cpu:", "08be57d0cd6dd8ba72537dbbe96ebe4c"),
+    ],
+)
+def test_peer_gids_of_the_worked_example(token, gid):
+    assert ros2_peer.gid_of(token).hex() == gid
+
+
+def test_peer_canonical_tokens():
+    c = ros2_peer.canonical_token
+    assert c(MS.replace("/2::,5:,:,:,,", "/2:2:1,5:,:,:1,,")) == MS
+    assert c(MP + "/backends:cuda:;cpu:") == MP + "/backends:cpu:;cuda:"
+    assert c(MP + "/backends:") == MP  # lists no backend: dropped
+    assert c(MP + "/backends:;cpu:") == MP + "/backends:cpu:"  # empty entries dropped
+    assert c(MP + "/other") == MP  # a 14th chunk that is not a backends list is ignored
+    assert c(MP + "/backends:cpu:/more") == MP + "/backends:cpu:"  # later chunks too
+    assert c(MP + "/backends:a%3ab:x%2fy%3B%25") == MP + "/backends:a%3Ab:x%2Fy%3B%25"  # upper-case hex
+    assert c(f"{P}/0/NN/%/%/camera_driver") == f"{P}/0/NN/%/%/camera_driver"
+    assert c(MP.replace("/::,10:", "/01::,10:")) is None  # rmw_zenoh looks enums up by exact text
+    assert c(MP.rsplit("/", 1)[0]) is None  # 12 chunks: no QoS
+    q = ros2_peer.parse_qos
+    assert ros2_peer.format_qos(q("1:2:1,10:,:,:1,,")) == "::,10:,:,:,,"
+    assert ros2_peer.format_qos(q("1:1:1,5:,:,:1,,")) == ":1:,5:,:,:,,"
+    assert ros2_peer.format_qos(q(ros2_peer.DEFAULT_QOS)) == "::2,10:,:,:,,"
+    assert ros2_peer.format_qos(q("::,:9223372036,854775807:1,0:,,")) == "::,:,:1,0:,,"
+
+
+def test_peer_publisher_routing_rule():
+    plan = ros2_peer.plan_puts
+    assert plan({}, 0) == []  # nothing discovered: not sent at all
+    assert plan({}, 1) == ["base"]  # a match not yet discovered: the base key
+    assert plan({b"c": True, b"g": False, b"h": False}, 3) == ["buf_cpu", b"g", b"h"]
+    assert plan({b"c": True, b"d": True}, 1) == ["buf_cpu"]  # one put serves every CPU-only one
+    assert plan({b"g": False}, 1) == [b"g"]  # a legacy subscription: its own `_buf/<GID>`
+    assert plan({b"g": False}, 2) == ["base"]
+    ok = ros2_peer.qos_compatible
+    pq = ros2_peer.parse_qos
+    assert not ok(pq("2::,5:,:,:,,"), pq("::,5:,:,:,,"))  # best effort -> reliable
+    assert ok(pq("::,5:,:,:,,"), pq("2::,5:,:,:,,"))  # reliable -> best effort
+    assert not ok(pq("::,5:,:,:,,"), pq(":1:,5:,:,:,,"))  # volatile -> transient local
+    assert ok(pq(":1:,5:,:,:,,"), pq("::,5:,:,:,,"))
+
+
+def test_peer_descriptor_form_is_recognised():
+    ts = ros2_peer.typestore()
+
+    class A:
+        width, height = 8, 2
+
+    for make, name in ((ros2_peer.image, ros2_peer.IMAGE), (ros2_peer.tensor, ros2_peer.TENSOR)):
+        cdr = bytes(ts.serialize_cdr(make(ts, A, ros2_peer.Pattern()(64, 1)), name))
+        off = ros2_peer.data_field_offset(cdr, name)
+        assert cdr[off : off + 4] == (64).to_bytes(4, "little") and len(cdr) == off + 4 + 64
+        forged = cdr[:off] + ros2_peer.DESCRIPTOR_MARKER + b"\x05\x00\x00\x00cuda\x00"
+        assert ros2_peer.data_field_offset(forged, name) == off
+
+
+# --- the peer against itself ---------------------------------------------------------
+
+
+def test_peer_old_wire_to_old_wire():
+    port, n = free_port(), 15
+    rx = peer("receive", port, "-n", n, "--timeout", 30)
+    tx = peer("publish", port, "-n", n, listen=False)
+    t, _ = result(tx, "peer_publish")
+    r, _ = result(rx, "peer_receive")
+    assert "/backends:" not in t["token"] and "/backends:" not in r["token"]
+    assert t["puts"] == {"base": n, "buf_cpu": 0, "buf_gid": 0} and t["last_seq"] == n
+    assert r["errors"] == [] and r["frames"] == r["cdr_exact"] == n and r["lost"] == 0
+    assert r["keys"] == {"base": n, "buf_cpu": 0, "buf_gid": 0}
+    assert r["gids"] == [t["gid"]] and r["gid_matches_token"] is True
+    assert t["gid"] == ros2_peer.gid_of(t["token"]).hex() and t["token"] == ros2_peer.canonical_token(t["token"])
+
+
+@pytest.mark.parametrize("kind", ["image", "tensor"])
+def test_peer_new_publisher_to_cpu_and_cuda_receivers(kind):
+    """A CPU-only receiver gets every message on `_buf_cpu`, a `cuda:` one on its own
+    `_buf/<GID>`; the publisher numbers per put, so each sees every other number."""
+    port, n = free_port(), 12
+    common = ["--type", kind, "--width", 40, "--height", 6, "--timeout", 30]
+    cpu = peer("receive", port, "--wire", "new", "-n", n, *common)
+    cuda = peer("receive", port, "--wire", "new", "--backends", "cuda:", "-n", n, *common, listen=False)
+    tx = peer("publish", port, "--wire", "new", "-n", n, "--wait-subscriptions", 2, *common, listen=False)
+    t, _ = result(tx, "peer_publish")
+    c, _ = result(cpu, "peer_receive")
+    g, _ = result(cuda, "peer_receive")
+    assert t["token"].endswith("/backends:cpu:") and c["token"].endswith("/backends:cpu:")
+    assert g["token"].endswith("/backends:cuda:")
+    assert t["puts"] == {"base": 0, "buf_cpu": n, "buf_gid": n} and t["last_seq"] == 2 * n and t["unsent"] == 0
+    assert t["discovered"] == {c["gid"]: "buf_cpu", g["gid"]: "buf_gid"}
+    for r, where in ((c, "buf_cpu"), (g, "buf_gid")):
+        assert r["errors"] == [] and r["frames"] == r["cdr_exact"] == n and r["duplicates"] == 0
+        assert r["keys"] == {"base": 0, "buf_cpu": 0, "buf_gid": 0, where: n}
+        assert r["lost"] == n - 1 and r["descriptor"] == 0
+        assert r["gids"] == [t["gid"]] and r["gid_matches_token"] is True
+
+
+def test_peer_new_publisher_to_one_cpu_receiver_loses_nothing():
+    port, n = free_port(), 15
+    rx = peer("receive", port, "--wire", "new", "--no-gaps", "-n", n, "--timeout", 30)
+    tx = peer("publish", port, "--wire", "new", "--backends", "cpu:;cuda:", "-n", n, listen=False)
+    t, _ = result(tx, "peer_publish")
+    r, _ = result(rx, "peer_receive")
+    assert t["token"].endswith("/backends:cpu:;cuda:")
+    assert t["puts"] == {"base": 0, "buf_cpu": n, "buf_gid": 0}
+    assert r["errors"] == [] and r["frames"] == n and r["keys"]["buf_cpu"] == n and r["lost"] == 0
+
+
+def test_peer_old_publisher_to_new_receivers():
+    """An old-wire publisher serves everyone on the base key, numbering per message."""
+    port, n = free_port(), 15
+    cpu = peer("receive", port, "--wire", "new", "--no-gaps", "-n", n, "--timeout", 30)
+    cuda = peer("receive", port, "--wire", "new", "--backends", "cuda:", "--no-gaps", "-n", n, "--timeout", 30,
+                listen=False)
+    tx = peer("publish", port, "-n", n, "--wait-subscriptions", 2, listen=False)
+    t, _ = result(tx, "peer_publish")
+    for proc in (cpu, cuda):
+        r, _ = result(proc, "peer_receive")
+        assert r["errors"] == [] and r["frames"] == n and r["lost"] == 0 and r["duplicates"] == 0
+        assert r["keys"] == {"base": n, "buf_cpu": 0, "buf_gid": 0} and r["gids"] == [t["gid"]]
+
+
+def test_peer_mixed_publishers_to_new_receiver():
+    port, n = free_port(), 12
+    rx = peer("receive", port, "--wire", "new", "--publishers", 2, "-n", 2 * n, "--timeout", 30)
+    old = peer("publish", port, "--node", "old_pub", "-n", n, listen=False)
+    new = peer("publish", port, "--node", "new_pub", "--wire", "new", "-n", n, listen=False)
+    o, _ = result(old, "peer_publish")
+    w, _ = result(new, "peer_publish")
+    r, _ = result(rx, "peer_receive")
+    assert r["errors"] == [] and r["frames"] == 2 * n and r["lost"] == 0
+    assert r["keys"] == {"base": n, "buf_cpu": n, "buf_gid": 0}
+    assert r["gids"] == sorted([o["gid"], w["gid"]]) and r["gid_matches_token"] is True
+
+
+def test_peer_new_transient_local_endpoints_keep_the_old_wire():
+    port, n, qos = free_port(), 10, "1:1:1,5:,:,:1,,"
+    rx = peer("receive", port, "--wire", "new", "--qos", qos, "--no-gaps", "-n", n, "--timeout", 30)
+    tx = peer("publish", port, "--wire", "new", "--qos", qos, "-n", n, listen=False)
+    t, _ = result(tx, "peer_publish")
+    r, _ = result(rx, "peer_receive")
+    assert t["token"].endswith("/:1:,5:,:,:,,") and r["token"].endswith("/:1:,5:,:,:,,")
+    assert t["puts"] == {"base": n, "buf_cpu": 0, "buf_gid": 0}
+    assert r["errors"] == [] and r["frames"] == n and r["keys"]["base"] == n
+
+
+def test_peer_new_publisher_never_reaches_an_old_receiver():
+    """Models rmw_zenoh 0.12.0 / 0.10.5, not zenoh-cuda-shm: a buffer-aware publisher
+    treats a subscription without backends (any pre-buffer-backends release) as one to
+    serve on `_buf/<its GID>`, a key that subscription never subscribes to, and stops
+    using the base key; the old subscription receives nothing. The publisher's choice
+    of key also checks that both sides compute the same (canonical) GID."""
+    port, n = free_port(), 10
+    # The publisher first: it starts publishing as soon as the receiver's token is in
+    # the graph, well within the receiver's listening window.
+    tx = peer("publish", port, "--wire", "new", "-n", n)
+    rx = peer("receive", port, "-n", 0, "--timeout", 5, listen=False)
+    t, _ = result(tx, "peer_publish")
+    r, _ = result(rx, "peer_receive")
+    assert t["puts"] == {"base": 0, "buf_cpu": 0, "buf_gid": n}
+    assert t["discovered"] == {r["gid"]: "buf_gid"}
+    assert r["errors"] == [] and r["frames"] == 0 and r["keys"] == {"base": 0, "buf_cpu": 0, "buf_gid": 0}
+
+
+# --- the peer's new wire against our examples (needs the Rust side's backends support) --
+
+
+def test_new_cpu_receiver_from_us(examples):
+    """A new-wire CPU-only receiver gets every message from our publisher once, on the
+    base key, numbered per message."""
+    port, n = free_port(), 20
+    rx = peer("receive", port, "--wire", "new", "--no-gaps", "-n", n, "--width", 64, "--height", 32, "--timeout", 30)
+    pub = zcs(examples, "ros2_image_pub", port, "-n", n, "--width", 64, "--height", 32, "--wait-subscriptions", 1)
+    p, pub_out = result(pub, "ros2_pub")
+    r, _ = result(rx, "peer_receive")
+    assert r["errors"] == [] and r["frames"] == r["cdr_exact"] == n
+    assert r["keys"] == {"base": n, "buf_cpu": 0, "buf_gid": 0} and r["duplicates"] == 0 and r["lost"] == 0
+    assert r["gids"] == [publisher_gid(pub_out)] and r["gid_matches_token"] is True, r
+    assert any(t.endswith("/backends:cpu:") for t in r["publishers"])
+    assert p["base_puts"] == n and p["ordinary_subscriptions"] == 1
+
+
+def test_new_cuda_receiver_from_us(examples):
+    """A `cuda:`-advertising receiver: our publisher keeps to plain CDR on the base key,
+    every message exactly once, never in descriptor form."""
+    port, n = free_port(), 20
+    rx = peer("receive", port, "--wire", "new", "--backends", "cuda:", "--no-gaps", "-n", n, "--width", 64,
+              "--height", 32, "--timeout", 30)
+    pub = zcs(examples, "ros2_image_pub", port, "-n", n, "--width", 64, "--height", 32, "--wait-subscriptions", 1)
+    p, pub_out = result(pub, "ros2_pub")
+    r, _ = result(rx, "peer_receive")
+    assert r["errors"] == [] and r["frames"] == r["cdr_exact"] == n
+    assert r["keys"] == {"base": n, "buf_cpu": 0, "buf_gid": 0} and r["duplicates"] == 0
+    assert r["descriptor"] == 0 and r["lost"] == 0
+    assert r["gids"] == [publisher_gid(pub_out)] and r["gid_matches_token"] is True, r
+    assert p["base_puts"] == n
+
+
+def test_new_publisher_to_our_subscriber(examples):
+    """A new-wire publisher serves our subscriber on `_buf_cpu` and a second, `cuda:`
+    receiver on its `_buf/<GID>`, numbering per put: our subscriber sees every other
+    number, yet reports no gap and nothing lost (the publisher numbers per put)."""
+    port, n = free_port(), 20
+    sub = zcs(examples, "ros2_image_sub", port, "-n", n, "--idle-timeout", 15, listen=True)
+    cuda = peer("receive", port, "--wire", "new", "--backends", "cuda:", "-n", n, "--width", 64, "--height", 32,
+                "--timeout", 30, listen=False)
+    tx = peer("publish", port, "--wire", "new", "-n", n, "--width", 64, "--height", 32, "--wait-subscriptions", 2,
+              listen=False)
+    t, _ = result(tx, "peer_publish")
+    g, _ = result(cuda, "peer_receive")
+    s, _ = result(sub, "ros2_sub")
+    assert t["puts"] == {"base": 0, "buf_cpu": n, "buf_gid": n} and t["last_seq"] == 2 * n
+    assert list(t["discovered"].values()).count("buf_cpu") == 1
+    assert g["errors"] == [] and g["keys"]["buf_gid"] == n and g["lost"] == n - 1
+    assert s["frames"] == n and s["buf_cpu"] == n and s["bad"] == 0 and s["extra"] == 0
+    assert s["gaps"] == 0 and s["lost"] == 0 and s["disorder"] == 0 and s["duplicates"] == 0
+    assert not s["silent"]
+
+
+def test_mixed_receivers_on_one_topic(examples):
+    """Our publisher, an old-wire receiver, a new-wire CPU-only receiver, a new-wire
+    `cuda:` receiver and our subscriber: every receiver gets every message exactly once."""
+    port, n = free_port(), 20
+    size = ["--width", 64, "--height", 32]
+    old = peer("receive", port, "-n", n, *size, "--timeout", 30)
+    cpu = peer("receive", port, "--wire", "new", "--no-gaps", "-n", n, *size, "--timeout", 30, listen=False)
+    cuda = peer("receive", port, "--wire", "new", "--backends", "cuda:", "--no-gaps", "-n", n, *size, "--timeout", 30,
+                listen=False)
+    sub = zcs(examples, "ros2_image_sub", port, "-n", n, "--idle-timeout", 15)
+    pub = zcs(examples, "ros2_image_pub", port, "-n", n, *size, "--wait-subscriptions", 4)
+    p, pub_out = result(pub, "ros2_pub")
+    for proc in (old, cpu, cuda):
+        r, _ = result(proc, "peer_receive")
+        assert r["errors"] == [] and r["frames"] == r["cdr_exact"] == n, r
+        assert r["keys"] == {"base": n, "buf_cpu": 0, "buf_gid": 0} and r["duplicates"] == 0 and r["lost"] == 0
+        assert r["gids"] == [publisher_gid(pub_out)] and r["gid_matches_token"] is True, r
+    s, _ = result(sub, "ros2_sub")
+    assert p["base_puts"] == n and p["ordinary_subscriptions"] == 3
+    assert s["frames"] == n and s["extra"] == 0 and s["gaps"] == 0 and s["disorder"] == 0 and s["lost"] == 0
+    assert s["channel"] + s["base"] == n and s["base"] + s["duplicates"] == n
+
+
+def test_mixed_publishers_to_our_subscriber(examples):
+    """An old-wire and a new-wire publisher on one topic: our subscriber receives both
+    streams completely (the first on the base key, the second on `_buf_cpu`)."""
+    port, n = free_port(), 15
+    size = ["--width", 64, "--height", 32]
+    sub = zcs(examples, "ros2_image_sub", port, "-n", 2 * n, "--idle-timeout", 15, listen=True)
+    old = peer("publish", port, "--node", "old_pub", "-n", n, *size, listen=False)
+    new = peer("publish", port, "--node", "new_pub", "--wire", "new", "-n", n, *size, listen=False)
+    o, _ = result(old, "peer_publish")
+    w, _ = result(new, "peer_publish")
+    s, _ = result(sub, "ros2_sub")
+    assert o["puts"]["base"] == n and w["puts"] == {"base": 0, "buf_cpu": n, "buf_gid": 0}
+    assert s["frames"] == 2 * n and s["buf_cpu"] == n and s["bad"] == 0 and s["extra"] == 0
+    assert s["gaps"] == 0 and s["lost"] == 0 and s["disorder"] == 0 and s["duplicates"] == 0
+    assert not s["silent"]
