@@ -13,7 +13,7 @@ use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::ros2::names::{gid_hex, gid_of};
 use zenoh_cuda_shm::ros2::{
     Attachment, NameError, NodeOptions, Qos, RosDataMessage, RosDeclareError, RosNode, SilenceReason, buf_cpu_key,
-    channel_key, marker_token,
+    channel_key, marker_token, silence_token,
 };
 use zenoh_cuda_shm::{GpuSession, Path, ZcsConfig, tensor_codec};
 
@@ -340,9 +340,23 @@ fn silent_publishers_are_reported_once_with_a_reason() {
     }
     let text = reasons(&latched, gid_of(&new_wire)).iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
     assert!(text.contains("_buf/") && text.contains("transient-local"), "{text}");
-    // A publisher that leaves drops off the list.
+    // Each report stands as a liveliness token (the zenohd plugin lists them).
+    let silences = || -> Vec<String> {
+        let replies = raw.liveliness().get("@zcs/ros2/v1/15/silent/**").wait().unwrap();
+        std::iter::from_fn(|| replies.recv_timeout(Duration::from_millis(300)).ok().flatten())
+            .filter_map(|r| r.result().ok().map(|s| s.key_expr().as_str().to_owned()))
+            .collect()
+    };
+    let expected = silence_token(15, &latched.gid(), &gid_of(&new_wire), &reasons(&latched, gid_of(&new_wire)));
+    assert!(expected.ends_with("/qos,unheard-key"), "{expected}");
+    wait_for("six silence tokens", || {
+        let s = silences();
+        s.len() == 6 && s.contains(&expected)
+    });
+    // A publisher that leaves drops off the list, and its tokens go.
     drop(tokens);
     wait_for("the silent list to empty", || latched.silent_publishers().is_empty());
+    wait_for("the silence tokens to go", || silences().is_empty());
 }
 
 /// Topic names resolve as rcl resolves them; invalid names are refused at declaration.

@@ -33,6 +33,7 @@
 pub mod admin;
 pub mod config;
 pub mod registry;
+pub mod silence;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
@@ -49,6 +50,7 @@ use zenoh_util::ffi::JsonKeyValueMap;
 
 use crate::config::PluginConfig;
 use crate::registry::{Outcome, Registry};
+use crate::silence::{SILENCE_TOKENS, SilenceList};
 
 /// `zenoh::FEATURES` of the zenoh this crate must be built with, which is the one
 /// `scripts/zenohd.sh` builds zenohd with: the workspace's transports, and `unstable`,
@@ -90,6 +92,7 @@ impl Plugin for CudaShmPlugin {
 /// State shared with Zenoh's callbacks.
 struct Shared {
     registry: Registry,
+    silences: SilenceList,
     config: PluginConfig,
 }
 
@@ -99,7 +102,7 @@ struct Shared {
 struct Running {
     name: String,
     shared: Arc<Mutex<Shared>>,
-    /// Publisher and subscriber tokens; emptied by `Drop`.
+    /// Publisher, subscriber and silence tokens; emptied by `Drop`.
     token_subscribers: Vec<zenoh::pubsub::Subscriber<()>>,
     /// The host provider (`provider.enabled`); dropped before the session closes.
     provider: Option<Provider>,
@@ -128,9 +131,29 @@ fn on_token(shared: &Mutex<Shared>, sample: &Sample) {
     }
 }
 
+/// A silence token of a ROS 2 subscription (`silence` module).
+fn on_silence(shared: &Mutex<Shared>, sample: &Sample) {
+    let key = sample.key_expr().as_str();
+    let mut s = lock(shared);
+    match sample.kind() {
+        SampleKind::Put => {
+            if !s.silences.appeared(key, SystemTime::now()) {
+                tracing::debug!(token = key, "silence token not listed (malformed, or the list is full)");
+            }
+        }
+        SampleKind::Delete => {
+            s.silences.vanished(key);
+        }
+    }
+}
+
 impl Running {
     fn start(name: &str, runtime: &DynamicRuntime, config: PluginConfig) -> zenoh::Result<Self> {
-        let shared = Arc::new(Mutex::new(Shared { registry: Registry::new(config.max_entries), config }));
+        let shared = Arc::new(Mutex::new(Shared {
+            registry: Registry::new(config.max_entries),
+            silences: SilenceList::new(config.max_entries),
+            config,
+        }));
         let session = zenoh::session::init(runtime.clone()).wait()?;
         let declare = |role: &str| {
             let shared = shared.clone();
@@ -141,7 +164,16 @@ impl Running {
                 .callback(move |sample| on_token(&shared, &sample))
                 .wait()
         };
-        let token_subscribers = vec![declare("pub")?, declare("sub")?];
+        let silences = {
+            let shared = shared.clone();
+            session
+                .liveliness()
+                .declare_subscriber(SILENCE_TOKENS)
+                .history(true)
+                .callback(move |sample| on_silence(&shared, &sample))
+                .wait()?
+        };
+        let token_subscribers = vec![declare("pub")?, declare("sub")?, silences];
         let section = lock(&shared).config.provider.clone();
         let provider = match section.enabled {
             true => {
@@ -214,6 +246,7 @@ impl RunningPluginTrait for Running {
         if accepted.max_entries != s.config.max_entries {
             tracing::info!(plugin = %self.name, max_entries = accepted.max_entries, "registry cap changed");
             s.registry.set_max_entries(accepted.max_entries);
+            s.silences.set_max_entries(accepted.max_entries);
         }
         s.config = accepted;
         Ok(None)
@@ -227,7 +260,9 @@ impl RunningPluginTrait for Running {
         let provider = self.provider.as_ref().map(Provider::snapshot);
         let entries = {
             let s = lock(&self.shared);
-            admin::entries(&s.registry.snapshot(), &s.config, provider.as_ref())
+            let mut e = admin::entries(&s.registry.snapshot(), &s.config, provider.as_ref());
+            e.extend(s.silences.admin_entries());
+            e
         };
         Ok(admin::answer(key_expr, plugin_status_key, entries)
             .into_iter()
@@ -340,6 +375,18 @@ mod tests {
         drop(live);
         wait_until("token gone", &running, |a| !a.iter().any(|(k, _)| k.starts_with("/topics/")));
         drop(bad);
+
+        // A ROS 2 subscription's silence token is listed while it stands.
+        let (sub, publisher) = ("0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210");
+        let silence = format!("@zcs/ros2/v1/0/silent/{sub}/{publisher}/qos,unheard-key");
+        let silent = session.liveliness().declare_token(silence).wait().unwrap();
+        let entry = format!("/ros2/silent/{sub}/{publisher}");
+        wait_until("silence listed", &running, |a| a.iter().any(|(k, _)| *k == entry));
+        let entries = admin(&running);
+        let ros2 = &entries.iter().find(|(k, _)| k == "/ros2").unwrap().1;
+        assert_eq!((ros2["silent_publishers"].as_u64(), ros2["silences_reported"].as_u64()), (Some(1), Some(1)));
+        drop(silent);
+        wait_until("silence gone", &running, |a| !a.iter().any(|(k, _)| k.starts_with("/ros2/silent/")));
         // Stopping undeclares the subscribers and closes the plugin's session only.
         drop(running);
         assert!(!session.is_closed());

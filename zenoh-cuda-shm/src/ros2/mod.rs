@@ -61,7 +61,7 @@ pub use message::{EnvelopeError, RosDataMessage};
 pub use names::{Durability, Entity, EntityKind, History, Liveliness, NameError, Qos, Reliability, TopicInfo};
 pub use node::{DEFAULT_SILENCE_WINDOW, GraphView, NodeOptions, RosDeclareError, RosNode};
 pub use publisher::{RosPublishError, RosPublisher, RosPublisherStats, RosPutReport};
-pub use silence::{SilenceReason, SilentPublisher};
+pub use silence::{SilenceReason, SilentPublisher, silence_token};
 pub use subscriber::{RosSample, RosSubscriber, RosSubscriberStats};
 
 /// The verbatim chunk of our channel under a topic's base key.

@@ -3,14 +3,17 @@
 //! reports such a failure (a type-hash mismatch, incompatible QoS, or a buffer-aware
 //! rmw_zenoh publisher routing to a key we do not hear all look like an idle topic), so
 //! each subscription is checked against the graph and says so once per publisher: a
-//! WARN log with the likely reason, a counter (`RosSubscriberStats::silent_publishers`)
-//! and [`RosSubscriber::silent_publishers`](super::RosSubscriber::silent_publishers).
+//! WARN log with the likely reason, a counter (`RosSubscriberStats::silent_publishers`),
+//! [`RosSubscriber::silent_publishers`](super::RosSubscriber::silent_publishers), and,
+//! while the publisher stays silent, a liveliness token
+//! `@zcs/ros2/v1/<domain>/silent/<subscription GID>/<publisher GID>/<reason codes>`
+//! that the zenohd plugin lists in its admin space.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use super::graph::Graph;
+use super::graph::{Graph, MARKER_PREFIX};
 use super::names::{Durability, Entity, Qos, Reliability, gid_hex, strip_slashes};
 
 /// Why a publisher may be silent, as far as the graph tells.
@@ -44,6 +47,26 @@ pub enum SilenceReason {
     /// Nothing in the graph explains it: the publisher may be idle, or its data does
     /// not reach this session (routers, access control, another network).
     Unknown,
+}
+
+impl SilenceReason {
+    /// A short code for the reason, as the silence token carries it.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::TypeMismatch { .. } => "type",
+            Self::TypeHashMismatch { .. } => "type-hash",
+            Self::Humble => "humble",
+            Self::QosIncompatible(_) => "qos",
+            Self::UnheardKey { .. } => "unheard-key",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// The liveliness token saying that `publisher` is silent to `subscription`.
+pub fn silence_token(domain: u32, subscription: &[u8; 16], publisher: &[u8; 16], reasons: &[SilenceReason]) -> String {
+    let codes: Vec<&str> = reasons.iter().map(SilenceReason::code).collect();
+    format!("{MARKER_PREFIX}/{domain}/silent/{}/{}/{}", gid_hex(subscription), gid_hex(publisher), codes.join(","))
 }
 
 impl std::fmt::Display for SilenceReason {
@@ -87,7 +110,16 @@ pub(crate) struct Subject {
     pub(crate) has_backends: bool,
     pub(crate) key: String,
     pub(crate) gid: [u8; 16],
+    pub(crate) domain: u32,
     pub(crate) since: Instant,
+    /// Where the silence tokens are declared.
+    pub(crate) session: zenoh::Session,
+}
+
+/// A report, with the token that announces it while it stands.
+pub(crate) struct Report {
+    pub(crate) publisher: SilentPublisher,
+    _token: Option<zenoh::liveliness::LivelinessToken>,
 }
 
 /// Whether a message from a publisher GID was delivered.
@@ -98,7 +130,7 @@ pub(crate) type Heard = Box<dyn Fn(&[u8; 16]) -> bool + Send + Sync>;
 pub(crate) struct Watch {
     pub(crate) subject: Subject,
     pub(crate) heard: Heard,
-    pub(crate) silent: Mutex<HashMap<[u8; 16], SilentPublisher>>,
+    pub(crate) silent: Mutex<HashMap<[u8; 16], Report>>,
     pub(crate) reports: std::sync::atomic::AtomicU64,
 }
 
@@ -160,7 +192,16 @@ pub(crate) fn check(watch: &Watch, graph: &Graph, window: Duration, now: Instant
             text.join("; ")
         );
         watch.reports.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        silent.insert(e.gid, SilentPublisher { token: e.token.clone(), gid: e.gid, reasons });
+        let key = silence_token(s.domain, &s.gid, &e.gid, &reasons);
+        let token = match zenoh::Wait::wait(s.session.liveliness().declare_token(key)) {
+            Ok(t) => Some(t),
+            Err(err) => {
+                tracing::debug!(error = %err, "the silence token could not be declared");
+                None
+            }
+        };
+        let publisher = SilentPublisher { token: e.token.clone(), gid: e.gid, reasons };
+        silent.insert(e.gid, Report { publisher, _token: token });
     }
 }
 

@@ -414,7 +414,9 @@ impl<M: RosDataMessage> RosSubscriber<M> {
                 has_backends: backends.is_some(),
                 key: key.clone(),
                 gid,
+                domain: n.domain,
                 since: Instant::now(),
+                session: z.clone(),
             },
             heard: Box::new(move |gid| heard_by.dedup().heard(gid)),
             silent: Mutex::new(HashMap::new()),
@@ -452,7 +454,7 @@ impl<M: RosDataMessage> RosSubscriber<M> {
     /// also logged once (WARN) and counted in [`RosSubscriberStats::silent_publishers`];
     /// one that is heard from later, or leaves, drops off this list.
     pub fn silent_publishers(&self) -> Vec<SilentPublisher> {
-        self.watch.silent.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+        self.watch.silent.lock().unwrap_or_else(|p| p.into_inner()).values().map(|r| r.publisher.clone()).collect()
     }
 
     /// The data key.
