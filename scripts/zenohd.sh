@@ -9,9 +9,11 @@
 #     bin/zenohd  lib/libzenoh_plugin_rest.so  FEATURES  VERSION
 # keyed by everything that changes the build, so a second run (or another checkout on
 # the same machine) reuses it. The last line printed on stdout is that directory, which
-# scripts/test.sh exports as ZCS_ZENOHD_DIR; everything else goes to stderr. An
-# interrupted build resumes where it stopped (its cargo target dir is kept until the
-# build succeeds).
+# scripts/test.sh exports as ZCS_ZENOHD_DIR; everything else (progress, cargo's output)
+# goes to stderr. `target/zenohd` in this checkout is made a symbolic link to it, so that
+# the commands of docs/plugin.md and the search_dirs of zenoh-plugin-cuda-shm/config.json5
+# name one fixed path. An interrupted build resumes where it stopped (its cargo target
+# dir is kept until the build succeeds).
 #
 # Profile: debug (`cargo install --debug`, no debug info), the cheapest honest build:
 # the compatibility check does not look at the profile, and the tests only need a
@@ -49,15 +51,27 @@ recipe=$( (echo "$recipe_version"; cat scripts/zenohd-rest/Cargo.toml scripts/ze
 feature_slug=$(IFS=+; echo "${zenoh_features[*]}")
 key="zenohd-${zenoh_version}-rustc-${rustc_release}-${rustc_commit:0:9}-${feature_slug}-${profile}-${recipe}"
 cache=${ZCS_TOOLS_CACHE:-$HOME/.cache/zenoh-cuda-shm}
+mkdir -p "$cache"
+# Absolute, so that the target/zenohd link resolves from anywhere.
+cache=$(cd "$cache" && pwd)
 dir="$cache/$key"
 
-mkdir -p "$cache"
 # One build at a time per cache: a second caller waits, then finds the result.
 exec 9>"$cache/.lock"
 flock 9
 
+# Points target/zenohd at the result. Replaced with a rename, so a reader never finds
+# the link missing.
+link_result() {
+  mkdir -p target
+  ln -sfn "$dir" target/zenohd.new
+  mv -fT target/zenohd.new target/zenohd
+  echo "zenohd.sh: target/zenohd -> $dir" >&2
+}
+
 if [ -f "$dir/FEATURES" ] && [ -x "$dir/bin/zenohd" ] && [ -f "$dir/lib/libzenoh_plugin_rest.so" ]; then
   echo "zenohd.sh: cached: $dir" >&2
+  link_result
   echo "$dir"
   exit 0
 fi
@@ -71,19 +85,35 @@ export CARGO_TARGET_DIR="$work/target" CARGO_PROFILE_DEV_DEBUG=false CARGO_PROFI
 cargo_features=$(printf 'zenoh/%s,' "${zenoh_features[@]}")
 cargo_features=${cargo_features%,}
 
+# One line per step, between cargo's own output: the first run takes many minutes
+# (docs/plugin.md has figures), later runs print only the cached directory.
+step() {
+  echo "zenohd.sh: [$1/3] $2" >&2
+}
+took() {
+  echo "zenohd.sh: [$1/3] done in $(((SECONDS - $2) / 60)) min $(((SECONDS - $2) % 60)) s" >&2
+}
+
+echo "zenohd.sh: no cached build for this rustc and feature set; building zenohd $zenoh_version and its REST plugin ($profile) into $dir" >&2
+echo "zenohd.sh: this takes minutes (4 to 15 on 2 cores), once per machine; an interrupted build resumes" >&2
 start=$SECONDS
-echo "zenohd.sh: building zenohd $zenoh_version ($profile, $cargo_features) for $dir" >&2
+step 1 "zenohd $zenoh_version from crates.io (cargo install, $cargo_features)"
 # --locked: the Cargo.lock zenohd 1.10.2 was published with. --no-default-features drops
 # zenohd's `zenoh/default` (every transport, auth_*), which would change zenoh::FEATURES.
-cargo install --locked --no-track --force -j "$jobs" "${install_profile[@]}" \
+# cargo warns that the install root's bin/ is not on PATH; that folder is only a staging
+# area (moved to $dir below), so it is put on cargo's PATH, which is what the warning
+# checks, rather than telling the user to add a folder that will not exist.
+PATH="$work/out/bin:$PATH" cargo install --locked --no-track --force -j "$jobs" "${install_profile[@]}" \
   --root "$work/out" --no-default-features --features "$cargo_features" \
   "zenohd@$zenoh_version" >&2
 zenohd_s=$((SECONDS - start))
+took 1 "$start"
 
 start=$SECONDS
-echo "zenohd.sh: building libzenoh_plugin_rest.so $zenoh_version ($profile, $cargo_features)" >&2
+step 2 "libzenoh_plugin_rest.so $zenoh_version from crates.io (scripts/zenohd-rest, $cargo_features)"
 (cd scripts/zenohd-rest && cargo build --locked -j "$jobs" "${rest_profile[@]}" --features "$cargo_features") >&2
 rest_s=$((SECONDS - start))
+took 2 "$start"
 # Built as a dependency, the cdylib keeps its hashed name in deps/.
 shopt -s nullglob
 rest_so=("$CARGO_TARGET_DIR/$outdir/deps/"libzenoh_plugin_rest-*.so)
@@ -94,6 +124,7 @@ if [ "${#rest_so[@]}" -ne 1 ]; then
 fi
 cp "${rest_so[0]}" "$work/out/lib/libzenoh_plugin_rest.so"
 
+step 3 "checking that the new zenohd loads the REST plugin with the expected zenoh features"
 # Check the pair against the feature string our plugin is built with: start the router
 # with the REST plugin required and read the compatibility record the loader logs. The
 # router accepted the plugin, so the record is also the router's own.
@@ -123,4 +154,5 @@ echo "zenohd.sh: built in zenohd ${zenohd_s}s + REST plugin ${rest_s}s" >&2
 
 mv "$work/out" "$dir"
 rm -rf "$work"
+link_result
 echo "$dir"

@@ -5,9 +5,11 @@
 //! cargo run --release -p zcs-examples --example ros2_image_pub -- --width 3840 --height 2160 --rate 30 -e tcp/127.0.0.1:7447
 //! ```
 
+use std::process::ExitCode;
+
 use clap::Parser;
 use zcs_examples::ros2::{Kind, RosArgs, RosPubArgs, run_pub};
-use zcs_examples::{CommonArgs, init_logging};
+use zcs_examples::{CommonArgs, exit_status, init_logging};
 
 #[derive(Parser)]
 #[command(about = "zenoh-cuda-shm ROS 2 image publisher (rmw_zenoh compatible)")]
@@ -20,8 +22,8 @@ struct Cli {
     args: RosPubArgs,
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
-    run_pub(Kind::Image, &cli.common, &cli.ros, &cli.args)
+    exit_status(run_pub(Kind::Image, &cli.common, &cli.ros, &cli.args))
 }

@@ -5,9 +5,11 @@
 //! cargo run --release -p zcs-examples --example ros2_tensor_sub -- -n 100 -e tcp/127.0.0.1:7447
 //! ```
 
+use std::process::ExitCode;
+
 use clap::Parser;
 use zcs_examples::ros2::{Kind, RosArgs, RosSubArgs, run_sub};
-use zcs_examples::{CommonArgs, init_logging};
+use zcs_examples::{CommonArgs, exit_status, init_logging};
 
 #[derive(Parser)]
 #[command(about = "zenoh-cuda-shm ROS 2 tensor subscriber (rmw_zenoh compatible)")]
@@ -20,8 +22,8 @@ struct Cli {
     args: RosSubArgs,
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
-    run_sub(Kind::Tensor, &cli.common, &cli.ros, &cli.args)
+    exit_status(run_sub(Kind::Tensor, &cli.common, &cli.ros, &cli.args))
 }

@@ -5,8 +5,10 @@
 //! cargo run --release -p zcs-examples --example z_cuda_pub -- --size 33177600 --rate 30
 //! ```
 
+use std::process::ExitCode;
+
 use clap::Parser;
-use zcs_examples::{CommonArgs, PubArgs, init_logging, run_pub};
+use zcs_examples::{CommonArgs, PubArgs, exit_status, init_logging, run_pub};
 
 #[derive(Parser)]
 #[command(about = "zenoh-cuda-shm publisher (like z_pub)")]
@@ -17,8 +19,8 @@ struct Cli {
     args: PubArgs,
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
-    run_pub(&cli.common, &cli.args)
+    exit_status(run_pub(&cli.common, &cli.args))
 }

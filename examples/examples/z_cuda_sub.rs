@@ -5,8 +5,10 @@
 //! cargo run --release -p zcs-examples --example z_cuda_sub
 //! ```
 
+use std::process::ExitCode;
+
 use clap::Parser;
-use zcs_examples::{CommonArgs, SubArgs, init_logging, run_sub};
+use zcs_examples::{CommonArgs, SubArgs, exit_status, init_logging, run_sub};
 
 #[derive(Parser)]
 #[command(about = "zenoh-cuda-shm subscriber (like z_sub)")]
@@ -17,8 +19,8 @@ struct Cli {
     args: SubArgs,
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
-    run_sub(&cli.common, &cli.args)
+    exit_status(run_sub(&cli.common, &cli.args))
 }

@@ -6,11 +6,11 @@
 //! cargo run --release -p zcs-examples --example zcs_demo
 //! ```
 
-use std::process::Command;
+use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use clap::Parser;
-use zcs_examples::{CommonArgs, PubArgs, SubArgs, init_logging, run_pub, run_sub};
+use zcs_examples::{CommonArgs, PubArgs, SubArgs, exit_status, init_logging, run_pub, run_sub};
 
 #[derive(Parser)]
 #[command(about = "zenoh-cuda-shm demo: a publisher and a subscriber process")]
@@ -42,9 +42,12 @@ fn common(port: u16, listen: bool) -> CommonArgs {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+fn main() -> ExitCode {
     init_logging();
-    let cli = Cli::parse();
+    exit_status(run(Cli::parse()))
+}
+
+fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let key = "demo/zcs/frame".to_owned();
     match cli.role.as_deref() {
         Some("sub") => {

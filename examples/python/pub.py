@@ -3,16 +3,24 @@
 
 Every other message is written in place into a loaned block (no copy at all); the
 others are `put(tensor)` copies of an ordinary tensor. Subscribers on this host and GPU
-read either in place. Without a GPU (or `--device host`) it publishes CPU tensors
-through host memory.
+read either in place. Without a GPU (or with `--device host`) it publishes CPU tensors
+through host memory; without PyTorch it publishes NumPy arrays through host memory.
 
     python3 examples/python/pub.py [--key demo/tensor] [--shape 4,1080,1920] [-n 100]
 """
 
 import argparse
+import sys
 import time
 
-import torch
+try:
+    import torch
+except ImportError:  # the host-memory path needs NumPy only
+    torch = None
+    try:
+        import numpy
+    except ImportError:
+        sys.exit("pub.py needs PyTorch, or NumPy for host memory: pip install numpy")
 
 import zenoh_cuda_shm as zcs
 
@@ -33,7 +41,14 @@ def main():
         zenoh["connect"] = {"endpoints": args.connect}
     if args.listen:
         zenoh["listen"] = {"endpoints": args.listen}
-    with zcs.open({"device": args.device}, zenoh=zenoh) as session:
+    device = args.device
+    if torch is None:
+        # NumPy arrays live in host memory, and NumPy cannot write a GPU block.
+        if device == "cuda":
+            sys.exit("pub.py: --device cuda needs PyTorch (pip install torch); --device host runs with NumPy")
+        device = "host"
+        print("PyTorch not found: publishing NumPy arrays through host memory")
+    with zcs.open({"device": device}, zenoh=zenoh) as session:
         dev = "cuda" if session.backend == "cuda-vmm" else "cpu"
         print(f"blocks in {session.backend}" + (f" ({session.gpu_name})" if session.gpu_name else
                                                   f": {session.host_reason}"))
@@ -42,13 +57,20 @@ def main():
         for i in range(args.n):
             value = float(i)
             if i % 2 == 1:
-                loan = pub.loan(shape, torch.float32)
-                with torch.cuda.stream(stream) if stream else _nothing():
-                    torch.from_dlpack(loan).fill_(value)  # your kernels write here
+                if torch is None:
+                    loan = pub.loan(shape, "float32")
+                    numpy.from_dlpack(loan).fill(value)  # your code writes here
+                else:
+                    loan = pub.loan(shape, torch.float32)
+                    with torch.cuda.stream(stream) if stream else _nothing():
+                        torch.from_dlpack(loan).fill_(value)  # your kernels write here
                 seq = pub.put(loan)  # the ready signal follows the fill on `stream`
                 how = "loan"
             else:
-                t = torch.full(shape, value, dtype=torch.float32, device=dev)
+                if torch is None:
+                    t = numpy.full(shape, value, dtype=numpy.float32)
+                else:
+                    t = torch.full(shape, value, dtype=torch.float32, device=dev)
                 seq = pub.put(t)
                 how = "copy"
             print(f"put #{seq} ({how}) value {value:g} to {pub.zero_copy_subscribers} zero-copy subscriber(s)"

@@ -4,14 +4,23 @@
 `torch.from_dlpack(sample)` maps nothing and copies nothing on the zero-copy path: the
 current stream is made to wait for the publisher's ready signal, and the tensor reads
 the publisher's block in place. The block goes back to the publisher once the tensor is
-gone and the kernels queued on this stream before that have finished.
+gone and the kernels queued on this stream before that have finished. Without a GPU it
+reads host memory in place; without PyTorch it does so with NumPy.
 
     python3 examples/python/sub.py [--key demo/tensor] [-n 100]
 """
 
 import argparse
+import sys
 
-import torch
+try:
+    import torch
+except ImportError:  # the host-memory path needs NumPy only
+    torch = None
+    try:
+        import numpy
+    except ImportError:
+        sys.exit("sub.py needs PyTorch, or NumPy for host memory: pip install numpy")
 
 import zenoh_cuda_shm as zcs
 
@@ -30,7 +39,14 @@ def main():
         zenoh["connect"] = {"endpoints": args.connect}
     if args.listen:
         zenoh["listen"] = {"endpoints": args.listen}
-    with zcs.open({"device": args.device}, zenoh=zenoh) as session:
+    device = args.device
+    if torch is None:
+        # NumPy reads host memory only: a GPU session would hand it device blocks.
+        if device == "cuda":
+            sys.exit("sub.py: --device cuda needs PyTorch (pip install torch); --device host runs with NumPy")
+        device = "host"
+        print("PyTorch not found: reading samples with NumPy, in host memory")
+    with zcs.open({"device": device}, zenoh=zenoh) as session:
         cuda = session.backend == "cuda-vmm"
         sub = session.declare_subscriber(args.key)
         stream = torch.cuda.Stream() if cuda else None
@@ -41,11 +57,17 @@ def main():
                     t = torch.from_dlpack(sample)  # `stream` waits for the publisher
                     lo, hi = t.min(), t.max()      # a kernel on `stream`, reading in place
                 lo, hi = lo.item(), hi.item()      # synchronizes `stream`
-            else:
+                where = t.device
+            elif torch is not None:
                 t = torch.from_dlpack(sample)
                 lo, hi = t.min().item(), t.max().item()
+                where = t.device
+            else:
+                t = numpy.from_dlpack(sample)      # in place, read-only
+                lo, hi = t.min().item(), t.max().item()
+                where = "cpu (NumPy)"
             ok = "ok" if lo == hi else "MISMATCH"
-            print(f"#{sample.seq} {sample.path:9} {tuple(sample.shape)} {sample.dtype} on {t.device}: "
+            print(f"#{sample.seq} {sample.path:9} {tuple(sample.shape)} {sample.dtype} on {where}: "
                   f"value {lo:g} {ok}")
             del t, sample
             if i + 1 == args.n:

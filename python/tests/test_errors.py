@@ -1,6 +1,7 @@
 """Failure paths: what cannot be published, refused tensors and loans, timeouts, closed
 objects and bad configurations — each with the exception type and message it raises."""
 
+import json
 import threading
 import time
 
@@ -181,6 +182,26 @@ def test_config_from_file(tmp_path, port):
         assert s.backend == "host-memfd"
         assert "device: host" in s.host_reason
         assert len(s.zid) > 0
+
+
+def test_config_path_given_as_str(tmp_path, monkeypatch):
+    """A str naming a file is read as a file, relative to the working directory too; a
+    str that looks like a file name but names none is a missing file, not bad JSON5."""
+    (tmp_path / "zcs.json5").write_text("{ device: 'host' }")
+    (tmp_path / "zenoh.json").write_text(json.dumps(zenoh_config()))  # an ephemeral port
+    with zcs.open(str(tmp_path / "zcs.json5"), zenoh=str(tmp_path / "zenoh.json")) as s:
+        assert s.backend == "host-memfd"
+        assert "device: host" in s.host_reason
+    monkeypatch.chdir(tmp_path)
+    with zcs.open("zcs.json5", zenoh="zenoh.json") as s:
+        assert s.backend == "host-memfd"
+    with pytest.raises(FileNotFoundError, match="'missing.json5' not found"):
+        zcs.open("missing.json5")
+    with pytest.raises(FileNotFoundError, match="'conf/zenoh.json' not found"):
+        zcs.open({"device": "host"}, zenoh="conf/zenoh.json")
+    # Text stays text, also when it mentions a file name.
+    with pytest.raises(ValueError, match="invalid config"):
+        zcs.open("{ device: 'x.json5' }")
 
 
 def test_invalid_keys(host_session):

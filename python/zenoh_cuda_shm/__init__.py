@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pathlib
 import threading
 import traceback
 from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
@@ -49,12 +50,31 @@ __all__ = [
 ConfigLike = Union[None, str, "os.PathLike[str]", Dict[str, Any]]
 
 
+_CONFIG_SUFFIXES = (".json5", ".json")
+
+
 def _config_arg(cfg: ConfigLike) -> Any:
-    """A dict becomes JSON text (JSON is JSON5); text and paths pass through."""
-    if cfg is None or isinstance(cfg, str):
-        return cfg
+    """A dict becomes JSON text (JSON is JSON5); an ``os.PathLike`` passes through and a
+    str naming an existing file becomes a ``pathlib.Path``, both read by the native
+    layer as files; any other str is JSON5 text.
+
+    The native layer takes every str as text, so a file name given as a str would fail
+    as unparsable JSON5; a str that looks like a file name (ends in .json5 or .json) but
+    names no file is refused here as a missing file instead.
+    """
+    if cfg is None:
+        return None
     if isinstance(cfg, dict):
         return json.dumps(cfg)
+    if isinstance(cfg, str):
+        if os.path.isfile(cfg):
+            return pathlib.Path(cfg)
+        if cfg.strip().lower().endswith(_CONFIG_SUFFIXES):
+            raise FileNotFoundError(
+                f"configuration file {cfg!r} not found (relative paths start at {os.getcwd()}); "
+                "pass the path of an existing file, JSON5 text or a dict"
+            )
+        return cfg
     if isinstance(cfg, os.PathLike):
         return cfg  # the native layer reads the file
     raise TypeError(f"a configuration must be a dict, JSON5 text or a path, not {type(cfg).__name__}")
@@ -65,10 +85,12 @@ def open(config: ConfigLike = None, *, zenoh: ConfigLike = None) -> "Session":  
 
     ``config`` configures this library (see ``examples/config.json5``: ``device``,
     ``inline_threshold``, ``pool``, …) and ``zenoh`` configures Zenoh (mode, endpoints,
-    scouting, …). Each is a dict, JSON5 text or a path to a JSON5 file; ``None`` gives
-    the defaults. ``ZCS_DEVICE``, ``ZCS_INLINE_THRESHOLD`` and ``ZCS_SOCKET_DIR``
-    override ``config``. Raises ``ValueError`` for an invalid configuration and
-    ``ZcsError`` when Zenoh or the device cannot be opened.
+    scouting, …). Each is a dict, JSON5 text or a path to a JSON5 file (an
+    ``os.PathLike``, or a str that names an existing file); ``None`` gives the defaults.
+    ``ZCS_DEVICE``, ``ZCS_INLINE_THRESHOLD`` and ``ZCS_SOCKET_DIR`` override ``config``.
+    Raises ``ValueError`` for an invalid configuration (or an unreadable path given as
+    an ``os.PathLike``), ``FileNotFoundError`` for a str ending in .json5 or .json that
+    names no file, and ``ZcsError`` when Zenoh or the device cannot be opened.
     """
     return Session(_native.open(_config_arg(config), _config_arg(zenoh)))
 

@@ -44,7 +44,10 @@ pub enum OpenError {
     #[error("zenoh open failed: {0}")]
     Zenoh(String),
     /// `device: cuda` was asked for but no usable GPU was found.
-    #[error("no usable GPU")]
+    #[error(
+        "device \"cuda\" needs a GPU and none is usable; set device to \"auto\" (a GPU when usable, host memory \
+         otherwise) or \"host\" to run on host memory (ZCS_DEVICE, or --device in the examples)"
+    )]
     NoGpu(#[source] ProbeError),
     /// The boot id could not be read.
     #[error("cannot read the boot id")]
@@ -441,7 +444,10 @@ impl std::fmt::Debug for GpuPublisher {
 #[non_exhaustive]
 pub enum PublishError {
     /// Device memory was given to a publisher whose session has no GPU.
-    #[error("this publisher's session has no GPU (host-memory blocks)")]
+    #[error(
+        "this publisher's session has no GPU (host-memory blocks; its host_reason says why): publish host memory \
+         instead, or open the session on a GPU"
+    )]
     NoGpu,
     /// No block could be loaned.
     #[error(transparent)]

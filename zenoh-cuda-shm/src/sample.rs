@@ -115,7 +115,7 @@ impl std::fmt::Debug for GpuSample {
 #[non_exhaustive]
 pub enum ReadError {
     /// This subscriber has no GPU (host memory session).
-    #[error("this session has no GPU")]
+    #[error("this session has no GPU (host-memory blocks): read the payload as host bytes instead")]
     NoGpu,
     /// A CUDA call failed.
     #[error(transparent)]

@@ -78,7 +78,10 @@ pub enum TensorPublishError {
         loan: Option<Box<GpuLoan>>,
     },
     /// A device-memory source needs a CUDA publisher.
-    #[error("this publisher has no GPU (host-memory blocks)")]
+    #[error(
+        "this publisher has no GPU (host-memory blocks; its session's host_reason says why): publish a host tensor \
+         instead, or open the session on a GPU"
+    )]
     NoGpu,
     /// No block could be loaned.
     #[error(transparent)]
