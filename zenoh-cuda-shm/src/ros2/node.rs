@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use zenoh::Wait;
 
+use super::backends::Backends;
 use super::graph::Graph;
 use super::message::RosDataMessage;
-use super::names::{Entity, NameError, NodeName, Qos};
+use super::names::{Durability, Entity, EntityKind, NameError, NodeName, Qos, gid_of, topic_key};
 use super::publisher::RosPublisher;
 use super::resolve::{resolve_topic, validate_absolute, validate_node_name};
 use super::silence::{Watch, spawn_checker};
@@ -75,6 +76,17 @@ impl NodeOptions {
         self.domain = Some(domain);
         self
     }
+}
+
+/// A new endpoint's names ([`RosNode::endpoint`]).
+pub(crate) struct Endpoint {
+    pub(crate) topic: String,
+    pub(crate) key: String,
+    pub(crate) hash: String,
+    pub(crate) token: String,
+    pub(crate) gid: [u8; 16],
+    /// Its token lists backends.
+    pub(crate) buffer_aware: bool,
 }
 
 /// The graph of a node's domain, as [`RosNode::graph`] sees it.
@@ -200,6 +212,28 @@ impl RosNode {
     /// The silence window (`None`: no check).
     pub fn silence_window(&self) -> Option<Duration> {
         self.0.silence_window
+    }
+
+    /// Names a new publisher or subscription of `M` on `topic`: the resolved topic, its
+    /// data key, its token and GID. A volatile endpoint of a type with a top-level
+    /// `uint8[]` lists the `cpu` backend, as rmw_zenoh's buffer-aware endpoints do by
+    /// default: buffer-aware publishers then serve our subscriptions plain CDR on
+    /// `_buf_cpu`, never a descriptor; our GPU data travels on our channel.
+    pub(crate) fn endpoint<M: RosDataMessage>(
+        &self,
+        kind: EntityKind,
+        topic: &str,
+        qos: &Qos,
+    ) -> Result<Endpoint, NameError> {
+        let topic = self.resolve_topic(topic)?;
+        let n = &self.0.name;
+        let hash = M::type_hash();
+        let key = topic_key(n.domain, &topic, M::DDS_TYPE_NAME, &hash);
+        let backends = (M::HAS_BUFFER_FIELDS && qos.durability == Durability::Volatile).then(Backends::cpu_only);
+        let token =
+            n.endpoint_token(next_id(), kind, &topic, M::DDS_TYPE_NAME, &hash, &qos.to_keyexpr(), backends.as_ref());
+        let gid = gid_of(&token);
+        Ok(Endpoint { topic, key, hash: hash.to_string(), token, gid, buffer_aware: backends.is_some() })
     }
 
     /// The session.

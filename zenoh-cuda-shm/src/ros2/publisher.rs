@@ -14,12 +14,11 @@ use zenoh::Wait;
 use zenoh::qos::{CongestionControl, Reliability as ZReliability};
 
 use super::attachment::{Attachment, now_ns};
-use super::backends::Backends;
 use super::channel_key;
 use super::graph::publisher_marker_token;
 use super::message::{RosDataMessage, encode_envelope};
-use super::names::{Durability, EntityKind, History, Qos, Reliability, gid_of, topic_key};
-use super::node::{RosDeclareError, RosNode, next_id};
+use super::names::{Durability, EntityKind, History, Qos, Reliability};
+use super::node::{Endpoint, RosDeclareError, RosNode};
 use crate::api::{GpuLoan, GpuPublisher, PublishError};
 use crate::pool::LoanError;
 use crate::transport::publisher::{PutError, PutReport};
@@ -105,23 +104,8 @@ impl<M: RosDataMessage> std::fmt::Debug for RosPublisher<M> {
 
 impl<M: RosDataMessage> RosPublisher<M> {
     pub(crate) fn new(node: RosNode, topic: &str, qos: Qos) -> Result<Self, RosDeclareError> {
-        let topic = node.resolve_topic(topic)?;
-        let n = &node.0.name;
-        let hash = M::type_hash();
-        let key = topic_key(n.domain, &topic, M::DDS_TYPE_NAME, &hash);
-        // As rmw_zenoh's buffer-aware publishers without backend plugins: `cpu` only. Our
-        // GPU data reaches our own subscriptions through our channel, never as a descriptor.
-        let backends = (M::HAS_BUFFER_FIELDS && qos.durability == Durability::Volatile).then(Backends::cpu_only);
-        let token = n.endpoint_token(
-            next_id(),
-            EntityKind::Publisher,
-            &topic,
-            M::DDS_TYPE_NAME,
-            &hash,
-            &qos.to_keyexpr(),
-            backends.as_ref(),
-        );
-        let gid = gid_of(&token);
+        let Endpoint { topic, key, token, gid, .. } = node.endpoint::<M>(EntityKind::Publisher, topic, &qos)?;
+        let domain = node.0.name.domain;
         let z = node.0.session.zenoh().clone();
         let gpu = node.0.session.declare_publisher(channel_key(&key)).wait()?;
         let reliability = match qos.reliability {
@@ -150,7 +134,7 @@ impl<M: RosDataMessage> RosPublisher<M> {
         };
         // The marker before the MP token: a subscription that sees the token already knows
         // this publisher numbers its messages one by one.
-        let marker = z.liveliness().declare_token(publisher_marker_token(n.domain, &gid)).wait()?;
+        let marker = z.liveliness().declare_token(publisher_marker_token(domain, &gid)).wait()?;
         let tok = z.liveliness().declare_token(token.clone()).wait()?;
         Ok(Self {
             key,

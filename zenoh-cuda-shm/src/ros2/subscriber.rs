@@ -29,11 +29,10 @@ use zenoh::bytes::ZBytes;
 use super::attachment::{Attachment, AttachmentError};
 use std::time::Instant;
 
-use super::backends::Backends;
 use super::graph::marker_token;
 use super::message::{EnvelopeError, RosDataMessage, decode_envelope};
-use super::names::{Durability, EntityKind, Qos, Reliability, gid_of, topic_key};
-use super::node::{RosDeclareError, RosNode, next_id};
+use super::names::{Durability, EntityKind, Qos, Reliability};
+use super::node::{Endpoint, RosDeclareError, RosNode};
 use super::silence::{SilentPublisher, Subject, Watch};
 use super::{buf_cpu_key, channel_key};
 use crate::api::{GpuSubscriber, RecvError};
@@ -345,23 +344,9 @@ impl<M: RosDataMessage> std::fmt::Debug for RosSubscriber<M> {
 
 impl<M: RosDataMessage> RosSubscriber<M> {
     pub(crate) fn new(node: RosNode, topic: &str, qos: Qos) -> Result<Self, RosDeclareError> {
-        let topic = node.resolve_topic(topic)?;
-        let n = &node.0.name;
-        let hash = M::type_hash();
-        let key = topic_key(n.domain, &topic, M::DDS_TYPE_NAME, &hash);
-        // A CPU-only buffer-aware subscription, as rmw_zenoh's default: buffer-aware
-        // publishers then serve it plain CDR on `_buf_cpu` and never a descriptor.
-        let backends = (M::HAS_BUFFER_FIELDS && qos.durability == Durability::Volatile).then(Backends::cpu_only);
-        let token = n.endpoint_token(
-            next_id(),
-            EntityKind::Subscription,
-            &topic,
-            M::DDS_TYPE_NAME,
-            &hash,
-            &qos.to_keyexpr(),
-            backends.as_ref(),
-        );
-        let gid = gid_of(&token);
+        let Endpoint { topic, key, hash, token, gid, buffer_aware } =
+            node.endpoint::<M>(EntityKind::Subscription, topic, &qos)?;
+        let domain = node.0.name.domain;
         let (tx, rx) = flume::bounded(qos.depth().max(1) as usize);
         let core = Arc::new(Core::default());
         let shared = Arc::new(Shared { tx, core: Arc::clone(&core) });
@@ -397,24 +382,24 @@ impl<M: RosDataMessage> RosSubscriber<M> {
                 BaseSub::Advanced(b.callback(move |s| sh.on_base(s, false)).wait()?)
             }
         };
-        let buf_cpu = match backends {
-            Some(_) => {
+        let buf_cpu = match buffer_aware {
+            true => {
                 let sh = Arc::clone(&shared);
                 Some(z.declare_subscriber(buf_cpu_key(&key)).callback(move |s| sh.on_base(s, true)).wait()?)
             }
-            None => None,
+            false => None,
         };
         let heard_by = Arc::clone(&core);
         let watch = Arc::new(Watch {
             subject: Subject {
                 topic: topic.clone(),
                 dds_type: M::DDS_TYPE_NAME,
-                hash: hash.to_string(),
+                hash,
                 qos,
-                has_backends: backends.is_some(),
+                has_backends: buffer_aware,
                 key: key.clone(),
                 gid,
-                domain: n.domain,
+                domain,
                 since: Instant::now(),
                 session: z.clone(),
             },
@@ -425,7 +410,7 @@ impl<M: RosDataMessage> RosSubscriber<M> {
         node.watch(&watch)?;
         // The marker before the MS token: a publisher that sees the token already knows
         // this subscription takes our channel.
-        let marker = z.liveliness().declare_token(marker_token(n.domain, &gid)).wait()?;
+        let marker = z.liveliness().declare_token(marker_token(domain, &gid)).wait()?;
         let tok = z.liveliness().declare_token(token.clone()).wait()?;
         Ok(Self {
             _token: tok,
