@@ -34,6 +34,8 @@ pub mod sample;
 pub mod signal;
 mod sync;
 pub mod tensor;
+#[cfg(feature = "test-support")]
+pub mod test_support;
 pub mod transport;
 
 pub use api::{GpuLoan, GpuPublisher, GpuSession, GpuSubscriber, OpenError, PublishError, RecvError, WriteError};

@@ -428,7 +428,8 @@ pub struct SubscriberReport {
     pub bad_descriptors: u64,
     /// Imports that failed.
     pub import_failures: u64,
-    /// Messages lost (announced as bytes that never came).
+    /// Messages missing: gaps in a publisher's sequence numbers after its first
+    /// delivered message, less gaps filled late.
     pub lost: u64,
 }
 

@@ -54,11 +54,15 @@ pub struct SubscriberStats {
     pub evictions: u64,
     /// Leases released back to publishers.
     pub releases: u64,
-    /// Bytes from Zenoh that arrived after the zero-copy link had delivered later
-    /// messages of their publisher: dropped, to keep each publisher's order.
+    /// Messages whose bytes (sent through Zenoh before the zero-copy link was ready)
+    /// arrived after the link had delivered later messages of their publisher:
+    /// delivered then, out of order, so that each message still arrives once.
     pub late_bytes: u64,
-    /// Messages routed to us as bytes (`ViaBytes`) whose bytes did not arrive within
-    /// `VIA_BYTES_WAIT` (Zenoh dropped them under congestion, or not routed yet).
+    /// Messages missing: gaps in a publisher's sequence numbers after the first message
+    /// delivered from it, less gaps a late message filled (a gap counts at most 4096: a
+    /// forged bytes header cannot inflate it further). Bytes announced by `ViaBytes`
+    /// that never came, Zenoh drops under congestion, failed imports: each shows here
+    /// once a later message of the publisher is delivered.
     pub lost: u64,
 }
 
@@ -320,7 +324,8 @@ struct State {
     seen: HashMap<u64, Seen>,
 }
 
-/// The last [`Seen::WINDOW`] sequence numbers delivered from one publisher.
+/// The last [`Seen::WINDOW`] sequence numbers delivered from one publisher, and the
+/// highest, for loss accounting.
 ///
 /// Deduplication only has to catch the same message arriving by two paths (a
 /// descriptor and bytes, while a handshake completes), which arrive close together. A
@@ -330,14 +335,27 @@ struct State {
 struct Seen {
     order: std::collections::VecDeque<u64>,
     set: std::collections::HashSet<u64>,
+    high: Option<u64>,
+}
+
+/// What recording one delivery did to the loss count.
+#[derive(Debug, PartialEq, Eq)]
+enum Gap {
+    /// In sequence, or the first message.
+    None,
+    /// This many messages were skipped.
+    Skipped(u64),
+    /// A message below the highest delivered: it fills a gap (if one was counted).
+    Filled,
 }
 
 impl Seen {
     const WINDOW: usize = 4096;
 
-    fn insert(&mut self, seq: u64) -> bool {
+    /// Records `seq`: `None` if it was delivered already.
+    fn insert(&mut self, seq: u64) -> Option<Gap> {
         if !self.set.insert(seq) {
-            return false;
+            return None;
         }
         self.order.push_back(seq);
         if self.order.len() > Self::WINDOW
@@ -345,7 +363,20 @@ impl Seen {
         {
             self.set.remove(&old);
         }
-        true
+        Some(match self.high {
+            Some(h) if seq > h => {
+                self.high = Some(seq);
+                match seq - h - 1 {
+                    0 => Gap::None,
+                    n => Gap::Skipped(n.min(Self::WINDOW as u64)),
+                }
+            }
+            Some(_) => Gap::Filled,
+            None => {
+                self.high = Some(seq);
+                Gap::None
+            }
+        })
     }
 }
 
@@ -624,14 +655,36 @@ impl Shared {
         st.seen.get(&publisher).is_some_and(|s| s.set.contains(&seq))
     }
 
-    /// Delivers `seq` of `publisher` unless it was delivered already.
+    /// Delivers `seq` of `publisher` unless it was delivered already; counts gaps.
     fn first_delivery(&self, publisher: u64, seq: u64) -> bool {
+        self.first_copy(publisher, seq, true)
+    }
+
+    /// [`Shared::first_delivery`]; `count_duplicate`: count a copy already delivered in
+    /// `duplicates` (not for the plain key's copies, which are expected).
+    fn first_copy(&self, publisher: u64, seq: u64, count_duplicate: bool) -> bool {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if st.seen.entry(publisher).or_default().insert(seq) {
-            true
-        } else {
-            inc(&self.counters.duplicates);
-            false
+        match st.seen.entry(publisher).or_default().insert(seq) {
+            None => {
+                if count_duplicate {
+                    inc(&self.counters.duplicates);
+                }
+                false
+            }
+            Some(gap) => {
+                let lost = &self.counters.lost;
+                match gap {
+                    Gap::None => {}
+                    Gap::Skipped(n) => {
+                        lost.fetch_add(n, Ordering::Relaxed);
+                    }
+                    // Relaxed: a counter; updates happen under the state lock anyway.
+                    Gap::Filled => {
+                        let _ = lost.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
+                    }
+                }
+                true
+            }
         }
     }
 
@@ -688,6 +741,9 @@ fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
     // handshake then runs while the link thread starts. A connection that cannot be
     // made at once (a full backlog) is retried by the thread, with the full timeout.
     let opened = hello(sh, &socket, Duration::ZERO).ok();
+    // A handshake held back for a test starts in the link thread.
+    #[cfg(feature = "test-support")]
+    let opened = opened.filter(|_| !crate::test_support::handshake_delayed());
     let spawned =
         std::thread::Builder::new().name("zcs-sub-link".into()).spawn(move || link_thread(&s, &t, &socket, opened));
     if let Err(e) = spawned {
@@ -700,6 +756,8 @@ fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
 /// and runs the link until it ends; handshakes again (with back-off) if the publisher
 /// ended a link while it is still there.
 fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str, mut opened: Option<ControlConn>) {
+    #[cfg(feature = "test-support")]
+    crate::test_support::delay_handshake();
     let mut backoff = Duration::from_millis(20);
     loop {
         let conn = match opened.take() {
@@ -853,7 +911,7 @@ fn on_via_bytes(sh: &Shared, link: &Link, seq: u64) {
         let (o2, more) = if seq <= o.inbox_dropped { (o, false) } else { order.wait(o, deadline) };
         o = o2;
         if !more {
-            inc(&sh.counters.lost);
+            // Counted in `lost` as a gap once a later message is delivered.
             tracing::warn!(publisher = link.publisher, seq, "bytes routed through Zenoh never came; message lost");
             break None;
         }
@@ -1080,10 +1138,22 @@ fn on_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
     if sample.kind() != SampleKind::Put {
         return;
     }
+    #[cfg(feature = "test-support")]
+    if crate::test_support::bytes_delayed() {
+        let (sh, sample) = (Arc::clone(sh), sample.clone());
+        return crate::test_support::delay_bytes(Box::new(move || take_bytes(&sh, &sample, plain_key)));
+    }
+    take_bytes(sh, sample, plain_key);
+}
+
+fn take_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
     let header = decode_meta(sample);
+    // Ours on the plain key (while this subscriber listens there) is a second copy of
+    // bytes that usually also come on our channel, but not always: a publisher that has
+    // not yet seen this subscriber's token puts them on the plain key only. So it is
+    // taken unless the link routes that message; a copy already delivered is dropped
+    // without counting it as a duplicate.
     let h = match header {
-        // Ours, on the plain key: we get it on our own channels instead.
-        Some(_) if plain_key => return,
         Some(h) => h,
         None if plain_key => {
             inc(&sh.counters.plain);
@@ -1133,7 +1203,7 @@ fn on_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
     let counter = if path == Path::CpuBytes { &sh.counters.cpu_bytes } else { &sh.counters.inline };
     let Some(order) = order else {
         // A publisher whose token has not reached us yet: deliver as it comes.
-        if sh.first_delivery(publisher, seq) {
+        if sh.first_copy(publisher, seq, !plain_key) {
             inc(counter);
             sh.deliver(sample);
         }
@@ -1141,6 +1211,8 @@ fn on_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
     };
     let mut o = order.lock();
     match o.first_seq {
+        // The link routes this message; its bytes, if any, come on our channel.
+        Some(first) if seq >= first && plain_key => {}
         // The link routes this message: it waits for its turn.
         Some(first) if seq >= first => {
             if sh.seen(publisher, seq) {
@@ -1155,9 +1227,22 @@ fn on_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
             }
             order.cv.notify_all();
         }
-        Some(_) if o.switched => inc(&sh.counters.late_bytes),
+        // Bytes of a message before the link's first, which the link has already passed:
+        // this subscriber gets the message only this way, so it is delivered now, out of
+        // order, rather than lost. (The switch-over waits for such bytes only when it has
+        // seen bytes before; the first bytes of a subscriber can still be under way
+        // through a router when its link delivers.)
+        Some(_) if o.switched => {
+            drop(o);
+            if sh.first_copy(publisher, seq, !plain_key) {
+                inc(&sh.counters.late_bytes);
+                inc(counter);
+                tracing::debug!(publisher, seq, "bytes from before the switch to zero-copy delivered late");
+                sh.deliver(sample);
+            }
+        }
         _ => {
-            if !sh.first_delivery(publisher, seq) {
+            if !sh.first_copy(publisher, seq, !plain_key) {
                 return;
             }
             o.direct_inflight += 1;

@@ -1,0 +1,215 @@
+//! The switch from bytes to zero-copy, through a router, forced to race: a message that
+//! a publisher sends as bytes while a subscriber's zero-copy link comes up must reach
+//! that subscriber exactly once, even when its bytes arrive after the link has already
+//! delivered later messages; and a gap a subscriber does see is counted in `lost`.
+//!
+//! The layout of the report that found it: a Zenoh router, two subscribers in client
+//! mode on overlapping key expressions (`camera/**` and `camera/front`), then a
+//! publisher in client mode on `camera/front` sending 1 MiB messages at 20 Hz from the
+//! start. The race is made certain (`test_support`): each subscriber's handshake starts
+//! 300 ms late, so the first messages go as bytes, and every bytes sample reaches the
+//! subscribers 400 ms late (in order, as through a lagging router). So a subscriber's link
+//! is ready before any of its bytes arrived, delivers at once, and the bytes of the
+//! messages before it come afterwards. Host blocks; everything in this process.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use zcs_tests::{free_tcp_port, watchdog_guard};
+use zenoh::Wait;
+use zenoh_cuda_shm::config::DeviceChoice;
+use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
+use zenoh_cuda_shm::{GpuSample, GpuSession, GpuSubscriber, ZcsConfig, test_support};
+
+/// The fault injection applies to the whole process: tests take turns.
+static HOOKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The fault injection of one test, undone when it ends, even by a panic.
+struct Hooks;
+
+impl Hooks {
+    fn set(handshake: Duration, bytes: Duration) -> Self {
+        test_support::set_handshake_delay(handshake);
+        test_support::set_bytes_delay(bytes);
+        Self
+    }
+}
+
+impl Drop for Hooks {
+    fn drop(&mut self) {
+        test_support::set_handshake_delay(Duration::ZERO);
+        test_support::set_bytes_delay(Duration::ZERO);
+    }
+}
+
+type Sub = GpuSubscriber<flume::Receiver<GpuSample>>;
+
+const N: u64 = 40;
+const LEN: usize = 1 << 20;
+
+fn config(mode: &str, port: u16) -> zenoh::Config {
+    let mut c = zenoh::Config::default();
+    let mut set = |k: &str, v: &str| c.insert_json5(k, v).unwrap_or_else(|e| panic!("zenoh config {k} = {v}: {e}"));
+    set("mode", &format!("\"{mode}\""));
+    set("scouting/multicast/enabled", "false");
+    let endpoint = format!("[\"tcp/127.0.0.1:{port}\"]");
+    if mode == "router" {
+        set("listen/endpoints", &endpoint);
+    } else {
+        set("connect/endpoints", &endpoint);
+    }
+    // Block instead of dropping under congestion: this test counts the library's
+    // sequence numbers, not Zenoh's drop policy on a loaded machine.
+    set(
+        "qos/publication",
+        "[{ key_exprs: [\"camera/**\", \"camera/**/@zcs/**\"], config: { congestion_control: \"block\" } }]",
+    );
+    c
+}
+
+fn client(port: u16) -> GpuSession {
+    GpuSession::open(config("client", port), ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() })
+        .wait()
+        .expect("open a client session")
+}
+
+/// Receives until `N` messages came or nothing came for 15 s (delayed bytes are held
+/// back one after another); checks every byte.
+fn receive(sub: &Sub) -> BTreeMap<u64, u32> {
+    let mut seen = BTreeMap::new();
+    while seen.len() < N as usize {
+        let Ok(s) = sub.recv_timeout(Duration::from_secs(15)) else { break };
+        let data = s.host_bytes().expect("host data");
+        assert_eq!(check_pattern(&data, 0, s.seq()), None, "message {} has wrong bytes", s.seq());
+        *seen.entry(s.seq()).or_insert(0) += 1;
+    }
+    seen
+}
+
+/// Publishes `N` messages of 1 MiB at 20 Hz.
+fn publish(publisher: &zenoh_cuda_shm::GpuPublisher) {
+    let t0 = Instant::now();
+    for seq in 1..=N {
+        let mut loan = publisher.loan(LEN).unwrap();
+        fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seq);
+        assert_eq!(publisher.put(loan).unwrap().seq, seq);
+        std::thread::sleep((t0 + Duration::from_millis(50 * seq)).saturating_duration_since(Instant::now()));
+    }
+}
+
+#[test]
+fn bytes_sent_while_the_link_comes_up_arrive_once_through_a_router() {
+    let _w =
+        watchdog_guard("bytes_sent_while_the_link_comes_up_arrive_once_through_a_router", Duration::from_secs(120));
+    let port = free_tcp_port();
+    let _router = zenoh::open(config("router", port)).wait().expect("open the router");
+    let (s1, s2) = (client(port), client(port));
+    let wide = s1.declare_subscriber("camera/**").wait().unwrap();
+    let exact = s2.declare_subscriber("camera/front").wait().unwrap();
+    let _hooks = Hooks::set(Duration::from_millis(300), Duration::from_millis(400));
+    let publisher_session = client(port);
+    let publisher = publisher_session.declare_publisher("camera/front").wait().unwrap();
+
+    // Publish as soon as the publisher knows both subscribers, as z_cuda_pub does once
+    // they are there: the first messages go as bytes while the handshakes run, the rest
+    // over the links.
+    let t = Instant::now();
+    while publisher.aware_subscribers() < 2 {
+        assert!(t.elapsed() < Duration::from_secs(10), "the publisher never saw both subscribers");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(publisher.zero_copy_subscribers(), 0, "handshakes are held back");
+    // Receiving meanwhile, as applications do (a full queue would hold Zenoh back).
+    let (got, copies_out) = std::thread::scope(|scope| {
+        let receivers = [scope.spawn(|| receive(&wide)), scope.spawn(|| receive(&exact))];
+        publish(&publisher);
+        let copies_out = publisher.stats().copies_out;
+        (receivers.map(|r| r.join().expect("receiver")), copies_out)
+    });
+    for (name, sub, seen) in [("camera/**", &wide, &got[0]), ("camera/front", &exact, &got[1])] {
+        let st = sub.stats();
+        let missing: Vec<u64> = (1..=N).filter(|s| !seen.contains_key(s)).collect();
+        assert!(missing.is_empty(), "{name}: messages {missing:?} never arrived ({st:?}, copies out {copies_out})");
+        assert!(seen.values().all(|&n| n == 1), "{name}: a message arrived twice: {seen:?}");
+        assert_eq!(st.lost, 0, "{name}: {st:?}");
+        assert!(sub.try_recv().is_none(), "{name}: more than {N} messages");
+    }
+    // The race was really run: some bytes came after their subscriber's link had
+    // delivered a later message.
+    let late = wide.stats().late_bytes + exact.stats().late_bytes;
+    assert!(copies_out >= 1 && late >= 1, "no late bytes (copies out {copies_out}): the race was not forced");
+    eprintln!("copies out {copies_out}, late bytes delivered {late}");
+}
+
+/// A gap after a subscriber's first message is counted in `lost`, and a message that
+/// fills it late takes it back.
+#[test]
+fn gaps_count_as_lost_until_filled() {
+    let _w = watchdog_guard("gaps_count_as_lost_until_filled", Duration::from_secs(60));
+    let _turn = HOOKS.lock().unwrap_or_else(|p| p.into_inner());
+    let port = free_tcp_port();
+    let _router = zenoh::open(config("router", port)).wait().expect("open the router");
+    let session = client(port);
+    let sub = session.declare_subscriber("camera/gaps").wait().unwrap();
+    let raw = zenoh::open(config("client", port)).wait().unwrap();
+    // A publisher of ours that this subscriber never handshakes with (no token): its
+    // bytes are delivered as they come, each (publisher, seq) once.
+    let put = |seq: u64| {
+        let header = zenoh_cuda_shm::protocol::BytesHeader {
+            publisher: 0xabc,
+            seq,
+            timestamp_ns: 0,
+            from_block: false,
+            tag: 0,
+            meta: None,
+        };
+        let mut data = vec![0u8; 16];
+        fill_pattern(&mut data, 0, seq);
+        raw.put(zenoh_cuda_shm::protocol::bytes_key("camera/gaps"), data)
+            .attachment(zenoh_cuda_shm::protocol::encode_attachment(&header))
+            .wait()
+            .unwrap();
+    };
+    // Until the router routes the raw session's puts to the subscriber: another
+    // publisher's messages, drained.
+    let mut warm = zenoh_cuda_shm::protocol::BytesHeader {
+        publisher: 0xdef,
+        seq: 0,
+        timestamp_ns: 0,
+        from_block: false,
+        tag: 0,
+        meta: None,
+    };
+    let t = Instant::now();
+    loop {
+        warm.seq += 1;
+        raw.put(zenoh_cuda_shm::protocol::bytes_key("camera/gaps"), vec![0u8; 16])
+            .attachment(zenoh_cuda_shm::protocol::encode_attachment(&warm))
+            .wait()
+            .unwrap();
+        if sub.recv_timeout(Duration::from_millis(100)).is_ok() {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "the router never routed to the subscriber");
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    while sub.try_recv().is_some() {}
+    let base = sub.stats().duplicates;
+    for (seq, lost) in [(3, 0), (4, 0), (7, 2), (5, 1), (9, 2), (6, 1), (8, 0)] {
+        put(seq);
+        // (A warm-up message may still come late.)
+        let s = std::iter::repeat_with(|| sub.recv_timeout(Duration::from_secs(10)).unwrap())
+            .find(|s| s.info().publisher == 0xabc)
+            .unwrap();
+        assert_eq!(s.seq(), seq);
+        assert_eq!(sub.stats().lost, lost, "after {seq}");
+    }
+    put(8);
+    let t = Instant::now();
+    while sub.stats().duplicates < base + 1 {
+        assert!(t.elapsed() < Duration::from_secs(10), "the second copy of 8 never came");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(std::iter::from_fn(|| sub.try_recv()).all(|s| s.info().publisher == 0xdef));
+    assert_eq!(sub.stats().duplicates, base + 1);
+}
