@@ -74,12 +74,18 @@ rm -f .gpu-pack/*.tar.xz
 bench_bins=(zcs_pool_bench zcs_latency zcs_throughput zcs_zenoh_shm zcs_report)
 (cd "$out" && tar -cf - --ignore-failed-read "${bench_bins[@]}" 2>/dev/null) | xz -T2 -6 > .gpu-pack/bench.tar.xz
 (cd "$out" && tar -cf - $(printf -- "--exclude=./%s " "${bench_bins[@]}") .) | xz -T2 -6 > .gpu-pack/tests.tar.xz
-# The ROS 2 GPU test's Python peer needs eclipse-zenoh and rosbags; the GPU machine has
-# no network. Both wheels run on any CPython >= 3.9 (abi3 / pure); numpy, the only
-# dependency the peer imports, comes with the machine's PyTorch.
+# The ROS 2 GPU test's Python peer needs eclipse-zenoh and rosbags, and xxhash for
+# rmw_zenoh's GIDs; the GPU machine has no network. The first two run on any CPython
+# >= 3.9 (abi3 / pure); xxhash's extension is built per CPython version, so one wheel
+# for each of 3.10-3.13 (their modules have distinct names and unpack side by side).
+# numpy, the peer's other dependency, comes with the machine's PyTorch.
 rm -rf .gpu-pack/ros-wheels
 python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
   -d .gpu-pack/ros-wheels eclipse-zenoh==1.10.2 rosbags==0.11.9
+for v in 3.10 3.11 3.12 3.13; do
+  python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    --python-version "$v" --platform manylinux2014_x86_64 -d .gpu-pack/ros-wheels xxhash==3.5.0
+done
 ls -l .gpu-pack/wheels .gpu-pack/ros-wheels
 du -sh .gpu-pack
 # The second pack, `.gpu-pack-extra` (carried on its own: with it the first would pass
