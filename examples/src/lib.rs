@@ -206,7 +206,20 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
             lat_us.push(now.saturating_sub(info.timestamp_ns) as f64 / 1e3);
         }
         if paths.insert(info.publisher, info.path) != Some(info.path) {
-            println!("[zcs] publisher {:016x}: path {}", info.publisher, info.path);
+            // Each path with the reason it was taken.
+            let why = match info.path {
+                Path::ZeroCopy => None,
+                Path::Plain => Some("a plain Zenoh publisher, not one of ours".to_owned()),
+                Path::Inline => Some("a small message, carried whole (the publisher's inline_threshold)".to_owned()),
+                Path::CpuBytes => Some(subscriber.bytes_reason(info.publisher).unwrap_or_else(|| {
+                    "copied out by the publisher: sent while the link came up, or this subscriber is at its lease limit"
+                        .to_owned()
+                })),
+            };
+            match why {
+                Some(why) => println!("[zcs] publisher {:016x}: path {} ({why})", info.publisher, info.path),
+                None => println!("[zcs] publisher {:016x}: path {}", info.publisher, info.path),
+            }
         }
         let ok = if args.no_check {
             true

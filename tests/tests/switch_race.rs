@@ -118,7 +118,16 @@ fn bytes_sent_while_the_link_comes_up_arrive_once_through_a_router() {
         assert!(t.elapsed() < Duration::from_secs(10), "the publisher never saw both subscribers");
         std::thread::sleep(Duration::from_millis(1));
     }
+    // Meanwhile each subscriber says why it gets bytes.
+    while wide.publishers().is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(10), "the subscriber never saw the publisher");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (instance, live) = wide.publishers()[0];
+    let reason = wide.bytes_reason(instance);
     assert_eq!(publisher.zero_copy_subscribers(), 0, "handshakes are held back");
+    assert!(!live);
+    assert_eq!(reason.as_deref(), Some("handshake in progress"));
     // Receiving meanwhile, as applications do (a full queue would hold Zenoh back).
     let (got, copies_out) = std::thread::scope(|scope| {
         let receivers = [scope.spawn(|| receive(&wide)), scope.spawn(|| receive(&exact))];
@@ -134,6 +143,8 @@ fn bytes_sent_while_the_link_comes_up_arrive_once_through_a_router() {
         assert_eq!(st.lost, 0, "{name}: {st:?}");
         assert!(sub.try_recv().is_none(), "{name}: more than {N} messages");
     }
+    assert!(wide.publishers().contains(&(instance, true)));
+    assert_eq!(wide.bytes_reason(instance), None, "on the zero-copy path");
     // The race was really run: some bytes came after their subscriber's link had
     // delivered a later message.
     let late = wide.stats().late_bytes + exact.stats().late_bytes;

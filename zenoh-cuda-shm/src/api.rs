@@ -843,6 +843,15 @@ impl<H> GpuSubscriber<H> {
         self.core.publishers()
     }
 
+    /// Why `publisher` (an instance id, as in [`GpuSubscriber::publishers`] and
+    /// `SampleInfo::publisher`) serves this subscriber bytes rather than its blocks:
+    /// `on another host`, `on another device (…)`, `handshake failed: …`, `handshake in
+    /// progress`. `None` while it is on the zero-copy path, or for a publisher this
+    /// subscriber does not know (a plain one).
+    pub fn bytes_reason(&self, publisher: u64) -> Option<String> {
+        self.core.bytes_reason(publisher)
+    }
+
     /// The handler (the channel receiver for FIFO subscribers).
     pub fn handler(&self) -> &H {
         &self.handler

@@ -233,6 +233,22 @@ struct PubEntry {
     why: Option<String>,
 }
 
+impl PubEntry {
+    /// On the zero-copy path: its link is up.
+    fn live(&self) -> bool {
+        self.link.as_ref().is_some_and(|l| l.alive.load(Ordering::Relaxed))
+    }
+
+    /// Why it serves bytes (`None` while zero-copy).
+    fn bytes_reason(&self) -> Option<String> {
+        match (self.live(), &self.why) {
+            (true, _) => None,
+            (false, Some(why)) => Some(why.clone()),
+            (false, None) => Some("handshake in progress".to_owned()),
+        }
+    }
+}
+
 /// Keeps one publisher's messages in order across the two ways they arrive: bytes
 /// through Zenoh, and the routed frames of its link (descriptors, inline messages,
 /// `ViaBytes` notices), which are in sequence order on the connection.
@@ -533,7 +549,14 @@ impl SubscriberCore {
     /// path.
     pub(crate) fn publishers(&self) -> Vec<(u64, bool)> {
         let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.pubs.iter().map(|(i, e)| (*i, e.link.as_ref().is_some_and(|l| l.alive.load(Ordering::Relaxed)))).collect()
+        st.pubs.iter().map(|(i, e)| (*i, e.live())).collect()
+    }
+
+    /// Why `publisher` serves this subscriber bytes rather than its blocks; `None` while
+    /// it is on the zero-copy path, or for a publisher this subscriber does not know.
+    pub(crate) fn bytes_reason(&self, publisher: u64) -> Option<String> {
+        let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.pubs.get(&publisher).and_then(PubEntry::bytes_reason)
     }
 
     /// Reports this subscriber while it exists (the session sends such reports to its
@@ -546,17 +569,10 @@ impl SubscriberCore {
                 let st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
                 st.pubs
                     .iter()
-                    .map(|(i, e)| {
-                        let live = e.link.as_ref().is_some_and(|l| l.alive.load(Ordering::Relaxed));
-                        protocol::PathReport {
-                            peer: *i,
-                            path: if live { "zero-copy" } else { "bytes" }.to_owned(),
-                            reason: match (live, &e.why) {
-                                (true, _) => None,
-                                (false, Some(why)) => Some(why.chars().take(200).collect()),
-                                (false, None) => Some("handshake in progress".to_owned()),
-                            },
-                        }
+                    .map(|(i, e)| protocol::PathReport {
+                        peer: *i,
+                        path: if e.live() { "zero-copy" } else { "bytes" }.to_owned(),
+                        reason: e.bytes_reason().map(|why| why.chars().take(200).collect()),
                     })
                     .collect()
             };
