@@ -42,7 +42,14 @@ fn json_list(v: &[String]) -> String {
 /// Opens the session these flags describe and prints which memory it uses.
 pub fn open(args: &CommonArgs) -> Result<GpuSession, Box<dyn std::error::Error + Send + Sync>> {
     let mut z = match &args.config {
-        Some(f) => zenoh::Config::from_file(f)?,
+        Some(f) => zenoh::Config::from_file(f).map_err(|e| {
+            // Our own configuration given where Zenoh's is expected: say which flag it wants.
+            if ZcsConfig::from_file(f).is_ok() {
+                format!("{f} is a zenoh-cuda-shm configuration, not a Zenoh one: pass it with --zcs-config")
+            } else {
+                format!("Zenoh configuration {f}: {e}")
+            }
+        })?,
         None => zenoh::Config::default(),
     };
     z.insert_json5("mode", &format!("{:?}", args.mode))?;

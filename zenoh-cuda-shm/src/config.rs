@@ -149,7 +149,9 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    /// The text is not valid JSON5 or names unknown fields.
+    /// The text is not valid JSON5, names an unknown field or has a value of the wrong
+    /// kind. The text says where: file (when read from one), line (where known) and
+    /// the full key, e.g. `config.json5 line 7: pool.max_blocks: invalid value: …`.
     #[error("invalid configuration: {0}")]
     Parse(String),
     /// An environment override has a bad value.
@@ -167,17 +169,41 @@ pub enum ConfigError {
 impl ZcsConfig {
     /// Parses JSON5 text.
     pub fn from_json5(text: &str) -> Result<Self, ConfigError> {
-        // Through a JSON value: the json5 crate wraps negative numbers into unsigned
-        // fields, serde_json's value checks every integer's range.
-        let value: serde_json::Value = json5::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
-        serde_json::from_value(value).map_err(|e| ConfigError::Parse(e.to_string()))
+        Self::parse(text, None)
     }
 
     /// Reads a JSON5 file.
     pub fn from_file(path: impl Into<PathBuf>) -> Result<Self, ConfigError> {
         let path = path.into();
         let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Io { path: path.clone(), source })?;
-        Self::from_json5(&text)
+        Self::parse(&text, Some(&path))
+    }
+
+    fn parse(text: &str, file: Option<&std::path::Path>) -> Result<Self, ConfigError> {
+        let place = |line: Option<usize>| {
+            let file = file.map(|f| f.display().to_string());
+            match (file, line) {
+                (Some(f), Some(l)) => format!("{f} line {l}: "),
+                (Some(f), None) => format!("{f}: "),
+                (None, Some(l)) => format!("line {l}: "),
+                (None, None) => String::new(),
+            }
+        };
+        // Through a JSON value: the json5 crate wraps negative numbers into unsigned
+        // fields, serde_json's value checks every integer's range.
+        let value: serde_json::Value = json5::from_str(text).map_err(|e| {
+            let json5::Error::Message { msg, location } = e;
+            ConfigError::Parse(format!("{}{msg}", place(location.map(|l| l.line))))
+        })?;
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.into_inner().to_string();
+            // The line of the key, or of the unknown field the message names.
+            let name = inner.split('`').nth(1).filter(|_| inner.starts_with("unknown field"));
+            let name = name.or_else(|| key.rsplit('.').next()).unwrap_or("");
+            let key = if key == "." { String::new() } else { format!("{key}: ") };
+            ConfigError::Parse(format!("{}{key}{inner}", place(line_of(text, name))))
+        })
     }
 
     /// Applies environment overrides: `ZCS_DEVICE` (`auto|host|cuda`),
@@ -219,6 +245,29 @@ impl ZcsConfig {
     }
 }
 
+/// The line (from 1) where `name` appears as a key, if it does exactly once.
+fn line_of(text: &str, name: &str) -> Option<usize> {
+    if name.is_empty() {
+        return None;
+    }
+    let mut found = None;
+    for (i, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        for (at, _) in code.match_indices(name) {
+            let before = code[..at].chars().next_back();
+            let after = code[at + name.len()..].trim_start_matches(['"', '\'', ' ']);
+            let starts = before.is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+            if starts && after.starts_with(':') {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some(i + 1);
+            }
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,6 +292,24 @@ mod tests {
         ] {
             assert!(ZcsConfig::from_json5(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn errors_name_the_file_line_and_full_key() {
+        let text = "{\n  device: 'host',\n  pool: {\n    max_blocks: -5,\n  },\n}\n";
+        let err = ZcsConfig::from_json5(text).unwrap_err().to_string();
+        assert!(err.contains("line 4: pool.max_blocks: invalid value: integer `-5`, expected usize"), "{err}");
+        let err = ZcsConfig::from_json5("{\n  pool: { max_bites: 1 },\n}").unwrap_err().to_string();
+        assert!(err.contains("line 2: pool.max_bites: unknown field `max_bites`"), "{err}");
+        let err = ZcsConfig::from_json5("{\n  device: 'host'\n  spin_us: 1,\n}").unwrap_err().to_string();
+        assert!(err.starts_with("invalid configuration: line 2:"), "{err}");
+        let dir = std::env::temp_dir().join(format!("zcs-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("bad.json5");
+        std::fs::write(&file, "{ spin_us: 'fast' }").unwrap();
+        let err = ZcsConfig::from_file(&file).unwrap_err().to_string();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(err.contains(&format!("{} line 1: spin_us: invalid type", file.display())), "{err}");
     }
 
     #[test]
