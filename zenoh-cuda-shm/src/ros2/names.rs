@@ -431,16 +431,23 @@ pub fn canonical_qos(qos: &str) -> Option<String> {
     Some(format!("{}:{}:{},{}:{},{}:{},{}:{},{},{}", f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]))
 }
 
-/// A token as rmw_zenoh rebuilds it from the fields it parsed: the domain as a plain
-/// number, the QoS in compact form ([`canonical_qos`]), the backends re-sorted and
-/// re-escaped, a 14th chunk that lists no backend dropped, further chunks dropped.
-/// `None` for a token rmw_zenoh refuses, or whose backends chunk this crate refuses.
-pub fn canonical_token(token: &str) -> Option<String> {
+/// A graph token's parts and kind, as far as rmw_zenoh checks every token: no empty
+/// part, at least the 9 parts of a node, our admin space, a known kind.
+fn split_token(token: &str) -> Option<(Vec<&str>, EntityKind)> {
     let parts: Vec<&str> = token.split('/').collect();
     if parts.len() < 9 || parts[0] != ADMIN_SPACE || parts.iter().any(|p| p.is_empty()) {
         return None;
     }
     let kind = EntityKind::parse(parts[5])?;
+    Some((parts, kind))
+}
+
+/// A token as rmw_zenoh rebuilds it from the fields it parsed: the domain as a plain
+/// number, the QoS in compact form ([`canonical_qos`]), the backends re-sorted and
+/// re-escaped, a 14th chunk that lists no backend dropped, further chunks dropped.
+/// `None` for a token rmw_zenoh refuses, or whose backends chunk this crate refuses.
+pub fn canonical_token(token: &str) -> Option<String> {
+    let (parts, kind) = split_token(token)?;
     let domain: u64 = parts[1].parse().ok()?;
     let mut out = format!("{ADMIN_SPACE}/{domain}/{}", parts[2..9].join("/"));
     if kind == EntityKind::Node {
@@ -523,11 +530,7 @@ impl Entity {
     /// for an endpoint, an optional 14th (backends), further parts ignored. `None` for
     /// anything else.
     pub fn parse(token: &str) -> Option<Self> {
-        let parts: Vec<&str> = token.split('/').collect();
-        if parts.len() < 9 || parts[0] != ADMIN_SPACE || parts.iter().any(|p| p.is_empty()) {
-            return None;
-        }
-        let kind = EntityKind::parse(parts[5])?;
+        let (parts, kind) = split_token(token)?;
         let domain: u32 = parts[1].parse().ok()?;
         let topic = if kind == EntityKind::Node {
             None
