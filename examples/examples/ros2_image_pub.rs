@@ -2,7 +2,7 @@
 //! See docs/ros2.md.
 //!
 //! ```text
-//! cargo run --release -p zcs-examples --example ros2_image_pub -- --width 3840 --height 2160 --rate 30 -e tcp/127.0.0.1:7447
+//! cargo run --release -p zcs-examples --example ros2_image_pub -- -e tcp/127.0.0.1:7447 --rate 30
 //! ```
 
 use std::process::ExitCode;

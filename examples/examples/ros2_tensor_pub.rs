@@ -2,7 +2,7 @@
 //! See docs/ros2.md.
 //!
 //! ```text
-//! cargo run --release -p zcs-examples --example ros2_tensor_pub -- --width 3840 --height 2160 --rate 30 -e tcp/127.0.0.1:7447
+//! cargo run --release -p zcs-examples --example ros2_tensor_pub -- -e tcp/127.0.0.1:7447
 //! ```
 
 use std::process::ExitCode;

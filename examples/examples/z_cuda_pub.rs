@@ -2,7 +2,7 @@
 //! without a GPU, the same host), bytes to everyone else.
 //!
 //! ```text
-//! cargo run --release -p zcs-examples --example z_cuda_pub -- --size 33177600 --rate 30
+//! cargo run --release -p zcs-examples --example z_cuda_pub -- -k camera/front -s 8294400 -r 30
 //! ```
 
 use std::process::ExitCode;

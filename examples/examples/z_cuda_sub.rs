@@ -2,7 +2,7 @@
 //! path each publisher negotiated (zero-copy, cpu-bytes, inline, plain).
 //!
 //! ```text
-//! cargo run --release -p zcs-examples --example z_cuda_sub
+//! cargo run --release -p zcs-examples --example z_cuda_sub -- -k camera/front
 //! ```
 
 use std::process::ExitCode;

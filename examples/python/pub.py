@@ -6,7 +6,10 @@ others are `put(tensor)` copies of an ordinary tensor. Subscribers on this host 
 read either in place. Without a GPU (or with `--device host`) it publishes CPU tensors
 through host memory; without PyTorch it publishes NumPy arrays through host memory.
 
-    python3 examples/python/pub.py [--key demo/tensor] [--shape 4,1080,1920] [-n 100]
+    python3 examples/python/pub.py
+
+Flags: --key (demo/tensor), --shape (4,1080,1920), -n (100 messages), --device,
+-e/--connect, -l/--listen.
 """
 
 import argparse

@@ -7,7 +7,9 @@ the publisher's block in place. The block goes back to the publisher once the te
 gone and the kernels queued on this stream before that have finished. Without a GPU it
 reads host memory in place; without PyTorch it does so with NumPy.
 
-    python3 examples/python/sub.py [--key demo/tensor] [-n 100]
+    python3 examples/python/sub.py
+
+Flags: --key (demo/tensor), -n (100 messages), --device, -e/--connect, -l/--listen.
 """
 
 import argparse
@@ -51,27 +53,43 @@ def main():
         sub = session.declare_subscriber(args.key)
         stream = torch.cuda.Stream() if cuda else None
         print(f"waiting on {args.key!r} ({session.backend})")
-        for i, sample in enumerate(sub):
-            if cuda:
-                with torch.cuda.stream(stream):
-                    t = torch.from_dlpack(sample)  # `stream` waits for the publisher
-                    lo, hi = t.min(), t.max()      # a kernel on `stream`, reading in place
-                lo, hi = lo.item(), hi.item()      # synchronizes `stream`
-                where = t.device
-            elif torch is not None:
-                t = torch.from_dlpack(sample)
-                lo, hi = t.min().item(), t.max().item()
-                where = t.device
-            else:
-                t = numpy.from_dlpack(sample)      # in place, read-only
-                lo, hi = t.min().item(), t.max().item()
-                where = "cpu (NumPy)"
-            ok = "ok" if lo == hi else "MISMATCH"
-            print(f"#{sample.seq} {sample.path:9} {tuple(sample.shape)} {sample.dtype} on {where}: "
-                  f"value {lo:g} {ok}")
-            del t, sample
-            if i + 1 == args.n:
-                break
+        paths, n = {}, 0
+        try:
+            for sample in sub:
+                n += 1
+                show(sub, sample, paths, cuda, stream)
+                del sample
+                if n == args.n:
+                    break
+        except KeyboardInterrupt:  # Ctrl-C: say how far it got
+            print(f"interrupted after {n} messages")
+            return
+        print(f"done: {n} messages")
+
+
+def show(sub, sample, paths, cuda, stream):
+    """Prints the path of a new publisher (with its reason) and the sample's value."""
+    if paths.get(sample.publisher_id) != sample.path:
+        paths[sample.publisher_id] = sample.path
+        why = sub.path_reason(sample)
+        print(f"publisher {sample.publisher_id:016x}: path {sample.path}" + (f" ({why})" if why else ""))
+    if cuda:
+        with torch.cuda.stream(stream):
+            t = torch.from_dlpack(sample)  # `stream` waits for the publisher
+            lo, hi = t.min(), t.max()      # a kernel on `stream`, reading in place
+        lo, hi = lo.item(), hi.item()      # synchronizes `stream`
+        where = t.device
+    elif torch is not None:
+        t = torch.from_dlpack(sample)
+        lo, hi = t.min().item(), t.max().item()
+        where = t.device
+    else:
+        t = numpy.from_dlpack(sample)      # in place, read-only
+        lo, hi = t.min().item(), t.max().item()
+        where = "cpu (NumPy)"
+    ok = "ok" if lo == hi else "MISMATCH"
+    print(f"#{sample.seq} {sample.path:9} {tuple(sample.shape)} {sample.dtype} on {where}: "
+          f"value {lo:g} {ok}")
 
 
 if __name__ == "__main__":

@@ -2,12 +2,13 @@
 //! publisher and subscriber loops (used by `z_cuda_pub`, `z_cuda_sub` and `zcs_demo`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
 use zenoh_cuda_shm::cuda::{DeviceBlock, Kernels, sys};
-use zenoh_cuda_shm::{GpuSession, Path, ZcsConfig};
+use zenoh_cuda_shm::{GpuSession, Path, RecvError, ZcsConfig};
 
 /// Zenoh connection flags, as in Zenoh's examples.
 #[derive(Args, Debug, Clone)]
@@ -71,7 +72,9 @@ pub fn open(args: &CommonArgs) -> Result<GpuSession, Box<dyn std::error::Error +
         cfg = ZcsConfig::from_json5(&format!("{{ device: {d:?} }}"))
             .map(|c| ZcsConfig { device: c.device, ..cfg.clone() })?;
     }
-    let session = GpuSession::open(z, cfg).wait()?;
+    let session = with_progress("opening the session (Zenoh, and CUDA where a GPU is found)", || {
+        GpuSession::open(z, cfg).wait()
+    })?;
     match (session.gpu(), session.host_reason()) {
         (Some(g), _) => println!("[zcs] blocks: cuda-vmm on {} ({})", g.name(), g.uuid()),
         (None, reason) => println!("[zcs] no GPU path ({}); falling back to host-memory blocks", reason.unwrap_or("?")),
@@ -109,7 +112,7 @@ pub fn run_pub(common: &CommonArgs, args: &PubArgs) -> Result<(), Box<dyn std::e
     let publisher = session.declare_publisher(args.key.clone()).wait()?;
     println!("[zcs] publishing {} bytes on '{}' ({})", args.size, args.key, publisher.backend());
     let kernels = match session.gpu() {
-        Some(g) => Some(Kernels::load(g)?),
+        Some(g) => Some(with_progress("loading the CUDA kernels", || Kernels::load(g))?),
         None => None,
     };
     let t = Instant::now();
@@ -121,7 +124,8 @@ pub fn run_pub(common: &CommonArgs, args: &PubArgs) -> Result<(), Box<dyn std::e
     let mut last_report = Instant::now();
     let mut sent_bytes = 0u64;
     let mut n = 0u64;
-    while args.count == 0 || n < args.count {
+    catch_interrupt();
+    while (args.count == 0 || n < args.count) && !interrupted() {
         let mut loan = publisher.loan(args.size)?;
         let seed = n + 1; // the seq this message will carry
         match (&kernels, loan.device_ptr()) {
@@ -155,6 +159,9 @@ pub fn run_pub(common: &CommonArgs, args: &PubArgs) -> Result<(), Box<dyn std::e
             }
         }
     }
+    let s = publisher.stats();
+    let how = if interrupted() { "interrupted" } else { "done" };
+    println!("[pub] {how}: {n} messages; device->host copies out: {}", s.copies_out);
     // Give subscribers a moment to finish reading before the publisher goes away.
     std::thread::sleep(Duration::from_millis(500));
     Ok(())
@@ -187,7 +194,7 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
         None => None,
     };
     let kernels = match session.gpu() {
-        Some(g) => Some(Kernels::load(g)?),
+        Some(g) => Some(with_progress("loading the CUDA kernels", || Kernels::load(g))?),
         None => None,
     };
     let counter = match session.gpu() {
@@ -198,14 +205,14 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
     let (mut n, mut bad, mut bytes) = (0u64, 0u64, 0u64);
     let mut lat_us: Vec<f64> = Vec::new();
     let mut last_report = Instant::now();
+    catch_interrupt();
+    let idle = (args.idle_timeout > 0).then(|| Duration::from_secs(args.idle_timeout));
     while args.count == 0 || n < args.count {
-        let sample = if args.idle_timeout > 0 {
-            match subscriber.recv_timeout(Duration::from_secs(args.idle_timeout)) {
-                Ok(s) => s,
-                Err(e) => return Err(format!("after {n} messages: {e}").into()),
-            }
-        } else {
-            subscriber.recv()?
+        let next = next_or_interrupt(idle, |t| subscriber.recv_timeout(t), |e| *e == RecvError::Timeout);
+        let sample = match next {
+            Ok(Some(s)) => s,
+            Ok(None) => break,
+            Err(e) => return Err(format!("after {n} messages: {e}").into()),
         };
         let info = sample.info();
         if info.timestamp_ns > 0 {
@@ -213,17 +220,7 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
             lat_us.push(now.saturating_sub(info.timestamp_ns) as f64 / 1e3);
         }
         if paths.insert(info.publisher, info.path) != Some(info.path) {
-            // Each path with the reason it was taken.
-            let why = match info.path {
-                Path::ZeroCopy => None,
-                Path::Plain => Some("a plain Zenoh publisher, not one of ours".to_owned()),
-                Path::Inline => Some("a small message, carried whole (the publisher's inline_threshold)".to_owned()),
-                Path::CpuBytes => Some(subscriber.bytes_reason(info.publisher).unwrap_or_else(|| {
-                    "copied out by the publisher: sent while the link came up, or this subscriber is at its lease limit"
-                        .to_owned()
-                })),
-            };
-            match why {
+            match subscriber.path_reason(info) {
                 Some(why) => println!("[zcs] publisher {:016x}: path {} ({why})", info.publisher, info.path),
                 None => println!("[zcs] publisher {:016x}: path {}", info.publisher, info.path),
             }
@@ -281,11 +278,97 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
             last_report = Instant::now();
         }
     }
+    let s = subscriber.stats();
+    let how = if interrupted() { "interrupted" } else { "done" };
+    println!(
+        "[sub] {how}: {n} messages (zero-copy {}, cpu-bytes {}, inline {}, plain {}; lost {}, duplicates dropped {})",
+        s.zero_copy, s.cpu_bytes, s.inline, s.plain, s.lost, s.duplicates
+    );
     if bad > 0 {
         return Err(format!("{bad} of {n} messages had wrong content").into());
     }
-    println!("[sub] done: {n} messages, every byte checked");
+    if !args.no_check {
+        println!("[sub] every byte checked");
+    }
     Ok(())
+}
+
+/// Runs `step`; if it takes longer than a second, says so while it runs and how long it
+/// took once done (starting CUDA, or the driver compiling the kernels on first use, can
+/// take seconds on a busy or freshly booted machine, with nothing else on the screen).
+pub fn with_progress<T>(what: &str, step: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let done = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let noted = std::sync::Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (done, noted, what) = (std::sync::Arc::clone(&done), std::sync::Arc::clone(&noted), what.to_owned());
+        std::thread::spawn(move || {
+            let (m, cv) = &*done;
+            let guard = m.lock().unwrap_or_else(|p| p.into_inner());
+            let (guard, _) =
+                cv.wait_timeout_while(guard, Duration::from_secs(1), |d| !*d).unwrap_or_else(|p| p.into_inner());
+            if !*guard {
+                println!("[zcs] {what}… (still working)");
+                noted.store(true, Ordering::Relaxed);
+            }
+        })
+    };
+    let out = step();
+    *done.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    done.1.notify_all();
+    let _ = watcher.join();
+    if noted.load(Ordering::Relaxed) {
+        println!("[zcs] {what}: done in {:.1} s", started.elapsed().as_secs_f64());
+    }
+    out
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: nix::libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+/// Makes Ctrl-C (SIGINT) end the example's loop, which then prints its summary, rather
+/// than kill the process mid-line. A second Ctrl-C kills it as usual.
+pub fn catch_interrupt() {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    let action =
+        SigAction::new(SigHandler::Handler(on_interrupt), SaFlags::SA_RESETHAND | SaFlags::SA_RESTART, SigSet::empty());
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    if let Err(e) = unsafe { sigaction(Signal::SIGINT, &action) } {
+        eprintln!("[zcs] cannot catch Ctrl-C ({e}); it ends the process without a summary");
+    }
+}
+
+/// Whether Ctrl-C was pressed since [`catch_interrupt`].
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+/// How often a waiting receive looks at [`interrupted`].
+const INTERRUPT_POLL: Duration = Duration::from_millis(100);
+
+/// Waits for the next message with `recv_timeout`, in slices that notice Ctrl-C:
+/// `Ok(None)` once interrupted, `Err` on any error but a timeout, or once `idle` (if
+/// given) has passed without a message.
+pub fn next_or_interrupt<T, E: std::fmt::Display>(
+    idle: Option<Duration>,
+    mut recv_timeout: impl FnMut(Duration) -> Result<T, E>,
+    is_timeout: impl Fn(&E) -> bool,
+) -> Result<Option<T>, E> {
+    let t = Instant::now();
+    loop {
+        if interrupted() {
+            return Ok(None);
+        }
+        let slice = idle.map_or(INTERRUPT_POLL, |i| i.saturating_sub(t.elapsed()).min(INTERRUPT_POLL));
+        match recv_timeout(slice) {
+            Ok(v) => return Ok(Some(v)),
+            Err(e) if is_timeout(&e) && idle.is_none_or(|i| t.elapsed() < i) => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Ends an example's `main`: on `Err`, prints `error: <error>: caused by <its source>: …`

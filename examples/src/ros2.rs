@@ -16,9 +16,9 @@ use zenoh_cuda_shm::cuda::{DeviceBlock, Kernels, sys};
 use zenoh_cuda_shm::ros2::names::gid_hex;
 use zenoh_cuda_shm::ros2::{EntityKind, NodeOptions, Qos, RosDataMessage, RosNode, RosSample};
 use zenoh_cuda_shm::tensor_codec::cdr::{ExperimentalTensor, Header, Image, Time};
-use zenoh_cuda_shm::{GpuSample, GpuSession};
+use zenoh_cuda_shm::{GpuSample, GpuSession, RecvError};
 
-use crate::{CommonArgs, open};
+use crate::{CommonArgs, catch_interrupt, interrupted, next_or_interrupt, open, with_progress};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -205,7 +205,7 @@ fn pub_loop<M: RosDataMessage>(
 ) -> Result<(), BoxError> {
     println!("[ros2] publishing on '{}' token {} gid {}", p.key(), p.token(), gid_hex(&p.gid()));
     let kernels = match session.gpu() {
-        Some(g) => Some(Kernels::load(g)?),
+        Some(g) => Some(with_progress("loading the CUDA kernels", || Kernels::load(g))?),
         None => None,
     };
     wait_subscriptions(node, p.key(), args.wait_subscriptions);
@@ -218,7 +218,8 @@ fn pub_loop<M: RosDataMessage>(
     let start = Instant::now();
     let mut next = start;
     let mut n = 0u64;
-    while args.count == 0 || n < args.count {
+    catch_interrupt();
+    while (args.count == 0 || n < args.count) && !interrupted() {
         let seq = p.next_seq();
         let msg = fields(seq);
         if args.host_data {
@@ -348,11 +349,17 @@ fn sub_loop<M: RosDataMessage>(
     println!("[ros2] subscribed to '{}' token {} gid {}", s.key(), s.token(), gid_hex(&s.gid()));
     let mut checks = SeqCheck::default();
     let mut paths: BTreeMap<String, u64> = BTreeMap::new();
+    // Why each path was taken, as first seen ("" for zero-copy).
+    let mut reasons: BTreeMap<String, String> = BTreeMap::new();
     let (mut n, mut bad) = (0u64, 0u64);
     let mut first: Option<Instant> = None;
+    catch_interrupt();
     while args.count == 0 || n < args.count {
-        let sample: RosSample<M> = match s.recv_timeout(Duration::from_secs(args.idle_timeout.max(1))) {
-            Ok(v) => v,
+        let idle = (args.idle_timeout > 0).then(|| Duration::from_secs(args.idle_timeout));
+        let next = next_or_interrupt(idle, |t| s.recv_timeout(t), |e| *e == RecvError::Timeout);
+        let sample: RosSample<M> = match next {
+            Ok(Some(v)) => v,
+            Ok(None) => break,
             Err(e) => {
                 report_silent(s);
                 return Err(format!("after {n} messages: {e}; stats {:?}", s.stats()).into());
@@ -361,7 +368,16 @@ fn sub_loop<M: RosDataMessage>(
         first.get_or_insert_with(Instant::now);
         let a = *sample.attachment();
         checks.see(a.gid, a.seq, a.timestamp_ns, sample.seq_per_put());
-        *paths.entry(sample.path().to_string()).or_default() += 1;
+        let path = sample.path().to_string();
+        if !reasons.contains_key(&path) {
+            let why = s.path_reason(&sample).unwrap_or_default();
+            println!(
+                "[ros2] first message by path {path}{}",
+                if why.is_empty() { String::new() } else { format!(" ({why})") }
+            );
+            reasons.insert(path.clone(), why);
+        }
+        *paths.entry(path).or_default() += 1;
         let mut ok = fields_ok(sample.msg(), sample.data_len());
         if ok && !args.no_check {
             ok = match sample.host_data() {
@@ -386,10 +402,11 @@ fn sub_loop<M: RosDataMessage>(
     report_silent(s);
     let fps = if n > 1 && secs > 0.0 { (n - 1) as f64 / secs } else { 0.0 };
     println!(
-        "{{\"role\":\"ros2_sub\",\"frames\":{n},\"bad\":{bad},\"gaps\":{},\"disorder\":{},\"extra\":{extra},\"fps\":{fps:.2},\"paths\":{:?},\"channel\":{},\"base\":{},\"buf_cpu\":{},\"lost\":{},\"silent\":{},\"duplicates\":{},\"bad_attachment\":{},\"bad_cdr\":{},\"bad_envelope\":{}}}",
+        "{{\"role\":\"ros2_sub\",\"frames\":{n},\"bad\":{bad},\"gaps\":{},\"disorder\":{},\"extra\":{extra},\"fps\":{fps:.2},\"paths\":{:?},\"path_reasons\":{:?},\"channel\":{},\"base\":{},\"buf_cpu\":{},\"lost\":{},\"silent\":{},\"duplicates\":{},\"bad_attachment\":{},\"bad_cdr\":{},\"bad_envelope\":{}}}",
         checks.gaps,
         checks.disorder,
         paths,
+        reasons,
         st.channel,
         st.base,
         st.buf_cpu,

@@ -110,6 +110,12 @@ impl Subscriber {
         Ok(self.state.get()?.publishers())
     }
 
+    /// Why `sample` came by its path, in words to print beside it (`None` for zero-copy):
+    /// e.g. `"on another host"` or `"handshake failed: …"` for `cpu-bytes`.
+    fn path_reason(&self, sample: &Sample) -> PyResult<Option<String>> {
+        Ok(self.state.get()?.path_reason(sample.sample.info()))
+    }
+
     /// The subscriber's counters as JSON.
     fn _stats_json(&self) -> PyResult<String> {
         serde_json::to_string(&self.state.get()?.stats()).map_err(|e| zcs_err(&e))

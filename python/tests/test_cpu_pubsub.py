@@ -80,6 +80,8 @@ def test_bytes(host_session, port, key):
             assert s.to_bytes() == want
             assert len(s) == s.nbytes == len(want)
             assert s.path == ("zero-copy" if len(want) > cases.INLINE_THRESHOLD else "inline")
+            reason = sub.path_reason(s)
+            assert (reason is None) if s.path == "zero-copy" else ("inline_threshold" in reason), reason
             assert not s.is_tensor and s.meta is None
             with pytest.raises(BufferError, match="no tensor description"):
                 np.from_dlpack(s)

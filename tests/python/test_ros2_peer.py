@@ -120,7 +120,7 @@ def test_no_base_key_copy_without_ordinary_subscribers(examples):
     s, _ = result(sub, "ros2_sub")
     assert p["base_puts"] == 0 and p["ordinary_subscriptions"] == 0 and p["zero_copy_subscribers"] == 1
     assert s["frames"] == n and s["channel"] == n and s["base"] == 0 and s["duplicates"] == 0
-    assert s["paths"] == {"zero-copy": n}
+    assert s["paths"] == {"zero-copy": n} and s["path_reasons"] == {"zero-copy": ""}
 
 
 def test_image_from_peer_to_us_with_malformed_samples(examples):
@@ -134,6 +134,7 @@ def test_image_from_peer_to_us_with_malformed_samples(examples):
     inj = t["injected"]
     assert s["frames"] == n and s["bad"] == 0 and s["gaps"] == 0 and s["extra"] == 0
     assert s["base"] == n and s["paths"] == {"plain": n}
+    assert "rmw_zenoh publisher" in s["path_reasons"]["plain"]
     assert s["bad_attachment"] == inj["no_attachment"] + inj["bad_attachment"] == 6
     assert s["bad_cdr"] == inj["bad_cdr"] == 4
     assert inj["wrong_hash"] == 2  # on another key: never received (frames and extra above)

@@ -1356,6 +1356,34 @@ fn hostile_publisher(x: &Target) -> u64 {
     3
 }
 
+/// A publisher's token that outlives its process (a router keeps it until it notices the
+/// session is gone) names a socket nobody listens on: the subscriber says the publisher
+/// is gone, rather than only which socket was empty, and keeps no link to it.
+#[test]
+fn a_token_outliving_its_publisher_is_reported_as_a_gone_publisher() {
+    const TEST: &str = "a_token_outliving_its_publisher_is_reported_as_a_gone_publisher";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let port = free_tcp_port();
+    let session = host_session(port, true);
+    let key = test_key(TEST);
+    let sub = session.declare_subscriber(key.clone()).wait().expect("declare subscriber");
+    let raw = raw_session(port);
+    let instance = 0xdead_0000_0000_0001;
+    let token = Token {
+        role: Role::Pub,
+        key,
+        instance,
+        group: Group { boot_id: zenoh_cuda_shm::host::boot_id().unwrap(), device: "host".into() },
+        socket: Some(SocketName::random_abstract().to_key_chunk()),
+    };
+    let _token = raw.liveliness().declare_token(token.to_key()).wait().expect("declare token");
+    wait_until("the handshake to fail", IO, || sub.stats().handshake_failures == 1);
+    let reason = sub.bytes_reason(instance).expect("a reason for the bytes path");
+    assert!(reason.contains("the publisher is gone"), "{reason}");
+    assert!(reason.contains("nothing listens on"), "the socket is still named: {reason}");
+    assert_eq!(sub.stats().handshakes, 0);
+}
+
 /// One put on `<key>/@zcs/b` with a well-formed header that names the real publisher
 /// and a huge sequence number: the subscriber delivers the forged payload and then
 /// drops every real message of that publisher as a duplicate, zero-copy ones

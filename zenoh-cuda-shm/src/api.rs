@@ -30,7 +30,7 @@ use crate::ipc::{AccessPolicy, SocketName};
 use crate::pool::{BackendKind, CudaBackend, HostBackend, Loan, LoanError, Pool, PoolStats};
 use crate::protocol::Group;
 use crate::provider::{DeviceLender, ProviderClient, ProviderWatch};
-use crate::sample::GpuSample;
+use crate::sample::{GpuSample, Path, SampleInfo};
 use crate::signal::{ReadySignals, SignalError, WriteGuard};
 use crate::transport::medium::{PubMedium, PublishedAny};
 use crate::transport::publisher::{DeclareError, PublisherCore, PublisherStats, PutError, PutReport};
@@ -126,15 +126,48 @@ fn names_connect_endpoints(config: &zenoh::Config) -> bool {
     serde_json::from_str(&json).is_ok_and(|v| any(&v))
 }
 
+/// Whether `zenoh` is connected to a router or a peer.
+fn linked(zenoh: &zenoh::Session) -> bool {
+    use zenoh::Wait;
+    let info = zenoh.info();
+    info.routers_zid().wait().next().is_some() || info.peers_zid().wait().next().is_some()
+}
+
 /// Waits until `zenoh` has a router or a peer, or until `deadline`.
 fn wait_for_a_link(zenoh: &zenoh::Session, deadline: Instant) {
-    use zenoh::Wait;
-    let linked = || {
-        let info = zenoh.info();
-        info.routers_zid().wait().next().is_some() || info.peers_zid().wait().next().is_some()
-    };
-    while !linked() && Instant::now() < deadline {
+    while !linked(zenoh) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// How long a session that names connect endpoints may reach no router or peer before
+/// it says so.
+const UNREACHED_WARNING_AFTER: Duration = Duration::from_secs(3);
+
+/// Warns (once) if the session has reached no router or peer [`UNREACHED_WARNING_AFTER`]
+/// after opening, although it names endpoints to connect to: in peer mode Zenoh keeps
+/// retrying them without a word, and a publisher runs on with nobody to hear it.
+fn warn_if_unreached(session: std::sync::Weak<SessionInner>, endpoints: String) {
+    let opened = Instant::now();
+    let check = move || {
+        loop {
+            let Some(s) = session.upgrade() else { return };
+            if linked(&s.zenoh) || s.zenoh.is_closed() {
+                return;
+            }
+            if opened.elapsed() >= UNREACHED_WARNING_AFTER {
+                return tracing::warn!(
+                    endpoints = %endpoints,
+                    "zenoh-cuda-shm: no Zenoh router or peer reached after {UNREACHED_WARNING_AFTER:?}; Zenoh keeps \
+                     trying quietly. Is zenohd (or the other process) running and listening there?"
+                );
+            }
+            drop(s);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    if let Err(e) = std::thread::Builder::new().name("zcs-link-check".into()).spawn(check) {
+        tracing::debug!(error = %e, "cannot start the check for unreached endpoints");
     }
 }
 
@@ -161,10 +194,10 @@ impl OpenBuilder {
         use zenoh::Wait;
         let (zenoh, dials) = match self.zenoh {
             Ok(c) => {
-                let dials = names_connect_endpoints(&c);
+                let dials = names_connect_endpoints(&c).then(|| c.get_json("connect/endpoints").unwrap_or_default());
                 (zenoh::open(c).wait().map_err(|e| OpenError::Zenoh(e.to_string()))?, dials)
             }
-            Err(s) => (s, false),
+            Err(s) => (s, None),
         };
         let cfg = self.cfg;
         let (gpu, why_host) = match cfg.device {
@@ -210,7 +243,7 @@ impl OpenBuilder {
                     // connects in the background once `scouting/delay` has passed), and
                     // a query with nowhere to go ends at once, empty.
                     let deadline = Instant::now() + timeout;
-                    if dials {
+                    if dials.is_some() {
                         wait_for_a_link(&zenoh, deadline);
                     }
                     // One query, answered at once by a router; the watch picks up a
@@ -231,7 +264,7 @@ impl OpenBuilder {
                 Some(Arc::new(w))
             }
         };
-        Ok(GpuSession(Arc::new(SessionInner {
+        let inner = Arc::new(SessionInner {
             zenoh,
             cfg,
             gpu,
@@ -240,7 +273,11 @@ impl OpenBuilder {
             providers,
             watch,
             reports: Arc::default(),
-        })))
+        });
+        if let Some(endpoints) = dials {
+            warn_if_unreached(Arc::downgrade(&inner), endpoints);
+        }
+        Ok(GpuSession(inner))
     }
 }
 
@@ -850,6 +887,20 @@ impl<H> GpuSubscriber<H> {
     /// subscriber does not know (a plain one).
     pub fn bytes_reason(&self, publisher: u64) -> Option<String> {
         self.core.bytes_reason(publisher)
+    }
+
+    /// Why a sample of this subscriber came by its path, in words to print beside it:
+    /// `None` for [`Path::ZeroCopy`] (the fastest path needs no excuse).
+    pub fn path_reason(&self, info: &SampleInfo) -> Option<String> {
+        match info.path {
+            Path::ZeroCopy => None,
+            Path::Plain => Some("a plain Zenoh publisher, not one of ours".to_owned()),
+            Path::Inline => Some("a small message, carried whole (the publisher's inline_threshold)".to_owned()),
+            Path::CpuBytes => Some(self.bytes_reason(info.publisher).unwrap_or_else(|| {
+                "copied out by the publisher: sent while the link came up, or this subscriber is at its lease limit"
+                    .to_owned()
+            })),
+        }
     }
 
     /// The handler (the channel receiver for FIFO subscribers).

@@ -47,3 +47,9 @@ pub use tensor::{HostTensor, OwnedTensor, TensorPublishError, TensorReadError, T
 pub use tensor_codec;
 pub use transport::publisher::{DeclareError, PublisherStats, PutError, PutReport};
 pub use transport::subscriber::SubscriberStats;
+
+/// The repository's README: its Rust example is compiled and run as a doc test (on host
+/// memory without a GPU), so that the first code a user copies cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExample;

@@ -457,6 +457,18 @@ impl<M: RosDataMessage> RosSubscriber<M> {
         self.gid
     }
 
+    /// Why `sample` came by its path, in words to print beside it (`None` for zero-copy).
+    pub fn path_reason(&self, sample: &RosSample<M>) -> Option<String> {
+        match &sample.body {
+            Body::Channel(s) => self.channel.path_reason(s.info()),
+            Body::Base { .. } => Some(
+                "CDR on the topic's keys: an rmw_zenoh publisher, or one of ours whose channel this subscription \
+                 did not hear first"
+                    .to_owned(),
+            ),
+        }
+    }
+
     /// Our channel's subscriber (its publishers and counters).
     pub fn channel(&self) -> &GpuSubscriber<()> {
         &self.channel

@@ -59,6 +59,17 @@ pub(crate) fn watch_tokens(
         .wait()
 }
 
+/// A publisher's or subscriber's instance id as every log line, token, admin answer
+/// and example prints it: 16 hex digits.
+#[derive(Clone, Copy)]
+pub(crate) struct Id(pub(crate) u64);
+
+impl std::fmt::Display for Id {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
 /// Nanoseconds since the Unix epoch.
 pub(crate) fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)

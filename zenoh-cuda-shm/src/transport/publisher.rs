@@ -148,7 +148,8 @@ impl State {
         match r.conn.send_timeout(frame, fds, PUSH_TIMEOUT) {
             Ok(()) => true,
             Err(e) => {
-                tracing::warn!(holder = h, error = %e, "subscriber not reading its control socket; disconnecting it");
+                let subscriber = super::Id(r.subscriber);
+                tracing::warn!(%subscriber, error = %e, "subscriber not reading its control socket; disconnecting it");
                 r.conn.shutdown_write();
                 self.ready.remove(&h);
                 inc(&c.slow_disconnects);
@@ -838,7 +839,7 @@ fn connection(sh: Arc<Shared>, conn: ControlConn) {
     // kernel closes its end (a word already released is seen at the first look).
     let watcher = lifeline.and_then(|w| Watcher::spawn(w, &conn, &sh));
     inc(&c.handshakes);
-    tracing::debug!(pid = peer.pid, uid = peer.uid, holder, "subscriber is GPU-ready");
+    tracing::debug!(pid = peer.pid, subscriber = %super::Id(subscriber), holder, "subscriber is GPU-ready");
     // The peer broke the protocol: it is cut off and its leases go at once.
     let mut violation = false;
     loop {
@@ -906,7 +907,7 @@ fn connection(sh: Arc<Shared>, conn: ControlConn) {
     let dropped = sh.medium.release_holder(HolderId::new(holder));
     drop(watcher);
     inc(&c.disconnects);
-    tracing::debug!(holder, dropped, died, "subscriber connection closed; its leases are released");
+    tracing::debug!(subscriber = %super::Id(subscriber), dropped, died, "subscriber connection closed; its leases are released");
 }
 
 /// Watches a subscriber's lifeline for as long as its connection is served: the

@@ -17,7 +17,7 @@ use super::medium::{Imported, Mapped, Opened};
 use crate::config::PlainListen;
 use crate::cuda::{Gpu, ImportedBlock};
 use crate::host::HostBlock;
-use crate::ipc::{ControlConn, Frame, RecvError, SocketName};
+use crate::ipc::{ConnectError, ControlConn, Frame, RecvError, SocketName};
 use crate::pool::recycler::{Job, Recycler, RecyclerHandle};
 use crate::pool::{BlockKey, CapabilityKey, Fence};
 use crate::protocol::{self, BytesHeader, Descriptor, Group, Reply, Request, Role, Token};
@@ -784,7 +784,7 @@ fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str, mut opened: Option<Con
             Ok(link) => link,
             Err(why) => {
                 inc(&sh.counters.handshake_failures);
-                tracing::info!(publisher = t.instance, why, "no zero-copy path to this publisher; receiving bytes");
+                tracing::info!(publisher = %super::Id(t.instance), why, "no zero-copy path to this publisher; receiving bytes");
                 if let Some(e) = sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get_mut(&t.instance) {
                     e.why = Some(format!("handshake failed: {why}"));
                 }
@@ -820,7 +820,7 @@ fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str, mut opened: Option<Con
         if sh.closed.load(Ordering::Relaxed) || !still_there || !matches!(end, LinkEnd::Dropped) {
             return;
         }
-        tracing::info!(publisher = t.instance, "zero-copy link ended by the publisher; receiving bytes, reconnecting");
+        tracing::info!(publisher = %super::Id(t.instance), "zero-copy link ended by the publisher; receiving bytes, reconnecting");
         std::thread::sleep(backoff);
         backoff = (backoff * 2).min(Duration::from_secs(1));
     }
@@ -853,7 +853,7 @@ fn run_link(sh: &Arc<Shared>, link: &Arc<Link>) -> LinkEnd {
                 Ok(f) => f,
                 Err(RecvError::Timeout(_)) => continue,
                 Err(e) => {
-                    tracing::debug!(error = %e, publisher = link.publisher, "link ended");
+                    tracing::debug!(error = %e, publisher = %super::Id(link.publisher), "link ended");
                     return if leaving.is_some() { LinkEnd::Closed } else { LinkEnd::Dropped };
                 }
             },
@@ -928,7 +928,7 @@ fn on_via_bytes(sh: &Shared, link: &Link, seq: u64) {
         o = o2;
         if !more {
             // Counted in `lost` as a gap once a later message is delivered.
-            tracing::warn!(publisher = link.publisher, seq, "bytes routed through Zenoh never came; message lost");
+            tracing::warn!(publisher = %super::Id(link.publisher), seq, "bytes routed through Zenoh never came; message lost");
             break None;
         }
     };
@@ -960,7 +960,7 @@ fn publisher_vanished(sh: &Arc<Shared>, instance: u64) {
                 link.token_gone.store(true, Ordering::Relaxed);
                 drop(st);
                 tracing::debug!(
-                    publisher = instance,
+                    publisher = %super::Id(instance),
                     "publisher's token gone while its link is open; keeping the link"
                 );
                 // The token also goes first when the publisher's process dies with a
@@ -989,7 +989,7 @@ fn forgotten(sh: &Arc<Shared>, instance: u64, link: Option<Arc<Link>>, none_left
         // Mappings still read by samples stay alive through their Arcs.
         link.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
         inc(&sh.counters.evictions);
-        tracing::debug!(publisher = instance, "publisher gone; its imports evicted");
+        tracing::debug!(publisher = %super::Id(instance), "publisher gone; its imports evicted");
         // A link whose token vanished while it was open is watched since then.
         if !link.token_gone.load(Ordering::Relaxed) {
             watch_publisher_process(&link);
@@ -1039,7 +1039,12 @@ fn watch_publisher_process(link: &Arc<Link>) {
 /// `timeout` for room in its backlog) and says Hello.
 fn hello(sh: &Shared, socket: &str, timeout: Duration) -> Result<ControlConn, String> {
     let name = SocketName::from_key_chunk(socket).map_err(|e| e.to_string())?;
-    let conn = ControlConn::connect(&name, timeout).map_err(|e| e.to_string())?;
+    let conn = ControlConn::connect(&name, timeout).map_err(|e| match e {
+        // Its liveliness token outlived it (a router keeps a token until it notices
+        // the session is gone): say so, not just which socket was empty.
+        ConnectError::NotListening { .. } => format!("the publisher is gone ({e}); its token has outlived it"),
+        e => e.to_string(),
+    })?;
     // Without a lifeline the publisher learns of our death when our end closes.
     let lifeline = crate::ipc::Lifeline::ours()
         .inspect_err(|e| tracing::warn!(error = %e, "no lifeline: a publisher learns of this process's death late"))
@@ -1253,7 +1258,7 @@ fn take_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
             if sh.first_copy(publisher, seq, !plain_key) {
                 inc(&sh.counters.late_bytes);
                 inc(counter);
-                tracing::debug!(publisher, seq, "bytes from before the switch to zero-copy delivered late");
+                tracing::debug!(publisher = %super::Id(publisher), seq, "bytes from before the switch to zero-copy delivered late");
                 sh.deliver(sample);
             }
         }
