@@ -1,0 +1,447 @@
+//! The publisher side of the transport, one job per file:
+//!
+//! | file | job |
+//! |---|---|
+//! | `mod.rs` | the publisher's state, its declaration ([`PublisherCore`]), counters, errors |
+//! | `route.rs` | each put routed: descriptors, inline, `ViaBytes`, bytes; the one device→host copy |
+//! | `server.rs` | the control socket: accepting subscribers, the handshake, FD and release requests |
+//! | `watch.rs` | a subscriber's death: its lifeline, and its leases held until its process exits |
+
+mod route;
+mod server;
+mod watch;
+
+use server::serve;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use zenoh::Wait;
+use zenoh::key_expr::KeyExpr;
+use zenoh::qos::CongestionControl;
+use zenoh::sample::SampleKind;
+
+use super::RateLimitedWarn;
+use super::medium::PubMedium;
+use crate::config::Congestion;
+use crate::host::HostBlock;
+use crate::ipc::{AccessPolicy, ControlConn, ControlListener, SocketName};
+use crate::protocol::{self, Group, Role, Token};
+
+/// Counters of one publisher. All monotonic.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PublisherStats {
+    /// Messages published.
+    pub messages: u64,
+    /// Messages sent inline (below the threshold, no block).
+    pub inline: u64,
+    /// Messages announced by descriptor (sent to every subscriber charged a lease).
+    pub descriptors: u64,
+    /// Leases charged to GPU-ready subscribers.
+    pub leases: u64,
+    /// Device→host (or block→bytes) copies made for subscribers that needed bytes.
+    pub copies_out: u64,
+    /// Bytes copied out.
+    pub copied_bytes: u64,
+    /// Puts of bytes on the plain key.
+    pub plain_puts: u64,
+    /// Puts of bytes on `<key>/@zcs/b` for GPU-aware subscribers off the zero-copy path.
+    pub aware_bytes_puts: u64,
+    /// Leases refused by a subscriber's lease limit (it got bytes instead): at once
+    /// with congestion `drop`, after waiting `lease_wait_ms` with `block`.
+    pub lease_limited: u64,
+    /// Puts that waited for a subscriber at its lease limit to release a block
+    /// (congestion `block`).
+    pub lease_waits: u64,
+    /// Handshakes completed.
+    pub handshakes: u64,
+    /// Handshakes refused or failed.
+    pub handshake_failures: u64,
+    /// FDs handed out on request.
+    pub fd_handouts: u64,
+    /// FDs sent along with a block's first descriptor on a connection (no request
+    /// needed: the subscriber imports on the first frame it sees).
+    pub fds_pushed: u64,
+    /// FD requests denied (stale or wrong capability).
+    pub fd_denied: u64,
+    /// Releases that named nothing we lease (stale, duplicate or forged).
+    pub bad_releases: u64,
+    /// Control connections that ended (each releases every lease it held, at once or,
+    /// see `held_until_exit`, when its process exits).
+    pub disconnects: u64,
+    /// Subscribers disconnected because their control socket stayed full for
+    /// `PUSH_TIMEOUT` (1 s) or failed.
+    pub slow_disconnects: u64,
+    /// Connections that ended, not for breaking the protocol, while their subscriber's
+    /// process, still running, held leases: those blocks stay leased until that process
+    /// exits, since it may still read them.
+    pub held_until_exit: u64,
+    /// Subscriber processes whose death their lifeline reported: each connection of
+    /// theirs was ended (and its leases released) at once, before the kernel closed it.
+    pub lifeline_deaths: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    messages: AtomicU64,
+    inline: AtomicU64,
+    descriptors: AtomicU64,
+    leases: AtomicU64,
+    copies_out: AtomicU64,
+    copied_bytes: AtomicU64,
+    plain_puts: AtomicU64,
+    aware_bytes_puts: AtomicU64,
+    lease_limited: AtomicU64,
+    lease_waits: AtomicU64,
+    handshakes: AtomicU64,
+    handshake_failures: AtomicU64,
+    fd_handouts: AtomicU64,
+    fds_pushed: AtomicU64,
+    fd_denied: AtomicU64,
+    bad_releases: AtomicU64,
+    disconnects: AtomicU64,
+    slow_disconnects: AtomicU64,
+    held_until_exit: AtomicU64,
+    lifeline_deaths: AtomicU64,
+}
+
+fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A GPU-ready subscriber connection.
+struct Ready {
+    subscriber: u64,
+    conn: Arc<ControlConn>,
+    /// A put waited `lease_wait` for it in vain: it keeps its samples until newer ones
+    /// come (e.g. a ring of the last N frames, N above its lease limit), so waiting
+    /// again would stall every put. It gets bytes at its limit, without waiting, until
+    /// it holds at most half its limit again.
+    lease_stalled: bool,
+    /// Blocks whose FD this connection was sent with a descriptor: id → allocation.
+    fds_sent: HashMap<u32, u64>,
+}
+
+#[derive(Default)]
+struct State {
+    /// GPU-aware subscribers whose key intersects ours, by instance (from tokens).
+    aware: HashMap<u64, Token>,
+    /// Handshaken connections by holder id. Frames are sent to them with this state
+    /// locked, so each connection sees messages in sequence order, and `Ready` /
+    /// `Left` exactly where its routing starts and ends.
+    ready: HashMap<u64, Ready>,
+    /// Sequence number of the last message (allocated with the state locked, together
+    /// with the routing decision).
+    seq: u64,
+}
+
+pub(crate) struct Shared {
+    pub(crate) key: String,
+    pub(crate) instance: u64,
+    pub(crate) group: Group,
+    pub(crate) medium: PubMedium,
+    state: Mutex<State>,
+    counters: Counters,
+    next_holder: AtomicU64,
+    stop: AtomicBool,
+    handshake_timeout: Duration,
+    /// How long a put waits for a subscriber at its lease limit (zero with
+    /// `Congestion::Drop`).
+    lease_wait: Duration,
+    bad_input: RateLimitedWarn,
+    probe: Option<HostBlock>,
+    probe_token: u64,
+    /// The host provider our blocks may be lent by (named in `Welcome`).
+    provider: Option<protocol::ProviderRef>,
+}
+
+/// Why a publisher and a subscriber are not on the zero-copy path, from their groups.
+pub(crate) fn path_reason(ours: &Group, theirs: &Group) -> String {
+    if ours.boot_id != theirs.boot_id {
+        "on another host".to_owned()
+    } else if ours.device != theirs.device {
+        format!("on another device ({} there, {} here)", theirs.device, ours.device)
+    } else {
+        "same device, handshake not complete or failed".to_owned()
+    }
+}
+
+/// Result of one put, for callers and tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PutReport {
+    /// The message's sequence number.
+    pub seq: u64,
+    /// Subscribers charged a lease (zero-copy receivers).
+    pub zero_copy: usize,
+    /// Whether bytes were copied out of the block.
+    pub copied_out: bool,
+    /// Whether bytes went to the plain key.
+    pub plain: bool,
+    /// Whether bytes went to GPU-aware subscribers off the zero-copy path.
+    pub aware_bytes: bool,
+}
+
+/// A put failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PutError {
+    /// Zenoh refused the put.
+    #[error("zenoh put on {key} failed: {detail}")]
+    Zenoh {
+        /// The key.
+        key: String,
+        /// Zenoh's error text.
+        detail: String,
+    },
+    /// Copying the block out for subscribers that need bytes failed.
+    #[error("copying the block out failed")]
+    CopyOut(#[from] crate::signal::SignalError),
+}
+
+/// Fields drop in declaration order: the matching listener before the publisher it
+/// listens on, the token before the server thread is stopped (in `Drop`), and the session
+/// handle last. When it is the session's last handle its drop closes the session, and a
+/// Zenoh publisher undeclared after that stays in the closed session's tables, holding
+/// the session: its memory would never be freed (`tests/tests/drop_order.rs`).
+pub(crate) struct PublisherCore {
+    _matching: zenoh::matching::MatchingListener<()>,
+    _token: zenoh::liveliness::LivelinessToken,
+    _sub_tokens: zenoh::pubsub::Subscriber<()>,
+    pub(crate) shared: Arc<Shared>,
+    plain: zenoh::pubsub::Publisher<'static>,
+    aware_bytes: zenoh::pubsub::Publisher<'static>,
+    plain_matching: Arc<AtomicBool>,
+    server: Option<std::thread::JoinHandle<()>>,
+    session: zenoh::Session,
+}
+
+/// Creating a publisher failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeclareError {
+    /// The key is not a valid concrete key expression.
+    #[error("invalid publisher key {key:?}: {detail}")]
+    Key {
+        /// The key.
+        key: String,
+        /// Why.
+        detail: String,
+    },
+    /// A Zenoh declaration failed.
+    #[error("zenoh declaration failed: {0}")]
+    Zenoh(String),
+    /// The control socket could not be bound.
+    #[error("control socket")]
+    Bind(#[from] crate::ipc::BindError),
+    /// A host probe block or thread could not be created.
+    #[error("I/O")]
+    Io(#[from] std::io::Error),
+    /// The pool could not be created.
+    #[error("pool")]
+    Pool(#[from] crate::pool::PoolError),
+    /// CUDA setup failed.
+    #[error("CUDA")]
+    Signal(#[from] crate::signal::SignalError),
+}
+
+fn zerr(e: impl std::fmt::Display) -> DeclareError {
+    DeclareError::Zenoh(e.to_string())
+}
+
+impl PublisherCore {
+    #[allow(clippy::too_many_arguments)] // one call site, in api.rs
+    pub(crate) fn new(
+        session: &zenoh::Session,
+        key: &str,
+        group: Group,
+        medium: PubMedium,
+        socket: SocketName,
+        policy: AccessPolicy,
+        handshake_timeout: Duration,
+        congestion: Congestion,
+        lease_wait: Duration,
+        provider: Option<protocol::ProviderRef>,
+    ) -> Result<Self, DeclareError> {
+        let ke = KeyExpr::try_from(key.to_owned())
+            .map_err(|e| DeclareError::Key { key: key.into(), detail: e.to_string() })?;
+        // Verbatim chunks are concrete (e.g. the ROS channel `<base>/@zcs_ros2`); only our
+        // own `@zcs` space is reserved.
+        if key.contains('*') || key.contains('$') || key.split('/').any(|c| c == "@zcs") {
+            return Err(DeclareError::Key { key: key.into(), detail: "a publisher key must be concrete".into() });
+        }
+        let instance = rand::random::<u64>() | 1;
+        let (probe, probe_token) = match &medium {
+            PubMedium::Host { .. } => {
+                let token = rand::random::<u64>();
+                let b = HostBlock::create(c"zcs-probe", 4096)?;
+                // SAFETY: the probe block is 4096 bytes, mapped read-write, and not yet
+                // shared with anyone.
+                unsafe { (b.as_ptr() as *mut u64).write(token) };
+                (Some(b), token)
+            }
+            PubMedium::Cuda { .. } => (None, 0),
+        };
+        let shared = Arc::new(Shared {
+            key: key.to_owned(),
+            instance,
+            group: group.clone(),
+            medium,
+            state: Mutex::new(State::default()),
+            counters: Counters::default(),
+            next_holder: AtomicU64::new(1),
+            stop: AtomicBool::new(false),
+            handshake_timeout,
+            lease_wait: if congestion == Congestion::Block { lease_wait } else { Duration::ZERO },
+            bad_input: RateLimitedWarn::new(Duration::from_secs(5)),
+            probe,
+            provider,
+            probe_token,
+        });
+
+        let listener = ControlListener::bind_with_policy(&socket, policy)?;
+        let s2 = Arc::clone(&shared);
+        let server = std::thread::Builder::new().name("zcs-pub-ctl".into()).spawn(move || serve(s2, listener))?;
+
+        let cc = match congestion {
+            Congestion::Block => CongestionControl::Block,
+            Congestion::Drop => CongestionControl::Drop,
+        };
+        let plain = session.declare_publisher(ke.clone()).congestion_control(cc).wait().map_err(zerr)?;
+        let plain_matching = Arc::new(AtomicBool::new(plain.matching_status().wait().map_err(zerr)?.matching()));
+        let pm = Arc::clone(&plain_matching);
+        let matching = plain
+            .matching_listener()
+            .callback(move |m| pm.store(m.matching(), Ordering::Relaxed))
+            .wait()
+            .map_err(zerr)?;
+        let aware_bytes =
+            session.declare_publisher(protocol::bytes_key(key)).congestion_control(cc).wait().map_err(zerr)?;
+
+        // GPU-aware subscribers announce themselves; track those whose key meets ours.
+        let s3 = Arc::clone(&shared);
+        let sub_tokens = super::watch_tokens(session, Role::Sub, ke.clone(), move |kind, t| {
+            let mut st = s3.state.lock().unwrap_or_else(|p| p.into_inner());
+            match kind {
+                SampleKind::Put => {
+                    st.aware.insert(t.instance, t);
+                }
+                SampleKind::Delete => {
+                    st.aware.remove(&t.instance);
+                }
+            }
+        })
+        .map_err(zerr)?;
+
+        let token =
+            Token { role: Role::Pub, key: key.to_owned(), instance, group, socket: Some(socket.to_key_chunk()) };
+        let token = session.liveliness().declare_token(token.to_key()).wait().map_err(zerr)?;
+        Ok(Self {
+            shared,
+            session: session.clone(),
+            plain,
+            aware_bytes,
+            plain_matching,
+            _matching: matching,
+            _token: token,
+            _sub_tokens: sub_tokens,
+            server: Some(server),
+        })
+    }
+
+    /// Whether anyone listens on the plain key.
+    pub(crate) fn plain_matching(&self) -> bool {
+        self.plain_matching.load(Ordering::Relaxed)
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reports this publisher while it exists (the session sends such reports to its
+    /// provider); `None` once it is gone.
+    pub(crate) fn reporter(&self) -> impl Fn() -> Option<protocol::PublisherReport> + Send + Sync + 'static {
+        let (shared, plain) = (Arc::downgrade(&self.shared), Arc::clone(&self.plain_matching));
+        move || {
+            let sh = shared.upgrade()?;
+            let subscribers = {
+                let st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.aware
+                    .iter()
+                    .map(|(i, t)| {
+                        let ready = st.ready.values().any(|r| r.subscriber == *i);
+                        protocol::PathReport {
+                            peer: *i,
+                            path: if ready { "zero-copy" } else { "bytes" }.to_owned(),
+                            reason: (!ready).then(|| path_reason(&sh.group, &t.group)),
+                        }
+                    })
+                    .collect()
+            };
+            let c = &sh.counters;
+            let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            Some(protocol::PublisherReport {
+                key: sh.key.clone(),
+                instance: sh.instance,
+                device: sh.group.device.clone(),
+                subscribers,
+                plain_listeners: plain.load(Ordering::Relaxed),
+                messages: l(&c.messages),
+                copies_out: l(&c.copies_out),
+                copied_bytes: l(&c.copied_bytes),
+                lease_limited: l(&c.lease_limited),
+            })
+        }
+    }
+
+    pub(crate) fn stats(&self) -> PublisherStats {
+        let c = &self.shared.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        PublisherStats {
+            messages: l(&c.messages),
+            inline: l(&c.inline),
+            descriptors: l(&c.descriptors),
+            leases: l(&c.leases),
+            copies_out: l(&c.copies_out),
+            copied_bytes: l(&c.copied_bytes),
+            plain_puts: l(&c.plain_puts),
+            aware_bytes_puts: l(&c.aware_bytes_puts),
+            lease_limited: l(&c.lease_limited),
+            lease_waits: l(&c.lease_waits),
+            handshakes: l(&c.handshakes),
+            handshake_failures: l(&c.handshake_failures),
+            fd_handouts: l(&c.fd_handouts),
+            fds_pushed: l(&c.fds_pushed),
+            fd_denied: l(&c.fd_denied),
+            bad_releases: l(&c.bad_releases),
+            disconnects: l(&c.disconnects),
+            slow_disconnects: l(&c.slow_disconnects),
+            held_until_exit: l(&c.held_until_exit),
+            lifeline_deaths: l(&c.lifeline_deaths),
+        }
+    }
+
+    /// Number of GPU-ready subscriber connections.
+    pub(crate) fn ready_count(&self) -> usize {
+        self.state().ready.len()
+    }
+
+    /// Number of known GPU-aware subscribers.
+    pub(crate) fn aware_count(&self) -> usize {
+        self.state().aware.len()
+    }
+
+    pub(crate) fn session(&self) -> &zenoh::Session {
+        &self.session
+    }
+}
+
+impl Drop for PublisherCore {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.server.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! Each put routed to every subscriber by the cheapest path it can take: a descriptor
+//! (its lease charged first), the whole message inline, or a `ViaBytes` notice over
+//! each ready connection, and bytes through Zenoh only where someone needs them; the
+//! device→host copy made once.
+
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use zenoh::Wait;
+
+use super::{Counters, PublisherCore, PutError, PutReport, State, inc};
+use crate::pool::{HolderId, LeaseError};
+use crate::protocol::{self, BytesHeader, Descriptor, Reply};
+use crate::transport::medium::PublishedAny;
+use crate::transport::now_ns;
+
+/// How long a put waits for room in a subscriber's control socket. A subscriber that
+/// has not read for this long (its handler is full) is disconnected: nothing more is
+/// routed to it (it receives bytes, and it handshakes again on a new connection), but
+/// the leases of that connection stay until the subscriber releases them or closes it,
+/// so no block is reused under samples it holds or has queued (gap G14). One slow
+/// reader never stalls the publisher for longer than this.
+pub(super) const PUSH_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl State {
+    /// Sends `frame` to ready holder `h`; on failure stops routing to it, ends the
+    /// stream it reads (it then reconnects) and returns false. Its connection thread
+    /// keeps taking its releases, and releases the rest when the subscriber closes.
+    fn push(&mut self, h: u64, frame: &[u8], c: &Counters) -> bool {
+        self.push_with(h, frame, &[], c)
+    }
+
+    fn push_with(&mut self, h: u64, frame: &[u8], fds: &[BorrowedFd<'_>], c: &Counters) -> bool {
+        let Some(r) = self.ready.get(&h) else { return false };
+        match r.conn.send_timeout(frame, fds, PUSH_TIMEOUT) {
+            Ok(()) => true,
+            Err(e) => {
+                let subscriber = crate::transport::Id(r.subscriber);
+                tracing::warn!(%subscriber, error = %e, "subscriber not reading its control socket; disconnecting it");
+                r.conn.shutdown_write();
+                self.ready.remove(&h);
+                inc(&c.slow_disconnects);
+                false
+            }
+        }
+    }
+
+    /// Whether a GPU-aware subscriber is off the zero-copy path (needs bytes).
+    fn aware_needs_bytes(&self) -> bool {
+        self.aware.keys().any(|i| !self.ready.values().any(|r| r.subscriber == *i))
+    }
+}
+
+impl PublisherCore {
+    fn put_bytes(
+        &self,
+        bytes: zenoh::bytes::ZBytes,
+        header: &BytesHeader,
+        to_aware: bool,
+        to_plain: bool,
+    ) -> Result<(), PutError> {
+        let att = protocol::encode_attachment(header);
+        let c = &self.shared.counters;
+        if to_aware {
+            self.aware_bytes
+                .put(bytes.clone())
+                .attachment(att.clone())
+                .wait()
+                .map_err(|e| PutError::Zenoh { key: protocol::bytes_key(&self.shared.key), detail: e.to_string() })?;
+            inc(&c.aware_bytes_puts);
+        }
+        if to_plain {
+            self.plain
+                .put(bytes)
+                .attachment(att)
+                .wait()
+                .map_err(|e| PutError::Zenoh { key: self.shared.key.clone(), detail: e.to_string() })?;
+            inc(&c.plain_puts);
+        }
+        Ok(())
+    }
+
+    /// Publishes small host bytes inline: carried whole over the control connection of
+    /// every GPU-ready subscriber (when the frame fits), as bytes through Zenoh to
+    /// everyone else.
+    pub(crate) fn put_inline(&self, data: Vec<u8>, meta: protocol::Meta) -> Result<PutReport, PutError> {
+        let sh = &self.shared;
+        let c = &sh.counters;
+        let ts = now_ns();
+        let (seq, to_aware, data, meta) = {
+            let mut st = self.state();
+            st.seq += 1;
+            let seq = st.seq;
+            let mut to_aware = st.aware_needs_bytes();
+            if st.ready.is_empty() {
+                (seq, to_aware, data, meta)
+            } else {
+                // Encoded from the message itself, which is taken back for the bytes path.
+                let inline = Reply::Inline { seq, timestamp_ns: ts, meta, data };
+                let mut frame = protocol::encode(&inline);
+                let Reply::Inline { data, meta, .. } = inline else { unreachable!("built just above") };
+                if frame.len() > crate::ipc::MAX_FRAME_BYTES {
+                    to_aware = true;
+                    frame = protocol::encode(&Reply::ViaBytes { seq });
+                }
+                let holders: Vec<u64> = st.ready.keys().copied().collect();
+                for h in holders {
+                    st.push(h, &frame, c);
+                }
+                (seq, to_aware, data, meta)
+            }
+        };
+        inc(&c.messages);
+        inc(&c.inline);
+        let to_plain = self.plain_matching();
+        let tag = sh.medium.capability_key().bytes_tag(sh.instance, seq, data.len() as u64);
+        let header = BytesHeader { publisher: sh.instance, seq, timestamp_ns: ts, from_block: false, tag, meta };
+        self.put_bytes(data.into(), &header, to_aware, to_plain)?;
+        Ok(PutReport { seq, zero_copy: 0, copied_out: false, plain: to_plain, aware_bytes: to_aware })
+    }
+
+    /// Publishes a written block: a descriptor to every GPU-ready subscriber over its
+    /// control connection (its lease charged first), bytes to everyone else, copied out
+    /// once and only if someone needs them.
+    pub(crate) fn put_block(&self, published: PublishedAny, meta: protocol::Meta) -> Result<PutReport, PutError> {
+        let sh = &self.shared;
+        let c = &sh.counters;
+        if !sh.lease_wait.is_zero() {
+            self.wait_for_lease_room(&published);
+        }
+        let ts = now_ns();
+        let len = published.len();
+        let (seq, zero_copy, aware_need_bytes) = {
+            let mut st = self.state();
+            st.seq += 1;
+            let seq = st.seq;
+            let mut aware_need_bytes = st.aware_needs_bytes();
+            let mut zero_copy = 0;
+            if !st.ready.is_empty() {
+                let block = published.key();
+                let d = Descriptor {
+                    publisher: sh.instance,
+                    seq,
+                    block,
+                    capability: published.capability(),
+                    block_size: published.block_size() as u64,
+                    offset: 0,
+                    len: len as u64,
+                    timestamp_ns: ts,
+                    meta: meta.clone(),
+                    lent: published.lent(),
+                };
+                let descriptor = protocol::encode(&Reply::Block(d));
+                let via_bytes = || protocol::encode(&Reply::ViaBytes { seq });
+                let holders: Vec<u64> = st.ready.keys().copied().collect();
+                // A connection gets a block's FD with its first descriptor of it (our
+                // own blocks: a lent one is opened at the provider), which spares the
+                // subscriber an `Fd` round trip before its first read of the block.
+                let own_fd = published.own_fd();
+                for h in holders {
+                    match published.lease(HolderId::new(h)) {
+                        Ok(()) => {
+                            // Marked before the send: a failed send drops the whole entry.
+                            let fd = own_fd.filter(|_| {
+                                st.ready
+                                    .get_mut(&h)
+                                    .is_some_and(|r| r.fds_sent.insert(block.id, block.alloc) != Some(block.alloc))
+                            });
+                            if st.push_with(h, &descriptor, fd.as_slice(), c) {
+                                zero_copy += 1;
+                                if fd.is_some() {
+                                    inc(&c.fds_pushed);
+                                }
+                            } else {
+                                // Never sent: nobody will release it.
+                                let _ = sh.medium.release(block, HolderId::new(h));
+                            }
+                        }
+                        Err(LeaseError::HolderLimit { .. }) => {
+                            inc(&c.lease_limited);
+                            aware_need_bytes = true;
+                            st.push(h, &via_bytes(), c);
+                        }
+                        // Its connection is ending: nobody to serve or charge.
+                        Err(LeaseError::Departed { .. }) => {}
+                    }
+                }
+            }
+            (seq, zero_copy, aware_need_bytes)
+        };
+        inc(&c.messages);
+        c.leases.fetch_add(zero_copy as u64, Ordering::Relaxed);
+        if zero_copy > 0 {
+            inc(&c.descriptors);
+        }
+        let to_plain = self.plain_matching();
+        let copied_out = to_plain || aware_need_bytes;
+        if copied_out {
+            let bytes = sh.medium.copy_out(&published, 0, len)?;
+            inc(&c.copies_out);
+            c.copied_bytes.fetch_add(len as u64, Ordering::Relaxed);
+            let tag = sh.medium.capability_key().bytes_tag(sh.instance, seq, len as u64);
+            let header = BytesHeader { publisher: sh.instance, seq, timestamp_ns: ts, from_block: true, tag, meta };
+            self.put_bytes(bytes, &header, aware_need_bytes, to_plain)?;
+        }
+        drop(published);
+        Ok(PutReport { seq, zero_copy, copied_out, plain: to_plain, aware_bytes: aware_need_bytes })
+    }
+
+    /// With congestion `block`, a subscriber at its lease limit slows the publisher as a
+    /// full queue does: wait (at most `lease_wait_ms`) for it to release a block rather
+    /// than copy this message out for it (a 33 MB frame costs ~10 ms to copy out, the
+    /// time of hundreds of zero-copy frames). The wait is outside the state lock, so
+    /// releases, handshakes and departures go on meanwhile; a holder still at its limit
+    /// afterwards is served bytes by `put_block`.
+    fn wait_for_lease_room(&self, published: &PublishedAny) {
+        let holders: Vec<(u64, bool)> = self.state().ready.iter().map(|(h, r)| (*h, r.lease_stalled)).collect();
+        let deadline = Instant::now() + self.shared.lease_wait;
+        let mut waited = false;
+        let set_stalled = |h: u64, on: bool| {
+            if let Some(r) = self.state().ready.get_mut(&h) {
+                r.lease_stalled = on;
+            }
+        };
+        for (h, stalled) in holders {
+            let holder = HolderId::new(h);
+            if stalled {
+                let (held, limit) = published.holds_of(holder);
+                if held <= limit / 2 {
+                    set_stalled(h, false);
+                }
+                continue;
+            }
+            match published.wait_lease_room(holder, deadline) {
+                Ok(w) => waited |= w,
+                Err(_) => {
+                    waited = true;
+                    tracing::debug!(holder = h, "subscriber kept its lease limit for the whole wait; bytes for now");
+                    set_stalled(h, true);
+                }
+            }
+        }
+        if waited {
+            inc(&self.shared.counters.lease_waits);
+        }
+    }
+}

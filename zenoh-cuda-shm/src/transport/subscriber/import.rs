@@ -1,0 +1,145 @@
+//! Blocks routed to a subscriber: descriptors verified, each block imported on first
+//! sight (its FD sent with the descriptor, asked of the publisher, or opened at the
+//! host provider) and cached, the sample delivered in its turn.
+
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::link::deliver_routed;
+use super::{Link, Shared, SubMedium, inc};
+use crate::cuda::ImportedBlock;
+use crate::host::HostBlock;
+use crate::ipc::Frame;
+use crate::pool::BlockKey;
+use crate::protocol::{self, Descriptor, Reply, Request};
+use crate::sample::{Body, GpuSample, Path, SampleInfo, ZeroCopy};
+use crate::transport::medium::{Imported, Mapped, Opened};
+
+/// How long an FD request waits for its answer.
+const FD_REPLY_WAIT: Duration = Duration::from_secs(5);
+
+impl Link {
+    /// Asks for a block's FD. Routed frames that arrive before the answer are kept in
+    /// `backlog`, in order, for the link thread.
+    pub(super) fn request_fd(
+        &self,
+        backlog: &mut VecDeque<Frame>,
+        key: BlockKey,
+        capability: u64,
+    ) -> Result<(OwnedFd, usize), String> {
+        let conn = &self.conn;
+        conn.send(&protocol::encode(&Request::Fd { block: key, capability }), &[]).map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + FD_REPLY_WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut frame = conn.recv(left).map_err(|e| e.to_string())?;
+            match protocol::decode::<Reply>("control reply", &frame.bytes) {
+                Ok(Reply::Fd { block, size }) if block == key && frame.fds.len() == 1 => {
+                    return Ok((frame.fds.pop().expect("one fd"), usize::try_from(size).map_err(|e| e.to_string())?));
+                }
+                Ok(Reply::FdDenied { reason, .. }) => return Err(format!("denied: {reason}")),
+                Ok(Reply::Fd { .. }) => return Err("FD reply for another block, or without its FD".into()),
+                // Routed frames (and anything malformed, reported in turn) wait.
+                _ => backlog.push_back(frame),
+            }
+        }
+    }
+}
+
+/// A block routed to us: verify, import on first sight, deliver in its turn.
+pub(super) fn on_block(
+    sh: &Arc<Shared>,
+    link: &Arc<Link>,
+    backlog: &mut VecDeque<Frame>,
+    d: Descriptor,
+    fd: Option<OwnedFd>,
+) {
+    let bad = |what: &str, detail: &dyn std::fmt::Display| {
+        inc(&sh.counters.bad_descriptors);
+        sh.bad_input.warn(what, detail);
+    };
+    if d.publisher != link.publisher || link.cap_key.capability(d.block) != d.capability {
+        link.release(d.block);
+        return bad("descriptor with a wrong publisher or capability dropped", &format_args!("block {:?}", d.block));
+    }
+    let end = d.offset.checked_add(d.len);
+    if end.is_none_or(|e| e > d.block_size) {
+        link.release(d.block);
+        return bad("descriptor out of its block's bounds", &format_args!("{}+{} > {}", d.offset, d.len, d.block_size));
+    }
+    let cached = link.cache.lock().unwrap_or_else(|p| p.into_inner()).get(&d.block.id).cloned();
+    let imported = match cached {
+        Some((alloc, i)) if alloc == d.block.alloc && i.size() as u64 == d.block_size => i,
+        _ => match import(sh, link, backlog, &d, fd) {
+            Ok(i) => {
+                crate::transport::step!(seq = d.seq, block = d.block.id, "subscriber: block imported");
+                link.cache.lock().unwrap_or_else(|p| p.into_inner()).insert(d.block.id, (d.block.alloc, i.clone()));
+                inc(&sh.counters.imports);
+                i
+            }
+            Err(e) => {
+                inc(&sh.counters.import_failures);
+                link.release(d.block);
+                tracing::error!(error = %e, block = ?d.block, "cannot import a block: message lost for this subscriber");
+                return;
+            }
+        },
+    };
+    if matches!(imported, Imported::Cuda(_)) {
+        let mut awaited = link.awaited.lock().unwrap_or_else(|p| p.into_inner());
+        let g = awaited.entry(d.block.id).or_insert(0);
+        *g = (*g).max(d.block.generation);
+    }
+    let info = SampleInfo {
+        key: sh.key.clone(),
+        publisher: d.publisher,
+        seq: d.seq,
+        timestamp_ns: d.timestamp_ns,
+        path: Path::ZeroCopy,
+        meta: d.meta,
+    };
+    // A duplicate is dropped at once, which releases its lease.
+    let zc = ZeroCopy::new(imported, d.block, d.offset as usize, d.len as usize, Arc::clone(link), Arc::clone(sh));
+    let sample = GpuSample::new(info, Body::ZeroCopy(zc), sh.medium.clone(), Arc::clone(sh));
+    deliver_routed(sh, link, sample, &sh.counters.zero_copy);
+}
+
+pub(super) fn import(
+    sh: &Shared,
+    link: &Link,
+    backlog: &mut VecDeque<Frame>,
+    d: &Descriptor,
+    sent: Option<OwnedFd>,
+) -> Result<Imported, String> {
+    // A lent block is opened at the provider, which from then on counts us as mapping
+    // it (until `Opened` drops with the mapping); an owned one came with the descriptor
+    // (sized by it: the import maps exactly that many bytes and fails on a smaller
+    // allocation) or is asked of the publisher.
+    let (fd, size, opened) = match (d.lent, &link.provider) {
+        (Some(loan), Some(client)) => {
+            let (fd, size) = client.open(loan).map_err(|e| e.to_string())?;
+            (fd, size, Some(Opened { client: Arc::clone(client), loan }))
+        }
+        (Some(_), None) => return Err("a lent block from a publisher that named no provider".into()),
+        (None, _) => match sent {
+            Some(fd) => (fd, usize::try_from(d.block_size).map_err(|e| e.to_string())?, None),
+            None => {
+                let (fd, size) = link.request_fd(backlog, d.block, d.capability)?;
+                (fd, size, None)
+            }
+        },
+    };
+    if size as u64 != d.block_size {
+        return Err(format!("FD of {size} bytes for a {}-byte block", d.block_size));
+    }
+    match &sh.medium {
+        SubMedium::Cuda(gpu) => ImportedBlock::import(gpu, fd, size)
+            .map(|b| Imported::Cuda(Arc::new(Mapped::new(b, opened))))
+            .map_err(|e| e.to_string()),
+        SubMedium::Host => HostBlock::import(fd, size)
+            .map(|b| Imported::Host(Arc::new(Mapped::new(b, opened))))
+            .map_err(|e| e.to_string()),
+    }
+}

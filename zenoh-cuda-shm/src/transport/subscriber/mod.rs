@@ -1,0 +1,445 @@
+//! The subscriber side of the transport, one job per file:
+//!
+//! | file | job |
+//! |---|---|
+//! | `mod.rs` | the subscriber's state, its declaration ([`SubscriberCore`]), counters, close |
+//! | `discovery.rs` | publishers' tokens appearing and vanishing; the plain key; dead publishers |
+//! | `handshake.rs` | `Hello` → probe → `Ack` → `Ready` with one publisher |
+//! | `link.rs` | the link thread per publisher: what it routes, received in order |
+//! | `import.rs` | descriptors verified, blocks imported and cached |
+//! | `order.rs` | bytes merged with routed messages in sequence order, exactly once, losses counted |
+
+mod discovery;
+mod handshake;
+mod import;
+mod link;
+mod order;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use zenoh::Wait;
+use zenoh::key_expr::KeyExpr;
+use zenoh::sample::SampleKind;
+
+use super::RateLimitedWarn;
+use super::medium::Imported;
+use crate::config::PlainListen;
+use crate::cuda::Gpu;
+use crate::ipc::ControlConn;
+use crate::pool::recycler::{Job, Recycler, RecyclerHandle};
+use crate::pool::{BlockKey, CapabilityKey, Fence};
+use crate::protocol::{self, Group, Request, Role, Token};
+use crate::sample::GpuSample;
+use crate::signal::ReadySignals;
+
+use discovery::{publisher_appeared, publisher_vanished};
+use order::{Order, Seen, on_bytes};
+
+/// Counters of one subscriber. All monotonic.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SubscriberStats {
+    /// Samples delivered on the zero-copy path.
+    pub zero_copy: u64,
+    /// Samples delivered as inline bytes.
+    pub inline: u64,
+    /// Samples delivered as bytes copied out of a block.
+    pub cpu_bytes: u64,
+    /// Samples delivered from plain (non-zcs) publishers.
+    pub plain: u64,
+    /// Messages dropped because the same sequence number was already delivered.
+    pub duplicates: u64,
+    /// Frames from a publisher's control connection dropped: malformed, future
+    /// version, bad capability, out of bounds (the link is closed after a malformed one).
+    pub bad_descriptors: u64,
+    /// Bytes on our channel dropped: no or malformed header, or a forged tag.
+    pub bad_bytes: u64,
+    /// Block FDs received and imported (cache misses).
+    pub imports: u64,
+    /// Imports that failed (the message is lost for this subscriber and counted).
+    pub import_failures: u64,
+    /// Handshakes completed.
+    pub handshakes: u64,
+    /// Handshakes that failed (the publisher keeps serving bytes).
+    pub handshake_failures: u64,
+    /// Publishers whose cache was evicted after their token vanished.
+    pub evictions: u64,
+    /// Leases released back to publishers.
+    pub releases: u64,
+    /// Messages whose bytes (sent through Zenoh before the zero-copy link was ready)
+    /// arrived after the link had delivered later messages of their publisher:
+    /// delivered then, out of order, so that each message still arrives once.
+    pub late_bytes: u64,
+    /// Messages missing: gaps in a publisher's sequence numbers after the first message
+    /// delivered from it, less gaps a late message filled (a gap counts at most 4096: a
+    /// forged bytes header cannot inflate it further). Bytes announced by `ViaBytes`
+    /// that never came, Zenoh drops under congestion, failed imports: each shows here
+    /// once a later message of the publisher is delivered.
+    pub lost: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    zero_copy: AtomicU64,
+    inline: AtomicU64,
+    cpu_bytes: AtomicU64,
+    plain: AtomicU64,
+    duplicates: AtomicU64,
+    bad_descriptors: AtomicU64,
+    bad_bytes: AtomicU64,
+    imports: AtomicU64,
+    import_failures: AtomicU64,
+    handshakes: AtomicU64,
+    handshake_failures: AtomicU64,
+    evictions: AtomicU64,
+    releases: AtomicU64,
+    late_bytes: AtomicU64,
+    lost: AtomicU64,
+}
+
+fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What a subscriber maps blocks into.
+#[derive(Clone)]
+pub(crate) enum SubMedium {
+    Cuda(Gpu),
+    Host,
+}
+
+/// A handshaken connection to one publisher, and the blocks imported from it. Its
+/// link thread alone receives on the connection; sends are atomic frames and may come
+/// from any thread (releases, `Leave`).
+pub(crate) struct Link {
+    conn: ControlConn,
+    /// The publisher's instance id.
+    publisher: u64,
+    /// The first message routed over this link (`Reply::Ready`).
+    first_seq: u64,
+    /// Its publisher's delivery order (shared with the publisher's entry).
+    order: Arc<Order>,
+    cap_key: CapabilityKey,
+    pub(crate) signals: Option<Arc<ReadySignals>>,
+    /// Imported blocks by id, with the allocation serial they were imported for. A new
+    /// serial for an id means the publisher trimmed the old block: the entry is
+    /// replaced, which unmaps the old import once no sample reads it any more.
+    cache: Mutex<HashMap<u32, (u64, Imported)>>,
+    alive: AtomicBool,
+    /// The publisher's liveliness token vanished while this link was open: the Zenoh
+    /// route between us is down (a router between us died), not the publisher, which
+    /// keeps serving us here. Cleared when the token comes back; if the link ends
+    /// first, its end forgets the publisher (`link_thread`).
+    token_gone: AtomicBool,
+    /// The publisher process (0 when in another PID namespace: unknown).
+    peer_pid: i32,
+    /// Highest generation handed to samples, per ready-signal slot (CUDA only): what
+    /// our streams may be waiting for.
+    awaited: Mutex<HashMap<u32, u64>>,
+    /// Block generations whose ready signal never came because the publisher died
+    /// first: reads of them are refused (`ReadError::PublisherDied`).
+    unready: Mutex<std::collections::HashSet<(u32, u64)>>,
+    /// The subscriber's stream for writing a dead publisher's signals
+    /// (`Shared::release_stream`).
+    release_stream: ReleaseStream,
+    /// The host provider the publisher's lent blocks are opened at.
+    provider: Option<Arc<crate::provider::ProviderClient>>,
+}
+
+struct PubEntry {
+    link: Option<Arc<Link>>,
+    order: Arc<Order>,
+    /// Why there is no zero-copy link (another group, a failed handshake), if known.
+    why: Option<String>,
+}
+
+impl PubEntry {
+    /// On the zero-copy path: its link is up.
+    fn live(&self) -> bool {
+        self.link.as_ref().is_some_and(|l| l.alive.load(Ordering::Relaxed))
+    }
+
+    /// Why it serves bytes (`None` while zero-copy).
+    fn bytes_reason(&self) -> Option<String> {
+        match (self.live(), &self.why) {
+            (true, _) => None,
+            (false, Some(why)) => Some(why.clone()),
+            (false, None) => Some("handshake in progress".to_owned()),
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Publishers of ours whose key meets ours, by instance.
+    pubs: HashMap<u64, PubEntry>,
+    /// Sequence numbers recently delivered, per publisher.
+    seen: HashMap<u64, Seen>,
+}
+
+pub(crate) type Deliver = Box<dyn Fn(GpuSample) + Send + Sync>;
+
+pub(crate) struct Shared {
+    key: String,
+    instance: u64,
+    group: Group,
+    medium: SubMedium,
+    state: Mutex<State>,
+    counters: Counters,
+    /// Taken on close: samples still queued in a channel hold this `Shared`, and the
+    /// channel's sender lives in `deliver`, so keeping it would be a cycle.
+    deliver: Mutex<Option<Arc<Deliver>>>,
+    releaser: RecyclerHandle,
+    handshake_timeout: Duration,
+    /// How long the link threads poll before sleeping (`spin_us`).
+    spin: Duration,
+    bad_input: RateLimitedWarn,
+    plain_listen: PlainListen,
+    plain_sub: Mutex<Option<zenoh::pubsub::Subscriber<()>>>,
+    session: zenoh::Session,
+    closed: AtomicBool,
+    /// Host providers reached by this session (lent blocks are opened there).
+    providers: Arc<crate::provider::Providers>,
+    /// For writing a dead publisher's ready signals (CUDA). Created with the subscriber,
+    /// not when needed: creating a stream blocks while another of our streams waits on
+    /// a signal that never comes (measured on an H200, driver 580), which is exactly
+    /// when it is needed; and not per link, to keep it out of every handshake.
+    release_stream: ReleaseStream,
+}
+
+/// Set once, by the subscriber's declaration after its first handshakes have started
+/// (or by a link that needs it before that).
+type ReleaseStream = Arc<std::sync::OnceLock<crate::cuda::Stream>>;
+
+pub(crate) struct SubscriberCore {
+    shared: Arc<Shared>,
+    _recycler: Recycler,
+    _token: zenoh::liveliness::LivelinessToken,
+    _bytes: zenoh::pubsub::Subscriber<()>,
+    _pubs: zenoh::pubsub::Subscriber<()>,
+}
+
+impl SubscriberCore {
+    #[allow(clippy::too_many_arguments)] // one call site, in api.rs
+    pub(crate) fn new(
+        session: &zenoh::Session,
+        key: &str,
+        group: Group,
+        medium: SubMedium,
+        plain_listen: PlainListen,
+        handshake_timeout: Duration,
+        spin: Duration,
+        deliver: Deliver,
+        providers: Arc<crate::provider::Providers>,
+    ) -> Result<Self, super::publisher::DeclareError> {
+        use super::publisher::DeclareError;
+        let zerr = |e: zenoh::Error| DeclareError::Zenoh(e.to_string());
+        let ke = KeyExpr::try_from(key.to_owned())
+            .map_err(|e| DeclareError::Key { key: key.into(), detail: e.to_string() })?;
+        crate::transport::step!("subscriber: declaring");
+        let instance = rand::random::<u64>() | 1;
+        // What is not needed to see the publishers already there and start handshaking
+        // with them comes after: their handshakes run meanwhile, on their link threads.
+        let (mut recycler, releaser) = Recycler::prepare(Duration::from_secs(3600));
+        let shared = Arc::new(Shared {
+            key: key.to_owned(),
+            instance,
+            group: group.clone(),
+            medium,
+            state: Mutex::new(State::default()),
+            counters: Counters::default(),
+            deliver: Mutex::new(Some(Arc::new(deliver))),
+            releaser,
+            handshake_timeout,
+            spin,
+            bad_input: RateLimitedWarn::new(Duration::from_secs(5)),
+            plain_listen,
+            plain_sub: Mutex::new(None),
+            session: session.clone(),
+            closed: AtomicBool::new(false),
+            providers,
+            release_stream: ReleaseStream::default(),
+        });
+        let s = Arc::clone(&shared);
+        let pubs = super::watch_tokens(session, Role::Pub, ke.clone(), move |kind, t| match kind {
+            SampleKind::Put => publisher_appeared(&s, t),
+            SampleKind::Delete => publisher_vanished(&s, t.instance),
+        })
+        .map_err(zerr)?;
+        let mut rest = || -> Result<_, DeclareError> {
+            // The token goes before the bytes subscription: declarations travel in order
+            // on a link, so a publisher learns of this subscriber (and serves it bytes
+            // until the handshake) before any of its subscriptions can match a put. A
+            // handshake may finish first; the publisher then knows it as linked.
+            let token = Token { role: Role::Sub, key: key.to_owned(), instance, group: group.clone(), socket: None };
+            let token = session.liveliness().declare_token(token.to_key()).wait().map_err(zerr)?;
+            let s = Arc::clone(&shared);
+            let bytes = session
+                .declare_subscriber(protocol::bytes_key(key))
+                .callback(move |sample| on_bytes(&s, &sample, false))
+                .wait()
+                .map_err(zerr)?;
+            shared.refresh_plain();
+            recycler.start_thread()?;
+            if let SubMedium::Cuda(gpu) = &shared.medium {
+                let stream = gpu.new_stream().map_err(crate::signal::SignalError::from)?;
+                let _ = shared.release_stream.set(stream);
+            }
+            Ok((token, bytes))
+        };
+        let (token, bytes) = match rest() {
+            Ok(x) => x,
+            Err(e) => {
+                drop(pubs);
+                shared.close();
+                return Err(e);
+            }
+        };
+        crate::transport::step!("subscriber: declared");
+        Ok(Self { shared, _recycler: recycler, _token: token, _bytes: bytes, _pubs: pubs })
+    }
+
+    /// How long receivers poll before sleeping (`spin_us`).
+    pub(crate) fn spin(&self) -> Duration {
+        self.shared.spin
+    }
+
+    pub(crate) fn stats(&self) -> SubscriberStats {
+        let c = &self.shared.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SubscriberStats {
+            zero_copy: l(&c.zero_copy),
+            inline: l(&c.inline),
+            cpu_bytes: l(&c.cpu_bytes),
+            plain: l(&c.plain),
+            duplicates: l(&c.duplicates),
+            bad_descriptors: l(&c.bad_descriptors),
+            bad_bytes: l(&c.bad_bytes),
+            imports: l(&c.imports),
+            import_failures: l(&c.import_failures),
+            handshakes: l(&c.handshakes),
+            handshake_failures: l(&c.handshake_failures),
+            evictions: l(&c.evictions),
+            releases: l(&c.releases),
+            late_bytes: l(&c.late_bytes),
+            lost: l(&c.lost),
+        }
+    }
+
+    /// Publishers of ours this subscriber knows, and whether each is on the zero-copy
+    /// path.
+    pub(crate) fn publishers(&self) -> Vec<(u64, bool)> {
+        let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.pubs.iter().map(|(i, e)| (*i, e.live())).collect()
+    }
+
+    /// Why `publisher` serves this subscriber bytes rather than its blocks; `None` while
+    /// it is on the zero-copy path, or for a publisher this subscriber does not know.
+    pub(crate) fn bytes_reason(&self, publisher: u64) -> Option<String> {
+        let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.pubs.get(&publisher).and_then(PubEntry::bytes_reason)
+    }
+
+    /// Reports this subscriber while it exists (the session sends such reports to its
+    /// provider); `None` once it is gone.
+    pub(crate) fn reporter(&self) -> impl Fn() -> Option<protocol::SubscriberReport> + Send + Sync + 'static {
+        let shared = Arc::downgrade(&self.shared);
+        move || {
+            let sh = shared.upgrade()?;
+            let publishers = {
+                let st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.pubs
+                    .iter()
+                    .map(|(i, e)| protocol::PathReport {
+                        peer: *i,
+                        path: if e.live() { "zero-copy" } else { "bytes" }.to_owned(),
+                        reason: e.bytes_reason().map(|why| why.chars().take(200).collect()),
+                    })
+                    .collect()
+            };
+            let c = &sh.counters;
+            let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            Some(protocol::SubscriberReport {
+                key: sh.key.clone(),
+                instance: sh.instance,
+                device: sh.group.device.clone(),
+                publishers,
+                zero_copy: l(&c.zero_copy),
+                cpu_bytes: l(&c.cpu_bytes),
+                bad_descriptors: l(&c.bad_descriptors),
+                import_failures: l(&c.import_failures),
+                lost: l(&c.lost),
+            })
+        }
+    }
+
+    pub(crate) fn key(&self) -> &str {
+        &self.shared.key
+    }
+}
+
+impl Drop for SubscriberCore {
+    fn drop(&mut self) {
+        self.shared.close();
+    }
+}
+
+impl Shared {
+    /// Returns at once. Each link thread sees `closed`, releases what is still routed
+    /// to it until the publisher's `Left` (or within `LEAVE_WAIT`), and exits; samples
+    /// the application still holds keep their leases until dropped.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        self.plain_sub.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.deliver.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let links: Vec<Arc<Link>> = {
+            let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.pubs.values().filter_map(|e| e.link.clone()).collect()
+        };
+        for link in links {
+            if let Err(e) = link.conn.send(&protocol::encode(&Request::Leave), &[]) {
+                tracing::debug!(error = %e, "leave not sent (publisher gone?)");
+            }
+        }
+        // Wake link threads waiting for bytes, and drop bytes still waiting for their
+        // turn (each holds this subscriber's shared state).
+        let orders: Vec<Arc<Order>> = {
+            let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.pubs.values().map(|e| Arc::clone(&e.order)).collect()
+        };
+        for order in orders {
+            order.lock().inbox.clear();
+            order.cv.notify_all();
+        }
+    }
+
+    fn deliver(&self, sample: GpuSample) {
+        let d = self.deliver.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(d) = d {
+            d(sample);
+        }
+    }
+
+    /// Runs `f` once every fence is complete, off the caller's thread.
+    pub(crate) fn defer(&self, fences: Vec<Box<dyn Fence>>, f: Box<dyn FnOnce() + Send>) {
+        if fences.iter().all(|x| x.is_complete()) {
+            f();
+        } else {
+            self.releaser.submit(Job { fences, done: f });
+        }
+    }
+
+    /// Releases a lease once every fence is complete, off the caller's thread.
+    pub(crate) fn release_after(&self, link: Arc<Link>, key: BlockKey, block: Imported, fences: Vec<Box<dyn Fence>>) {
+        inc(&self.counters.releases);
+        self.defer(
+            fences,
+            Box::new(move || {
+                drop(block);
+                link.release(key);
+            }),
+        );
+    }
+}
