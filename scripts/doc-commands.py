@@ -203,7 +203,8 @@ class Shell:
         """Runs `line` (its stdin empty); its exit status, or None past the deadline."""
         self.runs += 1
         marker = f"__doc_test_status_{self.runs}__"
-        self.proc.stdin.write(f"{{ {line}\n}} < /dev/null\necho \"{marker} $?\"\n")
+        # The marker on a line of its own, whether or not the output ended with one.
+        self.proc.stdin.write(f"{{ {line}\n}} < /dev/null\nprintf '\\n%s %d\\n' {marker} $?\n")
         self.proc.stdin.flush()
         while time.monotonic() < deadline:
             if m := re.search(rf"^{marker} (\d+)$", self.output(), re.M):
@@ -257,7 +258,9 @@ def run_variant(b: Block, clone: Path, lines: list, serve: set, logdir: Path) ->
     for i, line in enumerate(lines):
         if i in serve:
             start(line)
-            time.sleep(gap)
+            # The next terminal after a pause; a command typed next waits for `await`.
+            if i + 1 in serve or not awaited:
+                time.sleep(gap)
             continue
         # A command typed once the terminals are up: wait until they say so.
         while terms and awaited and not all(r.search(terminal_output()) for r in awaited):
@@ -297,7 +300,7 @@ def run_variant(b: Block, clone: Path, lines: list, serve: set, logdir: Path) ->
             t.signal(signal.SIGKILL)
             why = why or f"`{t.command}` did not stop within {STOP_GRACE:.0f} s of Ctrl-C"
     shell.close()
-    out = re.sub(r"^__doc_test_status_\d+__ \d+\n", "", shell.output(), flags=re.M)
+    out = re.sub(r"\n__doc_test_status_\d+__ \d+\n", "", shell.output())
     for t in terms:
         rc = t.proc.wait()
         # Ended by our Ctrl-C is fine (zenohd's way); any other end but 0 is not.
