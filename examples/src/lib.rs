@@ -371,26 +371,15 @@ pub fn next_or_interrupt<T, E: std::fmt::Display>(
     }
 }
 
-/// Ends an example's `main`: on `Err`, prints `error: <error>: caused by <its source>: …`
-/// on stderr and returns status 1.
+/// Ends an example's `main`: on `Err`, prints `error: <error>: <its source>: …` on stderr
+/// and returns status 1.
 ///
 /// A `main` that returns the `Result` itself would print the error's `Debug` form
 /// (`Error: NoGpu(NoDriver)`), which hides the messages that say what went wrong and what
 /// to do about it.
 pub fn exit_status(result: Result<(), Box<dyn std::error::Error + Send + Sync>>) -> std::process::ExitCode {
     let Err(error) = result else { return std::process::ExitCode::SUCCESS };
-    let mut line = format!("error: {error}");
-    let mut cause = error.source();
-    while let Some(c) = cause {
-        let text = c.to_string();
-        // Some errors repeat their source in their own message ("…: {0}"); print it once.
-        if !line.ends_with(&text) {
-            line.push_str(": caused by ");
-            line.push_str(&text);
-        }
-        cause = c.source();
-    }
-    eprintln!("{line}");
+    eprintln!("error: {}", zenoh_cuda_shm::error::chain(error.as_ref()));
     std::process::ExitCode::FAILURE
 }
 

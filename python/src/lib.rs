@@ -33,17 +33,7 @@ create_exception!(
 
 /// An error's message followed by its causes.
 pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cur = c.source();
-    }
-    s
+    zenoh_cuda_shm::error::chain(e)
 }
 
 /// `ZcsError` with the error's chain of causes.

@@ -29,7 +29,7 @@ use crate::cuda::{Gpu, ProbeError, Stream, sys};
 use crate::ipc::{AccessPolicy, SocketName};
 use crate::pool::{BackendKind, CudaBackend, HostBackend, Loan, LoanError, Pool, PoolStats};
 use crate::protocol::Group;
-use crate::provider::{DeviceLender, ProviderClient, ProviderWatch};
+use crate::provider::{DeviceLender, NoProvider, ProviderClient, ProviderWatch};
 use crate::sample::{GpuSample, Path, SampleInfo};
 use crate::signal::{ReadySignals, SignalError, WriteGuard};
 use crate::transport::medium::{PubMedium, PublishedAny};
@@ -40,9 +40,9 @@ use crate::transport::subscriber::{SubMedium, SubscriberCore, SubscriberStats};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
-    /// Zenoh could not open.
-    #[error("zenoh open failed: {0}")]
-    Zenoh(String),
+    /// Zenoh could not open, or a declaration the session makes at open failed.
+    #[error("opening the Zenoh session failed")]
+    Zenoh(#[source] zenoh::Error),
     /// `device: cuda` was asked for but no usable GPU was found.
     #[error(
         "device \"cuda\" needs a GPU and none is usable; set device to \"auto\" (a GPU when usable, host memory \
@@ -56,8 +56,8 @@ pub enum OpenError {
     #[error("socket directory")]
     SocketDir(#[from] crate::ipc::RuntimeDirError),
     /// `provider: required` was configured and no host provider could be used.
-    #[error("no host provider: {0}")]
-    NoProvider(String),
+    #[error("provider: required was configured, and no host provider can be used")]
+    NoProvider(#[source] NoProvider),
 }
 
 struct SessionInner {
@@ -167,7 +167,7 @@ fn warn_if_unreached(session: std::sync::Weak<SessionInner>, endpoints: String) 
         }
     };
     if let Err(e) = std::thread::Builder::new().name("zcs-link-check".into()).spawn(check) {
-        tracing::debug!(error = %e, "cannot start the check for unreached endpoints");
+        tracing::debug!(error = %crate::error::Chain(&e), "cannot start the check for unreached endpoints");
     }
 }
 
@@ -195,7 +195,7 @@ impl OpenBuilder {
         let (zenoh, dials) = match self.zenoh {
             Ok(c) => {
                 let dials = names_connect_endpoints(&c).then(|| c.get_json("connect/endpoints").unwrap_or_default());
-                (zenoh::open(c).wait().map_err(|e| OpenError::Zenoh(e.to_string()))?, dials)
+                (zenoh::open(c).wait().map_err(OpenError::Zenoh)?, dials)
             }
             Err(s) => (s, None),
         };
@@ -221,7 +221,7 @@ impl OpenBuilder {
             && let Err(e) = crate::cuda::warm_import_path(g)
         {
             // Not fatal here: the same calls fail again, with their context, where they matter.
-            tracing::warn!(error = %e, "zenoh-cuda-shm: warming the CUDA import path failed");
+            tracing::warn!(error = %crate::error::Chain(&e), "zenoh-cuda-shm: warming the CUDA import path failed");
         }
         match (&gpu, &why_host) {
             (Some(g), _) => tracing::info!(gpu = g.name(), uuid = %g.uuid(), "zenoh-cuda-shm: CUDA VMM blocks"),
@@ -234,7 +234,7 @@ impl OpenBuilder {
             ProviderMode::Auto | ProviderMode::Required => {
                 let connect = Duration::from_millis(cfg.handshake_timeout_ms);
                 let w = ProviderWatch::start(&zenoh, &boot_id, &device, Arc::clone(&providers), connect)
-                    .map_err(|e| OpenError::Zenoh(e.to_string()))?;
+                    .map_err(OpenError::Zenoh)?;
                 let timeout = Duration::from_millis(cfg.provider_discovery_ms);
                 let found = if cfg.provider == ProviderMode::Required {
                     w.wait(timeout)
@@ -302,7 +302,7 @@ impl GpuSession {
 
     /// The host provider a publisher declared now borrows blocks from, or why its
     /// blocks are allocated in this process.
-    pub fn provider(&self) -> Result<crate::protocol::ProviderRef, String> {
+    pub fn provider(&self) -> Result<crate::protocol::ProviderRef, NoProvider> {
         self.provider_client().map(|c| c.provider().clone())
     }
 
@@ -319,16 +319,18 @@ impl GpuSession {
             let (reports, watch) = (Arc::downgrade(&self.0.reports), Arc::downgrade(watch));
             match std::thread::Builder::new().name("zcs-report".into()).spawn(move || send_reports(reports, watch)) {
                 Ok(_) => r.sending = true,
-                Err(e) => return tracing::warn!(error = %e, "cannot start the thread reporting to the provider"),
+                Err(e) => {
+                    return tracing::warn!(error = %crate::error::Chain(&e), "cannot start the thread reporting to the provider");
+                }
             }
         }
         r.reporters.push(reporter);
     }
 
-    fn provider_client(&self) -> Result<Arc<ProviderClient>, String> {
+    fn provider_client(&self) -> Result<Arc<ProviderClient>, NoProvider> {
         match &self.0.watch {
             Some(w) => w.current(),
-            None => Err("provider: off was configured".into()),
+            None => Err(NoProvider::Off),
         }
     }
 
@@ -430,7 +432,7 @@ impl PublisherBuilder {
             None => None,
         };
         let socket = match &s.cfg.socket_dir {
-            Some(dir) => SocketName::random_path_in(dir).map_err(|e| DeclareError::Zenoh(e.to_string()))?,
+            Some(dir) => SocketName::random_path_in(dir)?,
             None => SocketName::random_abstract(),
         };
         let mut policy = AccessPolicy::same_uid();

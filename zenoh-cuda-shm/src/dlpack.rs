@@ -520,11 +520,13 @@ fn end_reads(gpu: &Gpu, end: &EndOn) -> Option<Fence> {
     if let Some(stream) = stream {
         match Fence::record(gpu, stream) {
             Ok(fence) => return Some(fence),
-            Err(e) => tracing::warn!(error = %e, "cannot fence a DLPack export's reads; waiting for the context"),
+            Err(e) => {
+                tracing::warn!(error = %crate::error::Chain(&e), "cannot fence a DLPack export's reads; waiting for the context")
+            }
         }
     }
     if let Err(e) = gpu.context().synchronize() {
-        tracing::warn!(error = %e, "cuCtxSynchronize failed in a DLPack deleter; releasing anyway");
+        tracing::warn!(error = %crate::error::Chain(&e), "cuCtxSynchronize failed in a DLPack deleter; releasing anyway");
     }
     None
 }
@@ -1117,7 +1119,7 @@ impl GpuPublisher {
                 if let Err(e) = wait_for(stream) {
                     // The copy may still be reading the tensor: leak it rather than delete
                     // memory a running copy reads.
-                    tracing::error!(error = %e, "cannot wait for a DLPack import's copy; leaking the tensor");
+                    tracing::error!(error = %crate::error::Chain(&e), "cannot wait for a DLPack import's copy; leaking the tensor");
                     match tensor {
                         DlpackTensor::Versioned(t) => drop(t.into_raw()),
                         DlpackTensor::Legacy(t) => drop(t.into_raw()),

@@ -23,6 +23,7 @@ pub mod api;
 pub mod config;
 pub mod cuda;
 pub mod dlpack;
+pub mod error;
 pub mod host;
 pub mod ipc;
 pub mod pool;

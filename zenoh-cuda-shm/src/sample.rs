@@ -316,7 +316,7 @@ impl Drop for DeviceRead<'_> {
             && let Err(e) = self.finish()
         {
             // Without a fence the only safe choice is to wait for the stream here.
-            tracing::warn!(error = %e, "cannot fence a device read; waiting for its stream");
+            tracing::warn!(error = %crate::error::Chain(&e), "cannot fence a device read; waiting for its stream");
             let _ = self.gpu.bind();
             // SAFETY: a stream of the current context.
             let _ = unsafe { sys::stream_synchronize(self.stream.cu_stream()) };

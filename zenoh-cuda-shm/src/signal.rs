@@ -251,7 +251,9 @@ impl Drop for WriteGuard {
         if let Some(mut loan) = self.loan.take() {
             match Fence::record(&self.signals.gpu, &self.stream) {
                 Ok(f) => loan.add_fence(f),
-                Err(e) => tracing::warn!(error = %e, "cannot fence an abandoned write; returning its block now"),
+                Err(e) => {
+                    tracing::warn!(error = %crate::error::Chain(&e), "cannot fence an abandoned write; returning its block now")
+                }
             }
         }
     }
@@ -352,7 +354,7 @@ impl Drop for ReadGuard {
             // from being released under a running reader.
             match Fence::record(&self.gpu, &self.stream).and_then(|f| f.wait()) {
                 Ok(()) => {}
-                Err(e) => tracing::warn!(error = %e, "cannot fence a dropped read guard"),
+                Err(e) => tracing::warn!(error = %crate::error::Chain(&e), "cannot fence a dropped read guard"),
             }
         }
     }

@@ -178,7 +178,7 @@ impl Running {
         let provider = match section.enabled {
             true => {
                 let p = Provider::start(&section.to_provider_config(), &session)
-                    .map_err(|e| format!("provider: {}", error_chain(&e)))?;
+                    .map_err(|e| format!("provider: {}", zenoh_cuda_shm::error::chain(&e)))?;
                 tracing::info!(plugin = name, devices = ?p.devices(), "zenoh-cuda-shm host provider started");
                 Some(p)
             }
@@ -187,18 +187,6 @@ impl Running {
         tracing::info!(plugin = name, zid = %session.zid(), "zenoh-cuda-shm registry started");
         Ok(Self { name: name.to_owned(), shared, token_subscribers, provider, session })
     }
-}
-
-/// An error with its sources, `: `-separated (the provider's errors wrap CUDA's).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(c) = source {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        source = c.source();
-    }
-    s
 }
 
 impl Drop for Running {

@@ -184,7 +184,7 @@ pub fn publisher_killed_at(mode: Mode, kernels: Option<Kernels>, test: &str, hos
     let port = host.port;
     let key = format!("{KEY_ROOT}/{}/{}", std::process::id(), mode.name());
     let (s1, s2) = (session(mode, port, ProviderMode::Auto), session(mode, port, ProviderMode::Auto));
-    assert_eq!(s1.provider().map(|p| p.id), Ok(host.id), "subscriber sessions find the provider");
+    assert_eq!(s1.provider().ok().map(|p| p.id), Some(host.id), "subscriber sessions find the provider");
     let mut readers = [Reader::start(&s1, &key, "subscriber 1"), Reader::start(&s2, &key, "subscriber 2")];
 
     let victim = spawn_child(

@@ -190,7 +190,7 @@ impl Gpu {
                 false
             }
             Err(e) => {
-                tracing::warn!(error = %e, what, "cannot bind CUDA context in drop; leaking the resource");
+                tracing::warn!(error = %crate::error::Chain(&e), what, "cannot bind CUDA context in drop; leaking the resource");
                 false
             }
         }

@@ -111,7 +111,7 @@ impl Drop for IpcEvent {
         }
         // SAFETY: `ev` is owned by `self` and destroyed once, here.
         if let Err(e) = unsafe { cu::event_destroy(self.ev) } {
-            tracing::warn!(error = %e, "cuEventDestroy failed in drop");
+            tracing::warn!(error = %crate::error::Chain(&e), "cuEventDestroy failed in drop");
         }
     }
 }

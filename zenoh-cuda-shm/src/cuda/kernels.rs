@@ -468,12 +468,12 @@ impl Drop for Kernels {
         // launch of this context first (these kernels serve tests and demos, where a
         // context-wide wait at teardown costs nothing that matters).
         if let Err(e) = self.gpu.context().synchronize() {
-            tracing::warn!(error = %e, "context synchronize before cuModuleUnload failed");
+            tracing::warn!(error = %crate::error::Chain(&e), "context synchronize before cuModuleUnload failed");
         }
         // SAFETY: the module is owned by `self` and unloaded once; the context was
         // synchronised above, so none of its kernels is running.
         if let Err(e) = unsafe { cu::module_unload(self.module) } {
-            tracing::warn!(error = %e, "cuModuleUnload failed in drop");
+            tracing::warn!(error = %crate::error::Chain(&e), "cuModuleUnload failed in drop");
         }
     }
 }

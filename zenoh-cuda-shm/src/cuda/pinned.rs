@@ -37,7 +37,7 @@ impl Drop for Pinned {
         // SAFETY: `ptr` came from `mem_host_alloc`, is freed once here, and every copy
         // into it was synchronised before the buffer left `PinnedPool::copy_from_device`.
         if let Err(e) = unsafe { sys::mem_free_host(self.ptr) } {
-            tracing::warn!(error = %e, "cuMemFreeHost failed in drop");
+            tracing::warn!(error = %crate::error::Chain(&e), "cuMemFreeHost failed in drop");
         }
     }
 }
@@ -197,7 +197,7 @@ impl Drop for HostRegistration {
         // contract of `new` keeps it mapped until now and has every copy involving it
         // completed.
         if let Err(e) = unsafe { sys::mem_host_unregister(self.ptr) } {
-            tracing::warn!(error = %e, "cuMemHostUnregister failed in drop");
+            tracing::warn!(error = %crate::error::Chain(&e), "cuMemHostUnregister failed in drop");
         }
     }
 }

@@ -38,7 +38,7 @@ fn drop_call(gpu: &Gpu, what: &'static str, r: impl FnOnce() -> Result<(), CudaE
     if let Err(e) = r() {
         // Logged and counted, not recorded in cudarc's context: cudarc's next
         // `bind_to_thread` would return a recorded error, failing an unrelated call.
-        tracing::warn!(error = %e, what, "driver call failed in drop");
+        tracing::warn!(error = %crate::error::Chain(&e), what, "driver call failed in drop");
         DROP_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }

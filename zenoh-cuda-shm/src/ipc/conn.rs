@@ -507,7 +507,7 @@ impl ControlConn {
         if let Err(e) = shutdown(self.fd.as_raw_fd(), Shutdown::Write)
             && e != Errno::ENOTCONN
         {
-            tracing::debug!(fd = self.fd.as_raw_fd(), error = %e, "shutdown failed");
+            tracing::debug!(fd = self.fd.as_raw_fd(), error = %crate::error::Chain(&e), "shutdown failed");
         }
     }
 
@@ -519,7 +519,7 @@ impl ControlConn {
         if let Err(e) = shutdown(self.fd.as_raw_fd(), Shutdown::Both)
             && e != Errno::ENOTCONN
         {
-            tracing::debug!(fd = self.fd.as_raw_fd(), error = %e, "shutdown failed");
+            tracing::debug!(fd = self.fd.as_raw_fd(), error = %crate::error::Chain(&e), "shutdown failed");
         }
     }
 }

@@ -63,7 +63,7 @@ impl PeerProcess {
                 .inspect_err(|e2| tracing::debug!(%cred, so_peerpidfd = %e, pidfd_open = %e2, "no pidfd of the peer"))
                 .ok()?,
             Err(e) => {
-                tracing::debug!(%cred, error = %e, "no pidfd of the peer (not in our PID namespace)");
+                tracing::debug!(%cred, error = %crate::error::Chain(&e), "no pidfd of the peer (not in our PID namespace)");
                 return None;
             }
         };

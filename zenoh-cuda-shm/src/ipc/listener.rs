@@ -113,7 +113,7 @@ impl Drop for SocketFile {
                 if let Err(e) = std::fs::remove_file(&self.path)
                     && e.kind() != std::io::ErrorKind::NotFound
                 {
-                    tracing::warn!(path = ?self.path, error = %e, "could not remove control socket file");
+                    tracing::warn!(path = ?self.path, error = %crate::error::Chain(&e), "could not remove control socket file");
                 }
             }
             Ok(_) => {
@@ -121,7 +121,7 @@ impl Drop for SocketFile {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
-                tracing::warn!(path = ?self.path, error = %e, "could not stat control socket file");
+                tracing::warn!(path = ?self.path, error = %crate::error::Chain(&e), "could not stat control socket file");
             }
         }
     }
@@ -185,7 +185,7 @@ impl ControlListener {
     /// Listen on `name` and apply `policy` to every accepted peer.
     pub fn bind_with_policy(name: &SocketName, policy: AccessPolicy) -> Result<Self, BindError> {
         Self::bind_inner(name, policy).inspect_err(|e| {
-            tracing::debug!(%name, error = %e, "bind failed");
+            tracing::debug!(%name, error = %crate::error::Chain(&e), "bind failed");
         })
     }
 
@@ -279,7 +279,7 @@ impl ControlListener {
     /// within the same wait.
     pub fn accept_timeout(&self, timeout: Duration) -> Result<ControlConn, AcceptError> {
         self.accept_inner(Deadline::after(timeout), timeout)
-            .inspect_err(|e| tracing::debug!(name = %self.name, error = %e, "accept failed"))
+            .inspect_err(|e| tracing::debug!(name = %self.name, error = %crate::error::Chain(&e), "accept failed"))
     }
 
     /// Accept a pending permitted peer if there is one; `Ok(None)` otherwise.
@@ -288,7 +288,7 @@ impl ControlListener {
             Ok(c) => Ok(Some(c)),
             Err(AcceptError::Timeout(_)) => Ok(None),
             Err(e) => {
-                tracing::debug!(name = %self.name, error = %e, "try_accept failed");
+                tracing::debug!(name = %self.name, error = %crate::error::Chain(&e), "try_accept failed");
                 Err(e)
             }
         }

@@ -222,7 +222,7 @@ impl SocketName {
     /// untrusted: length, alphabet, kind, NUL bytes and path shape are all checked.
     pub fn from_key_chunk(s: &str) -> Result<Self, DecodeNameError> {
         Self::decode(s).inspect_err(|e| {
-            tracing::debug!(input_len = s.len(), error = %e, "socket name rejected");
+            tracing::debug!(input_len = s.len(), error = %crate::error::Chain(&e), "socket name rejected");
         })
     }
 
@@ -321,7 +321,7 @@ pub fn default_runtime_dir() -> PathBuf {
 /// a directory someone loosened is refused rather than silently "fixed".
 pub fn ensure_runtime_dir(dir: &Path) -> Result<(), RuntimeDirError> {
     ensure_runtime_dir_inner(dir).inspect_err(|e| {
-        tracing::debug!(?dir, error = %e, "runtime directory unusable");
+        tracing::debug!(?dir, error = %crate::error::Chain(&e), "runtime directory unusable");
     })
 }
 

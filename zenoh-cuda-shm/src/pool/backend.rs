@@ -52,14 +52,22 @@ pub enum AllocError {
         #[source]
         source: std::io::Error,
     },
-    /// The host provider refused to lend a block (its caps), or its block could not be
-    /// mapped here.
+    /// The host provider refused to lend a block (its caps), or lent one of another size.
     #[error("the host provider could not lend {size} bytes: {reason}")]
     Lent {
         /// Bytes asked for.
         size: usize,
-        /// Why.
+        /// Why, in the provider's words.
         reason: String,
+    },
+    /// A block the host provider lent cannot be mapped here.
+    #[error("cannot map the {size}-byte block the host provider lent")]
+    LentMap {
+        /// Bytes asked for.
+        size: usize,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 
@@ -221,7 +229,7 @@ impl Sourced<HostBlock, HostBlock> {
 fn borrow_or_allocate<O, L>(
     lender: Option<&Arc<dyn Lender>>,
     size: usize,
-    map: impl FnOnce(OwnedFd, usize) -> Result<L, String>,
+    map: impl FnOnce(OwnedFd, usize) -> Result<L, Box<dyn std::error::Error + Send + Sync>>,
     allocate: impl FnOnce() -> Result<O, AllocError>,
 ) -> Result<Sourced<O, L>, AllocError> {
     let Some(lender) = lender else { return allocate().map(Sourced::Owned) };
@@ -231,8 +239,8 @@ fn borrow_or_allocate<O, L>(
             if b.size != size {
                 return Err(AllocError::Lent { size, reason: format!("lent a block of {} bytes", b.size) });
             }
-            let fd = b.fd.try_clone().map_err(|e| AllocError::Lent { size, reason: e.to_string() })?;
-            let mem = map(b.fd, size).map_err(|reason| AllocError::Lent { size, reason })?;
+            let fd = b.fd.try_clone().map_err(|e| AllocError::LentMap { size, source: e.into() })?;
+            let mem = map(b.fd, size).map_err(|source| AllocError::LentMap { size, source })?;
             Ok(Sourced::Lent(LentMemory { mem, fd, loan }))
         }
         Err(e) if e.unavailable => {
@@ -324,7 +332,7 @@ impl Backend for CudaBackend {
         borrow_or_allocate(
             self.lender.as_ref(),
             size,
-            |fd, size| ImportedBlock::import(&self.gpu, fd, size).map_err(|e| e.to_string()),
+            |fd, size| ImportedBlock::import(&self.gpu, fd, size).map_err(Into::into),
             || DeviceBlock::allocate(&self.gpu, size).map_err(|source| AllocError::Cuda { size, source }),
         )
     }
@@ -386,7 +394,7 @@ impl Backend for HostBackend {
         borrow_or_allocate(
             self.lender.as_ref(),
             size,
-            |fd, size| HostBlock::import(fd, size).map_err(|e| e.to_string()),
+            |fd, size| HostBlock::import(fd, size).map_err(Into::into),
             || HostBlock::create(&self.name, size).map_err(|source| AllocError::Host { size, source }),
         )
     }

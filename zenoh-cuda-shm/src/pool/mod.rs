@@ -191,7 +191,7 @@ impl Fence for crate::cuda::Fence {
         match crate::cuda::Fence::is_complete(self) {
             Ok(done) => done,
             Err(e) => {
-                tracing::warn!(error = %e, "fence query failed; treating the work as finished");
+                tracing::warn!(error = %crate::error::Chain(&e), "fence query failed; treating the work as finished");
                 true
             }
         }
@@ -444,7 +444,7 @@ impl<B: Backend> Shared<B> {
         let pending: Vec<_> = fences.into_iter().filter(|f| !f.is_complete()).collect();
         if pending.is_empty() {
             if let Err(e) = self.release_now(key, holder) {
-                tracing::warn!(error = %e, "internal release of a local hold failed");
+                tracing::warn!(error = %crate::error::Chain(&e), "internal release of a local hold failed");
             }
             return;
         }
@@ -455,7 +455,7 @@ impl<B: Backend> Shared<B> {
             done: Box::new(move || {
                 this.counters.pending_fences.fetch_sub(1, Ordering::Relaxed);
                 if let Err(e) = this.release_now(key, holder) {
-                    tracing::warn!(error = %e, "deferred release failed");
+                    tracing::warn!(error = %crate::error::Chain(&e), "deferred release failed");
                 }
             }),
         };
@@ -707,10 +707,10 @@ impl<B: Backend> Pool<B> {
                         if retried_alloc || idle.is_empty() {
                             drop(st);
                             drop(idle); // frees outside the lock
-                            tracing::debug!(error = %e, class, "pool allocation failed");
+                            tracing::debug!(error = %crate::error::Chain(&e), class, "pool allocation failed");
                             return Err(LoanError::Alloc(e));
                         }
-                        tracing::warn!(error = %e, freed = idle.len(), "allocation failed; freed idle blocks and retrying");
+                        tracing::warn!(error = %crate::error::Chain(&e), freed = idle.len(), "allocation failed; freed idle blocks and retrying");
                         retried_alloc = true;
                         sh.counters.frees.fetch_add(idle.len() as u64, Ordering::Relaxed);
                         drop(st);

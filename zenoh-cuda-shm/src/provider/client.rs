@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::ipc::{ControlConn, SocketName};
+use crate::ipc::{ControlConn, DecodeNameError, SocketName};
 use crate::pool::{BorrowError, Borrowed, Lender};
 use crate::protocol::{self, ProviderRef, ProviderReply, ProviderRequest, ProviderToken};
 
@@ -14,23 +14,48 @@ use crate::protocol::{self, ProviderRef, ProviderReply, ProviderRequest, Provide
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
-    /// The socket name in the token is not one.
-    #[error("provider socket name: {0}")]
-    Name(String),
+    /// The socket name in the provider's token is not one.
+    #[error("the provider's socket name is invalid")]
+    Name(#[source] DecodeNameError),
     /// Connecting, sending or receiving failed: the provider is gone.
-    #[error("provider unreachable: {0}")]
-    Unreachable(String),
+    #[error("provider unreachable")]
+    Unreachable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The provider's answer does not decode.
+    #[error("the provider's answer does not decode")]
+    Decode(#[source] protocol::DecodeError),
     /// The provider answered something we did not ask for.
     #[error("provider protocol: {0}")]
     Protocol(String),
     /// The provider refused the request.
     #[error("provider refused: {reason}")]
     Refused {
-        /// Why.
+        /// Why, in the provider's words.
         reason: String,
         /// True when retrying cannot help.
         permanent: bool,
     },
+}
+
+/// Why a session has no host provider to borrow blocks from (its publishers then
+/// allocate their blocks in their own process).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NoProvider {
+    /// The session's configuration says `provider: off`.
+    #[error("the host provider is turned off in this session's configuration (provider: off)")]
+    Off,
+    /// No provider has announced itself on this host (no router with the plugin).
+    #[error("no host provider announced on this host")]
+    NotAnnounced,
+    /// The provider does not lend blocks of this session's device.
+    #[error("the host provider does not lend {device} blocks")]
+    NoSuchDevice {
+        /// The session's device (`cuda-<uuid>` or `host`).
+        device: String,
+    },
+    /// A provider is announced but cannot be used.
+    #[error("the host provider announced on this host cannot be used")]
+    Unusable(#[source] ClientError),
 }
 
 /// One connection to a provider, shared by a session's publishers and subscribers.
@@ -79,13 +104,13 @@ impl ProviderClient {
 
     /// Connects to `provider` and says hello.
     pub fn connect(provider: &ProviderRef, client: u64, timeout: Duration) -> Result<Arc<Self>, ClientError> {
-        let name = SocketName::from_key_chunk(&provider.socket).map_err(|e| ClientError::Name(e.to_string()))?;
-        let conn = ControlConn::connect(&name, timeout).map_err(|e| ClientError::Unreachable(e.to_string()))?;
+        let name = SocketName::from_key_chunk(&provider.socket).map_err(ClientError::Name)?;
+        let conn = ControlConn::connect(&name, timeout).map_err(|e| ClientError::Unreachable(e.into()))?;
         let program = std::env::args().next().unwrap_or_default();
         let program = program.rsplit('/').next().unwrap_or_default().chars().take(64).collect();
         let hello = ProviderRequest::Hello { client, program };
-        conn.send(&protocol::encode(&hello), &[]).map_err(|e| ClientError::Unreachable(e.to_string()))?;
-        let frame = conn.recv(timeout).map_err(|e| ClientError::Unreachable(e.to_string()))?;
+        conn.send(&protocol::encode(&hello), &[]).map_err(|e| ClientError::Unreachable(e.into()))?;
+        let frame = conn.recv(timeout).map_err(|e| ClientError::Unreachable(e.into()))?;
         match protocol::decode::<ProviderReply>("provider reply", &frame.bytes) {
             Ok(ProviderReply::Welcome { provider: id, devices }) if id == provider.id => Ok(Arc::new(Self {
                 provider: provider.clone(),
@@ -99,7 +124,7 @@ impl ProviderClient {
                 Err(ClientError::Protocol(format!("expected provider {:016x}, reached {id:016x}", provider.id)))
             }
             Ok(other) => Err(ClientError::Protocol(format!("expected Welcome, got {other:?}"))),
-            Err(e) => Err(ClientError::Protocol(e.to_string())),
+            Err(e) => Err(ClientError::Decode(e)),
         }
     }
 
@@ -118,9 +143,9 @@ impl ProviderClient {
         self.dead.load(Ordering::Relaxed)
     }
 
-    fn unreachable(&self, e: impl std::fmt::Display) -> ClientError {
+    fn unreachable(&self, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> ClientError {
         self.dead.store(true, Ordering::Relaxed);
-        ClientError::Unreachable(e.to_string())
+        ClientError::Unreachable(e.into())
     }
 
     /// One answered request: frames left over from an earlier request that timed out
@@ -132,7 +157,7 @@ impl ProviderClient {
         timeout: Duration,
     ) -> Result<(ProviderReply, Vec<OwnedFd>), ClientError> {
         if self.is_dead() {
-            return Err(ClientError::Unreachable("connection lost earlier".into()));
+            return Err(ClientError::Unreachable("the connection was lost earlier".into()));
         }
         let _turn = self.receiving.lock().unwrap_or_else(|p| p.into_inner());
         let conn = &self.conn;
@@ -147,8 +172,8 @@ impl ProviderClient {
                 }
                 Err(e) => return Err(self.unreachable(e)),
             };
-            let reply = protocol::decode::<ProviderReply>("provider reply", &frame.bytes)
-                .map_err(|e| ClientError::Protocol(e.to_string()))?;
+            let reply =
+                protocol::decode::<ProviderReply>("provider reply", &frame.bytes).map_err(ClientError::Decode)?;
             let for_us = match &reply {
                 ProviderReply::Lent { tag: t, .. }
                 | ProviderReply::Opened { tag: t, .. }
@@ -173,7 +198,8 @@ impl ProviderClient {
         match self.round_trip(tag, &req, timeout + REPLY_MARGIN)? {
             (ProviderReply::Lent { loan, size: got, .. }, mut fds) if fds.len() == 1 => {
                 let fd = fds.pop().expect("one fd");
-                let size = usize::try_from(got).map_err(|e| ClientError::Protocol(e.to_string()))?;
+                let size = usize::try_from(got)
+                    .map_err(|_| ClientError::Protocol(format!("a block of {got} bytes does not fit this process")))?;
                 Ok(Borrowed { loan, fd, size })
             }
             (ProviderReply::Refused { reason, permanent, .. }, _) => Err(ClientError::Refused { reason, permanent }),
@@ -193,7 +219,8 @@ impl ProviderClient {
         let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
         match self.round_trip(tag, &ProviderRequest::Open { tag, loan }, REPLY_MARGIN)? {
             (ProviderReply::Opened { size, .. }, mut fds) if fds.len() == 1 => {
-                let size = usize::try_from(size).map_err(|e| ClientError::Protocol(e.to_string()))?;
+                let size = usize::try_from(size)
+                    .map_err(|_| ClientError::Protocol(format!("a block of {size} bytes does not fit this process")))?;
                 Ok((fds.pop().expect("one fd"), size))
             }
             (ProviderReply::Refused { reason, permanent, .. }, _) => Err(ClientError::Refused { reason, permanent }),
@@ -232,7 +259,7 @@ impl ProviderClient {
         }
         if let Err(e) = self.conn.send_timeout(&protocol::encode(req), &[], Duration::from_millis(100)) {
             // The provider counts a dead connection as closing everything it held.
-            tracing::debug!(error = %e, "provider unreachable; its end of the loan is settled on disconnect");
+            tracing::debug!(error = %crate::error::Chain(&e), "provider unreachable; its end of the loan is settled on disconnect");
             self.dead.store(true, Ordering::Relaxed);
         }
     }
@@ -258,7 +285,7 @@ impl Lender for DeviceLender {
     fn borrow(&self, size: usize) -> Result<Borrowed, BorrowError> {
         self.client.borrow(&self.device, size, self.timeout).map_err(|e| BorrowError {
             unavailable: matches!(e, ClientError::Unreachable(_) | ClientError::Refused { permanent: true, .. }),
-            reason: e.to_string(),
+            reason: crate::error::chain(&e),
         })
     }
 
@@ -351,18 +378,18 @@ impl ProviderWatch {
     }
 
     /// The provider to borrow from now (connected on first use), or why there is none.
-    pub fn current(&self) -> Result<Arc<ProviderClient>, String> {
+    pub fn current(&self) -> Result<Arc<ProviderClient>, NoProvider> {
         let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let provider = seen.ok_or("no host provider announced on this host")?;
-        let client = self.providers.get(&provider, self.connect_timeout).map_err(|e| e.to_string())?;
+        let provider = seen.ok_or(NoProvider::NotAnnounced)?;
+        let client = self.providers.get(&provider, self.connect_timeout).map_err(NoProvider::Unusable)?;
         if !client.devices().contains(&self.device) {
-            return Err(format!("the host provider does not lend {} blocks", self.device));
+            return Err(NoProvider::NoSuchDevice { device: self.device.clone() });
         }
         Ok(client)
     }
 
     /// [`current`](Self::current), waiting up to `timeout` for a provider to be announced.
-    pub fn wait(&self, timeout: Duration) -> Result<Arc<ProviderClient>, String> {
+    pub fn wait(&self, timeout: Duration) -> Result<Arc<ProviderClient>, NoProvider> {
         let deadline = Instant::now() + timeout;
         loop {
             match self.current() {

@@ -24,7 +24,7 @@
 mod client;
 mod server;
 
-pub use client::{ClientError, DeviceLender, ProviderClient, ProviderWatch, Providers};
+pub use client::{ClientError, DeviceLender, NoProvider, ProviderClient, ProviderWatch, Providers};
 pub use server::{
     ClientSnapshot, DeviceSnapshot, GpuSelection, Provider, ProviderConfig, ProviderCounters, ProviderError,
     ProviderSnapshot,

@@ -62,9 +62,15 @@ pub enum ProviderError {
     /// The boot id could not be read.
     #[error("cannot read the boot id")]
     BootId(#[source] std::io::Error),
-    /// The socket could not be created.
-    #[error("provider socket: {0}")]
-    Socket(String),
+    /// The socket directory cannot be used.
+    #[error("the provider's socket directory cannot be used")]
+    SocketDir(#[from] crate::ipc::RuntimeDirError),
+    /// The socket could not be bound.
+    #[error("cannot bind the provider's socket")]
+    Bind(#[from] crate::ipc::BindError),
+    /// The thread accepting connections could not be started.
+    #[error("cannot start the provider's thread")]
+    Thread(#[source] std::io::Error),
     /// A GPU that was asked for by ordinal cannot be used.
     #[error("GPU {ordinal}")]
     Gpu {
@@ -75,14 +81,14 @@ pub enum ProviderError {
         source: ProbeError,
     },
     /// A pool could not be created (bad caps).
-    #[error("pool")]
+    #[error("cannot create a block pool")]
     Pool(#[from] PoolError),
     /// Nothing to lend: no GPU selected or usable, and host blocks off.
     #[error("nothing to lend: no usable GPU selected and host blocks disabled")]
     Empty,
     /// The liveliness token could not be declared.
-    #[error("zenoh: {0}")]
-    Zenoh(String),
+    #[error("cannot declare the provider's liveliness token")]
+    Zenoh(#[source] zenoh::Error),
 }
 
 enum DevicePool {
@@ -110,7 +116,7 @@ impl DevicePool {
             Self::Cuda { pool, .. } => pool.loan(size).map(AnyLoan::Cuda),
             Self::Host(pool) => pool.loan(size).map(AnyLoan::Host),
         }
-        .map_err(|e| e.to_string())
+        .map_err(|e| crate::error::chain(&e))
     }
 }
 
@@ -329,8 +335,8 @@ impl Provider {
         let (pools, unusable_gpus) = open_pools(cfg)?;
         let name = match &cfg.socket_dir {
             Some(dir) => {
-                crate::ipc::ensure_runtime_dir(dir).map_err(|e| ProviderError::Socket(e.to_string()))?;
-                SocketName::random_path_in(dir).map_err(|e| ProviderError::Socket(e.to_string()))?
+                crate::ipc::ensure_runtime_dir(dir)?;
+                SocketName::random_path_in(dir)?
             }
             None => SocketName::random_abstract(),
         };
@@ -338,15 +344,10 @@ impl Provider {
         for uid in &cfg.allowed_uids {
             policy = policy.with_uid(*uid);
         }
-        let listener =
-            ControlListener::bind_with_policy(&name, policy).map_err(|e| ProviderError::Socket(e.to_string()))?;
+        let listener = ControlListener::bind_with_policy(&name, policy)?;
         let provider = ProviderRef { id: rand::random::<u64>() | 1, socket: name.to_key_chunk() };
         let token = ProviderToken { boot_id: boot_id.clone(), provider: provider.clone() };
-        let token = session
-            .liveliness()
-            .declare_token(token.to_key())
-            .wait()
-            .map_err(|e| ProviderError::Zenoh(e.to_string()))?;
+        let token = session.liveliness().declare_token(token.to_key()).wait().map_err(ProviderError::Zenoh)?;
         let shared = Arc::new(Shared {
             provider,
             boot_id,
@@ -364,7 +365,7 @@ impl Provider {
         let listener_thread = std::thread::Builder::new()
             .name("zcs-provider".into())
             .spawn(move || accept_loop(&sh, &listener))
-            .map_err(|e| ProviderError::Socket(e.to_string()))?;
+            .map_err(ProviderError::Thread)?;
         tracing::info!(provider = ?shared.provider, devices = ?shared.pools.keys().collect::<Vec<_>>(), "host provider started");
         Ok(Self { shared, listener_thread: Some(listener_thread), _token: token })
     }
@@ -451,12 +452,14 @@ fn accept_loop(sh: &Arc<Shared>, listener: &ControlListener) {
                 match std::thread::Builder::new().name("zcs-provider-conn".into()).spawn(move || serve(&sh2, id, conn))
                 {
                     Ok(t) => conns.push(t),
-                    Err(e) => tracing::error!(error = %e, "provider: cannot start a connection thread"),
+                    Err(e) => {
+                        tracing::error!(error = %crate::error::Chain(&e), "provider: cannot start a connection thread")
+                    }
                 }
             }
             Err(AcceptError::Timeout(_)) => {}
             Err(e) => {
-                tracing::warn!(error = %e, "provider: accept failed; backing off");
+                tracing::warn!(error = %crate::error::Chain(&e), "provider: accept failed; backing off");
                 std::thread::sleep(POLL);
             }
         }

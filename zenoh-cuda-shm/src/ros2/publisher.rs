@@ -32,7 +32,7 @@ pub enum RosPublishError {
     #[error(transparent)]
     Encode(#[from] CdrEncodeError),
     /// The device→host copy for ordinary subscribers failed.
-    #[error("copy for ordinary ROS subscribers: {0}")]
+    #[error("the copy for ordinary ROS subscribers failed")]
     Copy(#[source] crate::api::WriteError),
     /// Our channel refused the message.
     #[error(transparent)]
@@ -41,8 +41,8 @@ pub enum RosPublishError {
     #[error(transparent)]
     ChannelBytes(#[from] PublishError),
     /// The base-key put failed.
-    #[error("zenoh put on the base key: {0}")]
-    Base(String),
+    #[error("the zenoh put on the base key failed")]
+    Base(#[source] zenoh::Error),
 }
 
 enum Base {
@@ -228,7 +228,7 @@ impl<M: RosDataMessage> RosPublisher<M> {
             Base::Plain(p) => p.put(cdr).attachment(a).wait(),
             Base::Advanced(p) => p.put(cdr).attachment(a).wait(),
         };
-        r.map_err(|e| RosPublishError::Base(e.to_string()))?;
+        r.map_err(RosPublishError::Base)?;
         self.base_puts.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

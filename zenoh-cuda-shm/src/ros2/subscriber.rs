@@ -177,7 +177,7 @@ impl<M: RosDataMessage> Shared<M> {
             Ok(v) => v,
             Err(e) => {
                 self.core.counters.bad_envelope.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(error = %e, key = %sample.info().key, "dropping a channel sample");
+                tracing::debug!(error = %crate::error::Chain(&e), key = %sample.info().key, "dropping a channel sample");
                 return;
             }
         };
@@ -197,7 +197,7 @@ impl<M: RosDataMessage> Shared<M> {
             Ok(a) => a,
             Err(e) => {
                 self.core.counters.bad_attachment.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(error = %e, key = %sample.key_expr(), "dropping a sample without a valid attachment");
+                tracing::debug!(error = %crate::error::Chain(&e), key = %sample.key_expr(), "dropping a sample without a valid attachment");
                 return;
             }
         };
@@ -207,7 +207,7 @@ impl<M: RosDataMessage> Shared<M> {
             Ok(v) => v,
             Err(e) => {
                 self.core.counters.bad_cdr.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(error = %e, key = %sample.key_expr(), "dropping a sample whose CDR does not decode");
+                tracing::debug!(error = %crate::error::Chain(&e), key = %sample.key_expr(), "dropping a sample whose CDR does not decode");
                 return;
             }
         };

@@ -188,12 +188,13 @@ pub struct PutReport {
 #[non_exhaustive]
 pub enum PutError {
     /// Zenoh refused the put.
-    #[error("zenoh put on {key} failed: {detail}")]
+    #[error("zenoh put on {key} failed")]
     Zenoh {
         /// The key.
         key: String,
-        /// Zenoh's error text.
-        detail: String,
+        /// Zenoh's error.
+        #[source]
+        source: zenoh::Error,
     },
     /// Copying the block out for subscribers that need bytes failed.
     #[error("copying the block out failed")]
@@ -217,37 +218,43 @@ pub(crate) struct PublisherCore {
     session: zenoh::Session,
 }
 
-/// Creating a publisher failed.
+/// Declaring a publisher or a subscriber failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DeclareError {
-    /// The key is not a valid concrete key expression.
-    #[error("invalid publisher key {key:?}: {detail}")]
+    /// The key is not a valid key expression.
+    #[error("invalid key expression {key:?}")]
     Key {
         /// The key.
         key: String,
-        /// Why.
-        detail: String,
+        /// Zenoh's reason.
+        #[source]
+        source: zenoh::Error,
     },
-    /// A Zenoh declaration failed.
-    #[error("zenoh declaration failed: {0}")]
-    Zenoh(String),
+    /// A publisher's key has wildcards: it must name one key.
+    #[error("a publisher's key must name one key, without wildcards: {key:?}")]
+    WildcardKey {
+        /// The key.
+        key: String,
+    },
+    /// A Zenoh declaration (publisher, subscriber, liveliness token) failed.
+    #[error("a Zenoh declaration failed")]
+    Zenoh(#[source] zenoh::Error),
+    /// The control socket's name (in the configured `socket_dir`) cannot be made.
+    #[error("no control socket name in the socket directory")]
+    SocketDir(#[from] crate::ipc::RuntimeDirError),
     /// The control socket could not be bound.
-    #[error("control socket")]
+    #[error("cannot bind the control socket")]
     Bind(#[from] crate::ipc::BindError),
-    /// A host probe block or thread could not be created.
-    #[error("I/O")]
+    /// A host probe block or a thread could not be created.
+    #[error("cannot create a host block or a thread")]
     Io(#[from] std::io::Error),
-    /// The pool could not be created.
-    #[error("pool")]
+    /// The block pool could not be created.
+    #[error("cannot create the block pool")]
     Pool(#[from] crate::pool::PoolError),
-    /// CUDA setup failed.
-    #[error("CUDA")]
+    /// The GPU's ready signals or stream could not be set up.
+    #[error("cannot set up ready signals on the GPU")]
     Signal(#[from] crate::signal::SignalError),
-}
-
-fn zerr(e: impl std::fmt::Display) -> DeclareError {
-    DeclareError::Zenoh(e.to_string())
 }
 
 impl PublisherCore {
@@ -264,12 +271,11 @@ impl PublisherCore {
         lease_wait: Duration,
         provider: Option<protocol::ProviderRef>,
     ) -> Result<Self, DeclareError> {
-        let ke = KeyExpr::try_from(key.to_owned())
-            .map_err(|e| DeclareError::Key { key: key.into(), detail: e.to_string() })?;
+        let ke = KeyExpr::try_from(key.to_owned()).map_err(|source| DeclareError::Key { key: key.into(), source })?;
         // Verbatim chunks are concrete (e.g. the ROS channel `<base>/@zcs_ros2`); only our
         // own `@zcs` space is reserved.
         if key.contains('*') || key.contains('$') || key.split('/').any(|c| c == "@zcs") {
-            return Err(DeclareError::Key { key: key.into(), detail: "a publisher key must be concrete".into() });
+            return Err(DeclareError::WildcardKey { key: key.into() });
         }
         let instance = rand::random::<u64>() | 1;
         let (probe, probe_token) = match &medium {
@@ -308,16 +314,20 @@ impl PublisherCore {
             Congestion::Block => CongestionControl::Block,
             Congestion::Drop => CongestionControl::Drop,
         };
-        let plain = session.declare_publisher(ke.clone()).congestion_control(cc).wait().map_err(zerr)?;
-        let plain_matching = Arc::new(AtomicBool::new(plain.matching_status().wait().map_err(zerr)?.matching()));
+        let plain = session.declare_publisher(ke.clone()).congestion_control(cc).wait().map_err(DeclareError::Zenoh)?;
+        let plain_matching =
+            Arc::new(AtomicBool::new(plain.matching_status().wait().map_err(DeclareError::Zenoh)?.matching()));
         let pm = Arc::clone(&plain_matching);
         let matching = plain
             .matching_listener()
             .callback(move |m| pm.store(m.matching(), Ordering::Relaxed))
             .wait()
-            .map_err(zerr)?;
-        let aware_bytes =
-            session.declare_publisher(protocol::bytes_key(key)).congestion_control(cc).wait().map_err(zerr)?;
+            .map_err(DeclareError::Zenoh)?;
+        let aware_bytes = session
+            .declare_publisher(protocol::bytes_key(key))
+            .congestion_control(cc)
+            .wait()
+            .map_err(DeclareError::Zenoh)?;
 
         // GPU-aware subscribers announce themselves; track those whose key meets ours.
         let s3 = Arc::clone(&shared);
@@ -332,11 +342,11 @@ impl PublisherCore {
                 }
             }
         })
-        .map_err(zerr)?;
+        .map_err(DeclareError::Zenoh)?;
 
         let token =
             Token { role: Role::Pub, key: key.to_owned(), instance, group, socket: Some(socket.to_key_chunk()) };
-        let token = session.liveliness().declare_token(token.to_key()).wait().map_err(zerr)?;
+        let token = session.liveliness().declare_token(token.to_key()).wait().map_err(DeclareError::Zenoh)?;
         Ok(Self {
             shared,
             session: session.clone(),

@@ -37,7 +37,7 @@ impl State {
             Ok(()) => true,
             Err(e) => {
                 let subscriber = crate::transport::Id(r.subscriber);
-                tracing::warn!(%subscriber, error = %e, "subscriber not reading its control socket; disconnecting it");
+                tracing::warn!(%subscriber, error = %crate::error::Chain(&e), "subscriber not reading its control socket; disconnecting it");
                 r.conn.shutdown_write();
                 self.ready.remove(&h);
                 inc(&c.slow_disconnects);
@@ -67,7 +67,7 @@ impl PublisherCore {
                 .put(bytes.clone())
                 .attachment(att.clone())
                 .wait()
-                .map_err(|e| PutError::Zenoh { key: protocol::bytes_key(&self.shared.key), detail: e.to_string() })?;
+                .map_err(|source| PutError::Zenoh { key: protocol::bytes_key(&self.shared.key), source })?;
             inc(&c.aware_bytes_puts);
         }
         if to_plain {
@@ -75,7 +75,7 @@ impl PublisherCore {
                 .put(bytes)
                 .attachment(att)
                 .wait()
-                .map_err(|e| PutError::Zenoh { key: self.shared.key.clone(), detail: e.to_string() })?;
+                .map_err(|source| PutError::Zenoh { key: self.shared.key.clone(), source })?;
             inc(&c.plain_puts);
         }
         Ok(())

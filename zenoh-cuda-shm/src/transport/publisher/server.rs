@@ -32,7 +32,7 @@ pub(super) fn serve(sh: Arc<Shared>, listener: ControlListener) {
         match std::thread::Builder::new().name("zcs-pub-conn".into()).spawn(move || accept_and_serve(&s2, &l2, &tx)) {
             Ok(t) => workers.push(t),
             Err(e) => {
-                tracing::error!(error = %e, "cannot spawn a control connection thread");
+                tracing::error!(error = %crate::error::Chain(&e), "cannot spawn a control connection thread");
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
@@ -63,7 +63,7 @@ fn accept_and_serve(sh: &Arc<Shared>, listener: &ControlListener, accepted: &mps
             }
             Err(crate::ipc::AcceptError::Timeout(_)) => {}
             Err(e) => {
-                tracing::debug!(error = %e, "accept failed");
+                tracing::debug!(error = %crate::error::Chain(&e), "accept failed");
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
@@ -74,7 +74,7 @@ fn send_reply(conn: &ControlConn, r: &Reply, fds: &[std::os::fd::BorrowedFd<'_>]
     match conn.send(&protocol::encode(r), fds) {
         Ok(()) => true,
         Err(e) => {
-            tracing::debug!(error = %e, "control send failed");
+            tracing::debug!(error = %crate::error::Chain(&e), "control send failed");
             false
         }
     }
@@ -110,7 +110,7 @@ fn recv_request_with_fds(
         },
         Err(RecvError::Timeout(_)) => Err(NoRequest::Timeout),
         Err(e @ (RecvError::Closed | RecvError::Sys { .. })) => {
-            tracing::debug!(error = %e, "control connection ended");
+            tracing::debug!(error = %crate::error::Chain(&e), "control connection ended");
             Err(NoRequest::Ended)
         }
         Err(e) => {

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-
 use super::{Shared, inc};
 use crate::ipc::{ControlConn, Watch};
 use crate::pool::HolderId;
@@ -32,13 +31,13 @@ impl Watcher {
             }
             Ok(false) => {}
             Err(e) => {
-                tracing::warn!(error = %e, "cannot wait on a subscriber's lifeline; its connection's end will tell")
+                tracing::warn!(error = %crate::error::Chain(&e), "cannot wait on a subscriber's lifeline; its connection's end will tell")
             }
         });
         match thread {
             Ok(t) => Some(Self { watch, stop, thread: Some(t) }),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot start a lifeline watcher; the connection's end will tell");
+                tracing::warn!(error = %crate::error::Chain(&e), "cannot start a lifeline watcher; the connection's end will tell");
                 None
             }
         }
@@ -98,7 +97,7 @@ pub(super) fn hold_until_exit(sh: &Shared, holder: u64, conn: &ControlConn) {
             Ok(false) => {}
             Ok(true) => break,
             Err(e) => {
-                tracing::warn!(pid = peer.pid, error = %e, "cannot watch a subscriber's process; releasing its leases");
+                tracing::warn!(pid = peer.pid, error = %crate::error::Chain(&e), "cannot watch a subscriber's process; releasing its leases");
                 break;
             }
         }

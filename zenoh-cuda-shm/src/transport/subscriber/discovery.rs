@@ -46,7 +46,7 @@ pub(super) fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
     let spawned =
         std::thread::Builder::new().name("zcs-sub-link".into()).spawn(move || link_thread(&s, &t, &socket, opened));
     if let Err(e) = spawned {
-        tracing::warn!(error = %e, "cannot start a link thread");
+        tracing::warn!(error = %crate::error::Chain(&e), "cannot start a link thread");
     }
     sh.refresh_plain();
 }
@@ -141,7 +141,7 @@ fn watch_publisher_process(link: &Arc<Link>) {
         }
     });
     if let Err(e) = spawned {
-        tracing::warn!(error = %e, "cannot watch a vanished publisher's process");
+        tracing::warn!(error = %crate::error::Chain(&e), "cannot watch a vanished publisher's process");
     }
 }
 
@@ -168,7 +168,9 @@ impl Shared {
                 .wait()
             {
                 Ok(x) => *sub = Some(x),
-                Err(e) => tracing::warn!(error = %e, key = %self.key, "cannot listen on the plain key"),
+                Err(e) => {
+                    tracing::warn!(error = %crate::error::Chain(&*e), key = %self.key, "cannot listen on the plain key")
+                }
             }
         } else {
             *sub = None;
@@ -192,7 +194,7 @@ impl Link {
             None => match signals.gpu().new_stream() {
                 Ok(s) => self.release_stream.get_or_init(|| s).clone(),
                 Err(e) => {
-                    return tracing::error!(error = %e, "no stream to release waits on a dead publisher's signals");
+                    return tracing::error!(error = %crate::error::Chain(&e), "no stream to release waits on a dead publisher's signals");
                 }
             },
         };
@@ -201,12 +203,14 @@ impl Link {
             match signals.read_slot_on(slot, &stream) {
                 Ok(v) if v >= generation => continue,
                 Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, slot, "cannot read a dead publisher's signal slot"),
+                Err(e) => {
+                    tracing::warn!(error = %crate::error::Chain(&e), slot, "cannot read a dead publisher's signal slot")
+                }
             }
             unready += 1;
             self.unready.lock().unwrap_or_else(|p| p.into_inner()).insert((slot, generation));
             if let Err(e) = signals.signal(&stream, slot, generation) {
-                tracing::error!(error = %e, slot, "cannot release a wait on a dead publisher's signal");
+                tracing::error!(error = %crate::error::Chain(&e), slot, "cannot release a wait on a dead publisher's signal");
             }
         }
         if unready > 0 {

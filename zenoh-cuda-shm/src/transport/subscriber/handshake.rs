@@ -8,63 +8,103 @@ use std::time::Duration;
 
 use super::{Link, Shared, SubMedium};
 use crate::host::HostBlock;
-use crate::ipc::{ConnectError, ControlConn, SocketName};
+use crate::ipc::{ConnectError, ControlConn, DecodeNameError, RecvError, SendError, SocketName};
 use crate::pool::CapabilityKey;
 use crate::protocol::{self, Reply, Request};
 use crate::signal::ReadySignals;
 
+/// Why a handshake with a publisher failed (the publisher then serves bytes); its text,
+/// causes included, is the subscriber's `bytes_reason` for that publisher.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum HandshakeError {
+    /// The socket name in the publisher's token does not decode.
+    #[error("the publisher's socket name is invalid")]
+    Name(#[source] DecodeNameError),
+    /// Nothing listens on the publisher's socket: its liveliness token outlived it (a
+    /// router keeps a token until it notices the session is gone).
+    #[error("the publisher is gone; its token has outlived it")]
+    Gone(#[source] ConnectError),
+    /// Connecting failed otherwise.
+    #[error("cannot connect to the publisher")]
+    Connect(#[source] ConnectError),
+    /// Sending on the control connection failed.
+    #[error("the control connection failed")]
+    Send(#[source] SendError),
+    /// Receiving on the control connection failed (or timed out).
+    #[error("the control connection failed")]
+    Recv(#[source] RecvError),
+    /// The publisher's reply does not decode.
+    #[error("the publisher's reply does not decode")]
+    Decode(#[source] protocol::DecodeError),
+    /// The publisher refused us.
+    #[error("refused by the publisher: {0}")]
+    Refused(String),
+    /// The publisher broke the handshake's protocol.
+    #[error("the publisher broke the handshake: {0}")]
+    Protocol(String),
+    /// The host provider that lends the publisher's blocks cannot be reached.
+    #[error("cannot reach the publisher's host provider")]
+    Provider(#[source] crate::provider::ClientError),
+    /// The publisher's probe (its ready signals, or a host block) cannot be imported.
+    #[error("cannot import the publisher's probe")]
+    Probe(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The publisher's token vanished while we were handshaking.
+    #[error("the publisher vanished during the handshake")]
+    Vanished,
+}
+
 /// The start of a handshake: connects to a publisher's control socket (waiting up to
 /// `timeout` for room in its backlog) and says Hello.
-pub(super) fn hello(sh: &Shared, socket: &str, timeout: Duration) -> Result<ControlConn, String> {
-    let name = SocketName::from_key_chunk(socket).map_err(|e| e.to_string())?;
+pub(super) fn hello(sh: &Shared, socket: &str, timeout: Duration) -> Result<ControlConn, HandshakeError> {
+    let name = SocketName::from_key_chunk(socket).map_err(HandshakeError::Name)?;
     let conn = ControlConn::connect(&name, timeout).map_err(|e| match e {
-        // Its liveliness token outlived it (a router keeps a token until it notices
-        // the session is gone): say so, not just which socket was empty.
-        ConnectError::NotListening { .. } => format!("the publisher is gone ({e}); its token has outlived it"),
-        e => e.to_string(),
+        ConnectError::NotListening { .. } => HandshakeError::Gone(e),
+        e => HandshakeError::Connect(e),
     })?;
     // Without a lifeline the publisher learns of our death when our end closes.
     let lifeline = crate::ipc::Lifeline::ours()
-        .inspect_err(|e| tracing::warn!(error = %e, "no lifeline: a publisher learns of this process's death late"))
+        .inspect_err(|e| tracing::warn!(error = %crate::error::Chain(&e), "no lifeline: a publisher learns of this process's death late"))
         .ok();
     let hello = Request::Hello { subscriber: sh.instance, group: sh.group.clone(), lifeline: lifeline.is_some() };
     let fds: Vec<_> = lifeline.iter().map(|l| l.fd()).collect();
-    conn.send(&protocol::encode(&hello), &fds).map_err(|e| e.to_string())?;
+    conn.send(&protocol::encode(&hello), &fds).map_err(HandshakeError::Send)?;
     crate::transport::step!("subscriber: Hello sent");
     Ok(conn)
 }
 
 /// The rest of a handshake on a connection that said Hello: the probe, then `Ready`.
-pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn) -> Result<Arc<Link>, String> {
+pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn) -> Result<Arc<Link>, HandshakeError> {
     let peer_pid = conn.peer_cred().pid;
-    let mut frame = conn.recv(sh.handshake_timeout).map_err(|e| e.to_string())?;
+    let mut frame = conn.recv(sh.handshake_timeout).map_err(HandshakeError::Recv)?;
     crate::transport::step!("subscriber: Welcome received");
     let (publisher, cap_key, probe_size, probe_token, provider) =
-        match protocol::decode::<Reply>("control reply", &frame.bytes).map_err(|e| e.to_string())? {
+        match protocol::decode::<Reply>("control reply", &frame.bytes).map_err(HandshakeError::Decode)? {
             Reply::Welcome { publisher, capability_key, probe_size, probe_token, provider, .. } => {
                 (publisher, capability_key, probe_size, probe_token, provider)
             }
-            Reply::Refused { reason } => return Err(format!("refused: {reason}")),
-            other => return Err(format!("unexpected {other:?}")),
+            Reply::Refused { reason } => return Err(HandshakeError::Refused(reason)),
+            other => return Err(HandshakeError::Protocol(format!("{other:?} instead of Welcome"))),
         };
-    let probe = frame.fds.pop().ok_or("Welcome without a probe FD")?;
-    let probe_size = usize::try_from(probe_size).map_err(|e| e.to_string())?;
+    let probe = frame.fds.pop().ok_or_else(|| HandshakeError::Protocol("Welcome without a probe FD".into()))?;
+    let probe_size = usize::try_from(probe_size)
+        .map_err(|_| HandshakeError::Protocol(format!("a probe of {probe_size} bytes does not fit this process")))?;
     // The publisher's blocks may be lent by a provider: we must reach it to open them.
     let provider = match provider.map(|p| sh.providers.get(&p, sh.handshake_timeout)).transpose() {
         Ok(p) => p,
         Err(e) => {
-            let error = format!("cannot reach the publisher's host provider: {e}");
-            let _ = conn.send(&protocol::encode(&Request::Ack { token: None, error: Some(error.clone()) }), &[]);
-            return Err(error);
+            let e = HandshakeError::Provider(e);
+            let error = Some(crate::error::chain(&e));
+            let _ = conn.send(&protocol::encode(&Request::Ack { token: None, error }), &[]);
+            return Err(e);
         }
     };
-    let imported = match &sh.medium {
+    let imported: Result<_, Box<dyn std::error::Error + Send + Sync>> = match &sh.medium {
         SubMedium::Cuda(gpu) => {
-            ReadySignals::import(gpu, probe, probe_size).map(|s| (Some(Arc::new(s)), 0)).map_err(|e| e.to_string())
+            ReadySignals::import(gpu, probe, probe_size).map(|s| (Some(Arc::new(s)), 0)).map_err(Into::into)
         }
-        SubMedium::Host => HostBlock::import(probe, probe_size).map_err(|e| e.to_string()).and_then(|b| {
+        SubMedium::Host => HostBlock::import(probe, probe_size).map_err(Into::into).and_then(|b| {
             if b.size() < 8 {
-                return Err("probe too small".to_owned());
+                return Err(format!("a probe of {} bytes (at least 8 expected)", b.size()).into());
             }
             // SAFETY: the probe is mapped with ≥ 8 bytes (checked above), sealed
             // against shrinking (checked by import), and only read.
@@ -74,27 +114,29 @@ pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn) -> Result<Arc<Link>
     let link_signals = match imported {
         Ok((signals, token)) => {
             if matches!(sh.medium, SubMedium::Host) && token != probe_token {
-                return Err("probe token mismatch".into());
+                return Err(HandshakeError::Protocol("the probe does not hold the token the Welcome names".into()));
             }
             signals
         }
         Err(e) => {
-            let _ = conn.send(&protocol::encode(&Request::Ack { token: None, error: Some(e.clone()) }), &[]);
-            return Err(format!("probe import failed: {e}"));
+            let e = HandshakeError::Probe(e);
+            let error = Some(crate::error::chain(&e));
+            let _ = conn.send(&protocol::encode(&Request::Ack { token: None, error }), &[]);
+            return Err(e);
         }
     };
     crate::transport::step!("subscriber: probe imported");
     conn.send(&protocol::encode(&Request::Ack { token: Some(probe_token), error: None }), &[])
-        .map_err(|e| e.to_string())?;
-    let frame = conn.recv(sh.handshake_timeout).map_err(|e| e.to_string())?;
-    let first_seq = match protocol::decode::<Reply>("control reply", &frame.bytes).map_err(|e| e.to_string())? {
+        .map_err(HandshakeError::Send)?;
+    let frame = conn.recv(sh.handshake_timeout).map_err(HandshakeError::Recv)?;
+    let first_seq = match protocol::decode::<Reply>("control reply", &frame.bytes).map_err(HandshakeError::Decode)? {
         Reply::Ready { first_seq } => first_seq,
-        Reply::Refused { reason } => return Err(format!("refused: {reason}")),
-        other => return Err(format!("unexpected {other:?}")),
+        Reply::Refused { reason } => return Err(HandshakeError::Refused(reason)),
+        other => return Err(HandshakeError::Protocol(format!("{other:?} instead of Ready"))),
     };
     // Lock order everywhere: an `Order` before the state, never the state first.
     let order = sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get(&publisher).map(|e| Arc::clone(&e.order));
-    let order = order.ok_or("publisher vanished during the handshake")?;
+    let order = order.ok_or(HandshakeError::Vanished)?;
     let link = Arc::new(Link {
         conn,
         publisher,
@@ -121,7 +163,7 @@ pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn) -> Result<Arc<Link>
                 old.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
             }
         }
-        None => return Err("publisher vanished during the handshake".into()),
+        None => return Err(HandshakeError::Vanished),
     }
     drop(o);
     crate::transport::step!("subscriber: Ready received, linked");

@@ -9,13 +9,40 @@ use std::time::{Duration, Instant};
 
 use super::link::deliver_routed;
 use super::{Link, Shared, SubMedium, inc};
-use crate::cuda::ImportedBlock;
+use crate::cuda::{CudaError, ImportedBlock};
 use crate::host::HostBlock;
-use crate::ipc::Frame;
+use crate::ipc::{Frame, RecvError, SendError};
 use crate::pool::BlockKey;
 use crate::protocol::{self, Descriptor, Reply, Request};
 use crate::sample::{Body, GpuSample, Path, SampleInfo, ZeroCopy};
 use crate::transport::medium::{Imported, Mapped, Opened};
+
+/// Why a routed block could not be imported (the message is lost for this subscriber,
+/// and counted in `import_failures`).
+#[derive(Debug, thiserror::Error)]
+enum ImportError {
+    /// Asking the publisher for the block's FD failed.
+    #[error("cannot ask the publisher for the block's FD")]
+    Send(#[source] SendError),
+    /// The publisher's answer did not come.
+    #[error("no FD from the publisher")]
+    Recv(#[source] RecvError),
+    /// The publisher refused the FD.
+    #[error("the publisher denied the block's FD: {0}")]
+    Denied(String),
+    /// The publisher or the descriptor broke the protocol.
+    #[error("{0}")]
+    Protocol(String),
+    /// The host provider that lends the block would not open it.
+    #[error("the host provider cannot open the block")]
+    Provider(#[source] crate::provider::ClientError),
+    /// Mapping the block on the GPU failed.
+    #[error("cannot map the block on the GPU")]
+    Cuda(#[source] CudaError),
+    /// Mapping the host block failed.
+    #[error("cannot map the host block")]
+    Host(#[source] std::io::Error),
+}
 
 /// How long an FD request waits for its answer.
 const FD_REPLY_WAIT: Duration = Duration::from_secs(5);
@@ -23,24 +50,27 @@ const FD_REPLY_WAIT: Duration = Duration::from_secs(5);
 impl Link {
     /// Asks for a block's FD. Routed frames that arrive before the answer are kept in
     /// `backlog`, in order, for the link thread.
-    pub(super) fn request_fd(
+    fn request_fd(
         &self,
         backlog: &mut VecDeque<Frame>,
         key: BlockKey,
         capability: u64,
-    ) -> Result<(OwnedFd, usize), String> {
+    ) -> Result<(OwnedFd, usize), ImportError> {
         let conn = &self.conn;
-        conn.send(&protocol::encode(&Request::Fd { block: key, capability }), &[]).map_err(|e| e.to_string())?;
+        conn.send(&protocol::encode(&Request::Fd { block: key, capability }), &[]).map_err(ImportError::Send)?;
         let deadline = Instant::now() + FD_REPLY_WAIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let mut frame = conn.recv(left).map_err(|e| e.to_string())?;
+            let mut frame = conn.recv(left).map_err(ImportError::Recv)?;
             match protocol::decode::<Reply>("control reply", &frame.bytes) {
                 Ok(Reply::Fd { block, size }) if block == key && frame.fds.len() == 1 => {
-                    return Ok((frame.fds.pop().expect("one fd"), usize::try_from(size).map_err(|e| e.to_string())?));
+                    let size = usize::try_from(size).map_err(|_| too_big(size))?;
+                    return Ok((frame.fds.pop().expect("one fd"), size));
                 }
-                Ok(Reply::FdDenied { reason, .. }) => return Err(format!("denied: {reason}")),
-                Ok(Reply::Fd { .. }) => return Err("FD reply for another block, or without its FD".into()),
+                Ok(Reply::FdDenied { reason, .. }) => return Err(ImportError::Denied(reason)),
+                Ok(Reply::Fd { .. }) => {
+                    return Err(ImportError::Protocol("an FD reply for another block, or without its FD".into()));
+                }
                 // Routed frames (and anything malformed, reported in turn) wait.
                 _ => backlog.push_back(frame),
             }
@@ -82,7 +112,8 @@ pub(super) fn on_block(
             Err(e) => {
                 inc(&sh.counters.import_failures);
                 link.release(d.block);
-                tracing::error!(error = %e, block = ?d.block, "cannot import a block: message lost for this subscriber");
+                let error = crate::error::chain(&e);
+                tracing::error!(error, block = ?d.block, "cannot import a block: message lost for this subscriber");
                 return;
             }
         },
@@ -106,25 +137,27 @@ pub(super) fn on_block(
     deliver_routed(sh, link, sample, &sh.counters.zero_copy);
 }
 
-pub(super) fn import(
+fn import(
     sh: &Shared,
     link: &Link,
     backlog: &mut VecDeque<Frame>,
     d: &Descriptor,
     sent: Option<OwnedFd>,
-) -> Result<Imported, String> {
+) -> Result<Imported, ImportError> {
     // A lent block is opened at the provider, which from then on counts us as mapping
     // it (until `Opened` drops with the mapping); an owned one came with the descriptor
     // (sized by it: the import maps exactly that many bytes and fails on a smaller
     // allocation) or is asked of the publisher.
     let (fd, size, opened) = match (d.lent, &link.provider) {
         (Some(loan), Some(client)) => {
-            let (fd, size) = client.open(loan).map_err(|e| e.to_string())?;
+            let (fd, size) = client.open(loan).map_err(ImportError::Provider)?;
             (fd, size, Some(Opened { client: Arc::clone(client), loan }))
         }
-        (Some(_), None) => return Err("a lent block from a publisher that named no provider".into()),
+        (Some(_), None) => {
+            return Err(ImportError::Protocol("a lent block from a publisher that named no provider".into()));
+        }
         (None, _) => match sent {
-            Some(fd) => (fd, usize::try_from(d.block_size).map_err(|e| e.to_string())?, None),
+            Some(fd) => (fd, usize::try_from(d.block_size).map_err(|_| too_big(d.block_size))?, None),
             None => {
                 let (fd, size) = link.request_fd(backlog, d.block, d.capability)?;
                 (fd, size, None)
@@ -132,14 +165,18 @@ pub(super) fn import(
         },
     };
     if size as u64 != d.block_size {
-        return Err(format!("FD of {size} bytes for a {}-byte block", d.block_size));
+        return Err(ImportError::Protocol(format!("an FD of {size} bytes for a {}-byte block", d.block_size)));
     }
     match &sh.medium {
         SubMedium::Cuda(gpu) => ImportedBlock::import(gpu, fd, size)
             .map(|b| Imported::Cuda(Arc::new(Mapped::new(b, opened))))
-            .map_err(|e| e.to_string()),
+            .map_err(ImportError::Cuda),
         SubMedium::Host => HostBlock::import(fd, size)
             .map(|b| Imported::Host(Arc::new(Mapped::new(b, opened))))
-            .map_err(|e| e.to_string()),
+            .map_err(ImportError::Host),
     }
+}
+
+fn too_big(size: u64) -> ImportError {
+    ImportError::Protocol(format!("a block of {size} bytes does not fit this process"))
 }

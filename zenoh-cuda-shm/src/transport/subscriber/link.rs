@@ -34,7 +34,7 @@ impl Link {
     pub(crate) fn release(&self, key: BlockKey) {
         let msg = protocol::encode(&Request::Release { blocks: vec![key] });
         if let Err(e) = self.conn.send(&msg, &[]) {
-            tracing::debug!(error = %e, "release not sent (publisher gone?)");
+            tracing::debug!(error = %crate::error::Chain(&e), "release not sent (publisher gone?)");
         }
     }
 }
@@ -53,8 +53,9 @@ pub(super) fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str, mut opened:
         };
         let link = match conn.and_then(|c| handshake(sh, c)) {
             Ok(link) => link,
-            Err(why) => {
+            Err(e) => {
                 inc(&sh.counters.handshake_failures);
+                let why = crate::error::chain(&e);
                 tracing::info!(publisher = %crate::transport::Id(t.instance), why, "no zero-copy path to this publisher; receiving bytes");
                 if let Some(e) = sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get_mut(&t.instance) {
                     e.why = Some(format!("handshake failed: {why}"));
@@ -124,7 +125,7 @@ fn run_link(sh: &Arc<Shared>, link: &Arc<Link>) -> LinkEnd {
                 Ok(f) => f,
                 Err(RecvError::Timeout(_)) => continue,
                 Err(e) => {
-                    tracing::debug!(error = %e, publisher = %crate::transport::Id(link.publisher), "link ended");
+                    tracing::debug!(error = %crate::error::Chain(&e), publisher = %crate::transport::Id(link.publisher), "link ended");
                     return if leaving.is_some() { LinkEnd::Closed } else { LinkEnd::Dropped };
                 }
             },

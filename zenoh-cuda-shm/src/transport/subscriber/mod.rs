@@ -235,9 +235,7 @@ impl SubscriberCore {
         providers: Arc<crate::provider::Providers>,
     ) -> Result<Self, super::publisher::DeclareError> {
         use super::publisher::DeclareError;
-        let zerr = |e: zenoh::Error| DeclareError::Zenoh(e.to_string());
-        let ke = KeyExpr::try_from(key.to_owned())
-            .map_err(|e| DeclareError::Key { key: key.into(), detail: e.to_string() })?;
+        let ke = KeyExpr::try_from(key.to_owned()).map_err(|source| DeclareError::Key { key: key.into(), source })?;
         crate::transport::step!("subscriber: declaring");
         let instance = rand::random::<u64>() | 1;
         // What is not needed to see the publishers already there and start handshaking
@@ -267,20 +265,20 @@ impl SubscriberCore {
             SampleKind::Put => publisher_appeared(&s, t),
             SampleKind::Delete => publisher_vanished(&s, t.instance),
         })
-        .map_err(zerr)?;
+        .map_err(DeclareError::Zenoh)?;
         let mut rest = || -> Result<_, DeclareError> {
             // The token goes before the bytes subscription: declarations travel in order
             // on a link, so a publisher learns of this subscriber (and serves it bytes
             // until the handshake) before any of its subscriptions can match a put. A
             // handshake may finish first; the publisher then knows it as linked.
             let token = Token { role: Role::Sub, key: key.to_owned(), instance, group: group.clone(), socket: None };
-            let token = session.liveliness().declare_token(token.to_key()).wait().map_err(zerr)?;
+            let token = session.liveliness().declare_token(token.to_key()).wait().map_err(DeclareError::Zenoh)?;
             let s = Arc::clone(&shared);
             let bytes = session
                 .declare_subscriber(protocol::bytes_key(key))
                 .callback(move |sample| on_bytes(&s, &sample, false))
                 .wait()
-                .map_err(zerr)?;
+                .map_err(DeclareError::Zenoh)?;
             shared.refresh_plain();
             recycler.start_thread()?;
             if let SubMedium::Cuda(gpu) = &shared.medium {
@@ -400,7 +398,7 @@ impl Shared {
         };
         for link in links {
             if let Err(e) = link.conn.send(&protocol::encode(&Request::Leave), &[]) {
-                tracing::debug!(error = %e, "leave not sent (publisher gone?)");
+                tracing::debug!(error = %crate::error::Chain(&e), "leave not sent (publisher gone?)");
             }
         }
         // Wake link threads waiting for bytes, and drop bytes still waiting for their
