@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 static BYTES_DELAY_US: AtomicU64 = AtomicU64::new(0);
 static HANDSHAKE_DELAY_US: AtomicU64 = AtomicU64::new(0);
+static TOKEN_DELAY_US: AtomicU64 = AtomicU64::new(0);
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -34,13 +35,34 @@ pub fn set_handshake_delay(delay: Duration) {
     store(&HANDSHAKE_DELAY_US, delay);
 }
 
+/// Makes every publisher of this process learn of GPU-aware subscribers' liveliness
+/// tokens `delay` after Zenoh hands them over, in order (zero: no delay): a router slow
+/// to answer the history of a new publisher's token subscription.
+pub fn set_token_delay(delay: Duration) {
+    store(&TOKEN_DELAY_US, delay);
+}
+
 pub(crate) fn bytes_delayed() -> bool {
     !load(&BYTES_DELAY_US).is_zero()
 }
 
-/// Runs `job` once the bytes delay has passed, on a thread of its own that runs the
-/// delayed jobs in the order they came (a delay line).
+/// Runs `job` once the bytes delay has passed, on the delay line.
 pub(crate) fn delay_bytes(job: Job) {
+    delay_line(Instant::now() + load(&BYTES_DELAY_US), job);
+}
+
+pub(crate) fn tokens_delayed() -> bool {
+    !load(&TOKEN_DELAY_US).is_zero()
+}
+
+/// Runs `job` once the token delay has passed, on the delay line.
+pub(crate) fn delay_token(job: Job) {
+    delay_line(Instant::now() + load(&TOKEN_DELAY_US), job);
+}
+
+/// Runs `job` at `due`, on a thread of its own that runs the delayed jobs in the order
+/// they came (a delay line).
+fn delay_line(due: Instant, job: Job) {
     static LINE: OnceLock<Mutex<flume::Sender<(Instant, Job)>>> = OnceLock::new();
     let line = LINE.get_or_init(|| {
         let (tx, rx) = flume::unbounded::<(Instant, Job)>();
@@ -51,11 +73,10 @@ pub(crate) fn delay_bytes(job: Job) {
             }
         });
         if let Err(e) = spawned {
-            tracing::warn!(error = %e, "no delay line: delayed bytes run at once");
+            tracing::warn!(error = %crate::error::Chain(&e), "no delay line: delayed jobs run at once");
         }
         Mutex::new(tx)
     });
-    let due = Instant::now() + load(&BYTES_DELAY_US);
     let sent = line.lock().unwrap_or_else(|p| p.into_inner()).send((due, job));
     if let Err(flume::SendError((_, job))) = sent {
         job();

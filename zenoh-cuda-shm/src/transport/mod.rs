@@ -59,6 +59,35 @@ pub(crate) fn watch_tokens(
         .wait()
 }
 
+/// The well-formed liveliness tokens of `role` whose key intersects `ours` that exist
+/// now, as one liveliness query answers them (waiting at most `timeout`).
+///
+/// A token subscriber's history arrives in its callback some time after its
+/// declaration returns; this says what it will bring. Made after such a subscriber on the
+/// same keys is declared, the query finds nothing (Zenoh 1.10.2, client of a router).
+pub(crate) fn current_tokens(
+    session: &zenoh::Session,
+    role: crate::protocol::Role,
+    ours: &zenoh::key_expr::KeyExpr<'static>,
+    timeout: std::time::Duration,
+) -> zenoh::Result<Vec<crate::protocol::Token>> {
+    use zenoh::Wait;
+    use zenoh::key_expr::KeyExpr;
+    let which = match role {
+        crate::protocol::Role::Pub => "pub",
+        crate::protocol::Role::Sub => "sub",
+    };
+    let replies =
+        session.liveliness().get(format!("{}/{which}/**", crate::protocol::TOKEN_ROOT)).timeout(timeout).wait()?;
+    // The channel ends when the query does: every reply is in, or the timeout passed.
+    Ok(replies
+        .iter()
+        .filter_map(|r| r.into_result().ok())
+        .filter_map(|s| crate::protocol::Token::parse(s.key_expr().as_str()))
+        .filter(|t| t.role == role && KeyExpr::try_from(t.key.as_str()).is_ok_and(|k| k.intersects(ours)))
+        .collect())
+}
+
 /// A publisher's or subscriber's instance id as every log line, token, admin answer
 /// and example prints it: 16 hex digits.
 #[derive(Clone, Copy)]

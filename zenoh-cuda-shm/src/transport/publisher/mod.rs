@@ -16,7 +16,7 @@ use server::serve;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use zenoh::Wait;
 use zenoh::key_expr::KeyExpr;
@@ -331,7 +331,7 @@ impl PublisherCore {
 
         // GPU-aware subscribers announce themselves; track those whose key meets ours.
         let s3 = Arc::clone(&shared);
-        let sub_tokens = super::watch_tokens(session, Role::Sub, ke.clone(), move |kind, t| {
+        let learn = move |kind: SampleKind, t: Token| {
             let mut st = s3.state.lock().unwrap_or_else(|p| p.into_inner());
             match kind {
                 SampleKind::Put => {
@@ -341,8 +341,32 @@ impl PublisherCore {
                     st.aware.remove(&t.instance);
                 }
             }
+        };
+        // The subscribers already there must be known before the first put. A put before
+        // that would reach them neither as bytes on our channel (not known yet) nor on the
+        // plain key (they stop listening there once they see this publisher's token), and
+        // be lost to them unseen. Which ones exist is asked first (a liveliness query made
+        // after the token subscriber below is declared finds none), and the declaration
+        // waits until the subscriber's history has brought each of them; one whose token
+        // vanished in between is waited for until the handshake timeout.
+        let present = super::current_tokens(session, Role::Sub, &ke, handshake_timeout).map_err(DeclareError::Zenoh)?;
+        let sub_tokens = super::watch_tokens(session, Role::Sub, ke.clone(), move |kind, t| {
+            #[cfg(feature = "test-support")]
+            if crate::test_support::tokens_delayed() {
+                let learn = learn.clone();
+                return crate::test_support::delay_token(Box::new(move || learn(kind, t)));
+            }
+            learn(kind, t)
         })
         .map_err(DeclareError::Zenoh)?;
+        let deadline = Instant::now() + handshake_timeout;
+        let known = || {
+            let st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            present.iter().all(|t| st.aware.contains_key(&t.instance))
+        };
+        while !known() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
 
         let token =
             Token { role: Role::Pub, key: key.to_owned(), instance, group, socket: Some(socket.to_key_chunk()) };
