@@ -9,7 +9,7 @@
 //! subscriber checks every byte of every frame on the GPU with the check kernel, and
 //! that every frame came zero-copy, once, in order; the peer checks every byte, the
 //! attachment and the CDR (byte-exact against rosbags) of every frame. Frame rates of
-//! both paths are printed (`ROS2 <w>x<h> ...` lines) for docs/gpu-verification.md.
+//! both paths are printed (`ROS2 <w>x<h> ...` lines) for the run's record (docs/runs/).
 //!
 //! Without a GPU: `SKIPPED gpu_ros2_...`, or with `ZCS_TEST_HOST_FALLBACK=1` the same
 //! flow on host-memory blocks at 1/8 of the resolution, checked on the CPU. With `ZCS_REQUIRE_GPU=1`, a missing GPU *or*

@@ -237,7 +237,7 @@ impl DeviceBlock {
 
 /// Runs the import path once on a block of our own (allocate, export, import the FD,
 /// map, unmap, free). The first import in a process costs two to three times a later
-/// one (≈ 180–200 µs against 70 µs on an H200, `docs/benchmarks.md`), and doing it
+/// one (169 µs against 65 µs for 2 MiB on an H200, `docs/benchmarks.md`), and doing it
 /// once on our own block is enough: a first import from another process then costs
 /// ≈ 77 µs. Done when a session opens, it keeps that cost out of the first handshake.
 pub fn warm_import_path(gpu: &Gpu) -> Result<(), CudaError> {
