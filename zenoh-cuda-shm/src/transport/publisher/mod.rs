@@ -4,9 +4,11 @@
 //! |---|---|
 //! | `mod.rs` | the publisher's state, its declaration ([`PublisherCore`]), counters, errors |
 //! | `route.rs` | each put routed: descriptors, inline, `ViaBytes`, bytes; the one device→host copy |
-//! | `server.rs` | the control socket: accepting subscribers, the handshake, FD and release requests |
+//! | `server.rs` | the control socket: accepting subscribers, the handshake, each connection's requests |
+//! | `fd.rs` | a block's FD sent: with a connection's first descriptor of it, or when asked |
 //! | `watch.rs` | a subscriber's death: its lifeline, and its leases held until its process exits |
 
+mod fd;
 mod route;
 mod server;
 mod watch;

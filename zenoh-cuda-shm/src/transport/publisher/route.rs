@@ -154,19 +154,13 @@ impl PublisherCore {
                 let descriptor = protocol::encode(&Reply::Block(d));
                 let via_bytes = || protocol::encode(&Reply::ViaBytes { seq });
                 let holders: Vec<u64> = st.ready.keys().copied().collect();
-                // A connection gets a block's FD with its first descriptor of it (our
-                // own blocks: a lent one is opened at the provider), which spares the
-                // subscriber an `Fd` round trip before its first read of the block.
+                // A block's FD goes with a connection's first descriptor of it (`fd.rs`).
                 let own_fd = published.own_fd();
                 for h in holders {
                     match published.lease(HolderId::new(h)) {
                         Ok(()) => {
-                            // Marked before the send: a failed send drops the whole entry.
-                            let fd = own_fd.filter(|_| {
-                                st.ready
-                                    .get_mut(&h)
-                                    .is_some_and(|r| r.fds_sent.insert(block.id, block.alloc) != Some(block.alloc))
-                            });
+                            let fd =
+                                own_fd.filter(|_| st.ready.get_mut(&h).is_some_and(|r| r.first_descriptor_of(block)));
                             if st.push_with(h, &descriptor, fd.as_slice(), c) {
                                 zero_copy += 1;
                                 if fd.is_some() {

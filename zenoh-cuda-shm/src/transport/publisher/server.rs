@@ -70,7 +70,7 @@ fn accept_and_serve(sh: &Arc<Shared>, listener: &ControlListener, accepted: &mps
     }
 }
 
-fn send_reply(conn: &ControlConn, r: &Reply, fds: &[std::os::fd::BorrowedFd<'_>]) -> bool {
+pub(super) fn send_reply(conn: &ControlConn, r: &Reply, fds: &[std::os::fd::BorrowedFd<'_>]) -> bool {
     match conn.send(&protocol::encode(r), fds) {
         Ok(()) => true,
         Err(e) => {
@@ -197,25 +197,8 @@ pub(super) fn connection(sh: Arc<Shared>, conn: ControlConn) {
         }
         match recv_request(&sh, &conn, Duration::from_millis(100)) {
             Ok(Request::Fd { block, capability }) => {
-                let sent = sh.medium.with_handout(block, capability, |fd, size| {
-                    send_reply(&conn, &Reply::Fd { block, size: size as u64 }, &[fd])
-                });
-                // After a slow disconnect our side no longer sends (SHUT_WR): a request
-                // it still makes cannot be answered, and must not end the connection,
-                // whose leases stay until the subscriber releases them or closes.
-                let disconnected = || !sh.state.lock().unwrap_or_else(|p| p.into_inner()).ready.contains_key(&holder);
-                match sent {
-                    Ok(true) => inc(&c.fd_handouts),
-                    Ok(false) if disconnected() => {}
-                    Ok(false) => break,
-                    Err(e) => {
-                        inc(&c.fd_denied);
-                        sh.bad_input.warn("FD request denied", &e);
-                        if !send_reply(&conn, &Reply::FdDenied { block, reason: e.to_string() }, &[]) && !disconnected()
-                        {
-                            break;
-                        }
-                    }
+                if !super::fd::answer_request(&sh, &conn, holder, block, capability) {
+                    break;
                 }
             }
             Ok(Request::Release { blocks }) => {
