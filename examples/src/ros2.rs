@@ -307,6 +307,11 @@ impl SeqCheck {
         }
         self.last.insert(gid, (seq, ts));
     }
+
+    /// Whether `seq` of `gid` is at or below the last one seen of it (a repeat).
+    pub fn is_repeat(&self, gid: [u8; 16], seq: i64) -> bool {
+        self.last.get(&gid).is_some_and(|&(s, _)| seq <= s)
+    }
 }
 
 /// Prints the publishers the subscription found silent, with their reasons.
@@ -395,9 +400,12 @@ fn sub_loop<M: RosDataMessage>(
         n += 1;
     }
     let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
-    // Anything more (a duplicate) within a grace period is a failure too.
+    // A repeat of a message already delivered within a grace period is a failure too;
+    // later messages are a publisher still running.
     std::thread::sleep(Duration::from_millis(300));
-    let extra = std::iter::from_fn(|| s.try_recv()).count();
+    let extra = std::iter::from_fn(|| s.try_recv())
+        .filter(|m| checks.is_repeat(m.attachment().gid, m.attachment().seq))
+        .count();
     let st = s.stats();
     report_silent(s);
     let fps = if n > 1 && secs > 0.0 { (n - 1) as f64 / secs } else { 0.0 };
