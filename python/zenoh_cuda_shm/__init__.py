@@ -385,6 +385,11 @@ class Subscriber(_Native):
         """Publishers of this library the subscriber knows: ``(instance id, zero-copy)``."""
         return self._native.publishers()
 
+    def path_reason(self, sample: Sample) -> Optional[str]:
+        """Why ``sample`` came by its path, to print beside it (``None`` for zero-copy):
+        e.g. ``"on another host"`` or ``"handshake failed: …"`` for ``cpu-bytes``."""
+        return self._native.path_reason(sample)
+
     def stats(self) -> Dict[str, int]:
         """The subscriber's counters (per path, imports, handshakes, …)."""
         return json.loads(self._native._stats_json())
