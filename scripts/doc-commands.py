@@ -306,7 +306,7 @@ def run_variant(b: Block, clone: Path, lines: list, serve: set, logdir: Path) ->
         # Ended by our Ctrl-C is fine (zenohd's way); any other end but 0 is not.
         if rc != 0 and not (t.interrupted and rc == -signal.SIGINT):
             why = why or f"`{t.command}` ended with status {rc}"
-        out += f"\n--- terminal: {t.command} (status {rc})\n{t.output()}"
+        out += f"\n--- terminal: {t.command} (status {rc})\n{trim(t.output())}"
     if why is None:
         for r in opts["expect"]:
             if not re.search(r, out, re.M):
@@ -315,6 +315,14 @@ def run_variant(b: Block, clone: Path, lines: list, serve: set, logdir: Path) ->
     if why is None and (m := ALWAYS_FAILS.search(out)):
         why = f"the output shows {m.group(0)!r}"
     return why is None, why, out
+
+
+def trim(text: str, keep: int = 25) -> str:
+    """The first and last `keep` lines of a long output."""
+    lines = text.splitlines()
+    if len(lines) <= 2 * keep:
+        return text
+    return "\n".join(lines[:keep] + [f"[... {len(lines) - 2 * keep} lines ...]"] + lines[-keep:]) + "\n"
 
 
 def run_block(b: Block, clone: Path) -> tuple:
@@ -388,8 +396,7 @@ def main() -> int:
             print(f"ok {b.where} ({time.monotonic() - t:.0f} s)", flush=True)
         else:
             failed += 1
-            tail = "\n".join(out.strip().splitlines()[-60:])
-            print(f"FAILED {b.where}: {why}\n{tail}\n", flush=True)
+            print(f"FAILED {b.where}: {why}\n{trim(out.strip(), 60)}\n", flush=True)
     if args.keep:
         print(f"clone kept at {clone}")
     else:
