@@ -32,6 +32,7 @@ use crate::protocol::Group;
 use crate::provider::{DeviceLender, NoProvider, ProviderClient, ProviderWatch};
 use crate::sample::{GpuSample, Path, SampleInfo};
 use crate::signal::{ReadySignals, SignalError, WriteGuard};
+use crate::sync::Unpoisoned;
 use crate::transport::medium::{PubMedium, PublishedAny};
 use crate::transport::publisher::{DeclareError, PublisherCore, PublisherStats, PutError, PutReport};
 use crate::transport::subscriber::{SubMedium, SubscriberCore, SubscriberStats};
@@ -87,7 +88,7 @@ struct Reports {
 }
 
 fn lock_reports(r: &Mutex<Reports>) -> std::sync::MutexGuard<'_, Reports> {
-    r.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    r.locked()
 }
 
 /// How often a session reports to its provider.

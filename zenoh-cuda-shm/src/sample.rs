@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use crate::cuda::{CudaError, Fence, Stream, sys};
 use crate::pool::{BlockKey, Fence as PoolFence};
 use crate::signal::SignalError;
+use crate::sync::Unpoisoned;
 use crate::transport::medium::Imported;
 use crate::transport::subscriber::{Link, Shared, SubMedium};
 
@@ -300,7 +301,7 @@ impl DeviceRead<'_> {
     fn finish(&mut self) -> Result<(), CudaError> {
         let fence = Fence::record(&self.gpu, &self.stream)?;
         match (self.sink, self.staged.take()) {
-            (Some(sink), _) => sink.lock().unwrap_or_else(|p| p.into_inner()).push(Box::new(fence)),
+            (Some(sink), _) => sink.locked().push(Box::new(fence)),
             // The staging block must outlive the reads: the subscriber's releaser frees
             // it once they are done.
             (None, Some(staged)) => self.sub.defer(vec![Box::new(fence)], Box::new(move || drop(staged))),
@@ -369,7 +370,7 @@ impl GpuSample {
     pub(crate) fn hold_lease_until(&self, fence: Box<dyn PoolFence>) -> Option<Box<dyn PoolFence>> {
         match &self.0.body {
             Body::ZeroCopy(z) => {
-                z.fences.lock().unwrap_or_else(|p| p.into_inner()).push(fence);
+                z.fences.locked().push(fence);
                 None
             }
             Body::Bytes(_) => Some(fence),

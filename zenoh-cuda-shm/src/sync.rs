@@ -20,6 +20,40 @@ pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
 
 use std::time::Duration;
 
+/// How every lock of the crate is taken: a lock poisoned by a panic in another thread is
+/// taken as that thread left it, rather than making this thread panic too (in a `Drop`,
+/// a Zenoh callback or across the C and Python boundaries that would abort the process or
+/// lose the callback).
+pub(crate) trait Unpoisoned {
+    /// The guard.
+    type Guard<'a>
+    where
+        Self: 'a;
+    /// Locks, ignoring poisoning.
+    fn locked(&self) -> Self::Guard<'_>;
+}
+
+impl<T: ?Sized> Unpoisoned for std::sync::Mutex<T> {
+    type Guard<'a>
+        = std::sync::MutexGuard<'a, T>
+    where
+        Self: 'a;
+    fn locked(&self) -> Self::Guard<'_> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(feature = "loom-model")]
+impl<T> Unpoisoned for loom::sync::Mutex<T> {
+    type Guard<'a>
+        = loom::sync::MutexGuard<'a, T>
+    where
+        Self: 'a;
+    fn locked(&self) -> Self::Guard<'_> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// A thread's handle.
 #[cfg(not(feature = "loom-model"))]
 pub(crate) type JoinHandle<T> = std::thread::JoinHandle<T>;

@@ -95,9 +95,19 @@ pub enum TensorPublishError {
     /// The put failed.
     #[error(transparent)]
     Put(#[from] PutError),
-    /// Publishing host bytes failed.
-    #[error(transparent)]
-    Publish(#[from] PublishError),
+}
+
+/// Publishing the payload as host bytes failed the way a plain publish does: the same
+/// variants, one error type for every tensor publish.
+impl From<PublishError> for TensorPublishError {
+    fn from(e: PublishError) -> Self {
+        match e {
+            PublishError::NoGpu => Self::NoGpu,
+            PublishError::Loan(e) => Self::Loan(e),
+            PublishError::Write(e) => Self::Write(e),
+            PublishError::Put(e) => Self::Put(e),
+        }
+    }
 }
 
 impl TensorPublishError {

@@ -2,6 +2,7 @@
 //! tests crate enables; applications have no use for it). Everything here is inert until
 //! a test sets it, and applies to every subscriber of the process.
 
+use crate::sync::Unpoisoned;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -77,7 +78,7 @@ fn delay_line(due: Instant, job: Job) {
         }
         Mutex::new(tx)
     });
-    let sent = line.lock().unwrap_or_else(|p| p.into_inner()).send((due, job));
+    let sent = line.locked().send((due, job));
     if let Err(flume::SendError((_, job))) = sent {
         job();
     }

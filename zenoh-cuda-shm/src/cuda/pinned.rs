@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use super::Gpu;
 use super::sys::{self, CudaError};
+use crate::sync::Unpoisoned;
 
 /// One page-locked allocation.
 struct Pinned {
@@ -82,7 +83,7 @@ impl AsRef<[u8]> for PinnedBuf {
 impl Drop for PinnedBuf {
     fn drop(&mut self) {
         if let Some(p) = self.buf.take() {
-            let mut free = self.pool.free.lock().unwrap_or_else(|e| e.into_inner());
+            let mut free = self.pool.free.locked();
             let cached: usize = free.iter().map(|b| b.size).sum();
             if cached + p.size <= self.pool.max_cached_bytes {
                 free.push(p);
@@ -100,7 +101,7 @@ impl PinnedPool {
     fn take(&self, len: usize) -> Result<Pinned, CudaError> {
         let class = len.max(4096).next_power_of_two();
         {
-            let mut free = self.inner.free.lock().unwrap_or_else(|e| e.into_inner());
+            let mut free = self.inner.free.locked();
             if let Some(i) = free.iter().position(|b| b.size == class) {
                 return Ok(free.swap_remove(i));
             }

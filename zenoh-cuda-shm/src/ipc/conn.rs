@@ -3,7 +3,7 @@
 use std::fmt;
 use std::io::IoSlice;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -16,6 +16,7 @@ use super::cred::{AccessPolicy, PeerCred, PeerProcess};
 use super::name::{InvalidNameError, SocketName};
 use super::sys::{self, Deadline};
 use super::{DEFAULT_SEND_TIMEOUT, MAX_FRAME_BYTES, MAX_FRAME_FDS};
+use crate::sync::Unpoisoned;
 
 /// One received message: its bytes and the descriptors that came with it.
 ///
@@ -427,7 +428,7 @@ impl ControlConn {
 
     fn recv_inner(&self, deadline: Deadline, timeout: Duration, spin: Duration) -> Result<Frame, RecvError> {
         let spin_until = (!spin.is_zero()).then(|| Instant::now() + spin.min(timeout));
-        let mut buf = self.rx.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut buf = self.rx.locked();
         if buf.len() != MAX_FRAME_BYTES {
             buf.resize(MAX_FRAME_BYTES, 0);
         }

@@ -36,13 +36,14 @@
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::errno::Errno;
 
 use super::sys::{self, RobustList, RobustListHead};
 use crate::host::HostBlock;
+use crate::sync::Unpoisoned;
 
 /// Bytes of a lifeline memfd: one futex word.
 const WORD_BYTES: usize = 4;
@@ -72,7 +73,7 @@ impl Lifeline {
     /// restored if a peer changed it ([`Lifeline::restore`]).
     pub fn ours() -> io::Result<Arc<Lifeline>> {
         let pid = std::process::id();
-        let mut ours = OURS.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut ours = OURS.locked();
         if let Some((made_in, l)) = &*ours
             && *made_in == pid
         {
@@ -151,7 +152,7 @@ fn hold_word(block: &Arc<HostBlock>) -> Result<u32, Errno> {
     let entry: &'static RobustList = Box::leak(Box::new(RobustList { next: &raw const head.list }));
     head.futex_offset = (word.as_ptr() as isize).wrapping_sub(std::ptr::from_ref(entry) as isize) as libc::c_long;
     head.list.next = entry;
-    LISTS.lock().unwrap_or_else(PoisonError::into_inner).push(std::ptr::from_ref(head) as usize);
+    LISTS.locked().push(std::ptr::from_ref(head) as usize);
     sys::set_robust_list(head).map(|()| tid)
 }
 

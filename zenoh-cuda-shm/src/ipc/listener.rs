@@ -5,7 +5,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -16,6 +16,7 @@ use super::conn::{ConnSlot, ControlConn};
 use super::cred::{AccessPolicy, PeerCred, RefusalLog};
 use super::name::{InvalidNameError, RuntimeDirError, SocketName, ensure_runtime_dir};
 use super::sys::{self, Deadline};
+use crate::sync::Unpoisoned;
 
 /// Pending connections the kernel queues before `connect` has to wait.
 const BACKLOG: i32 = 128;
@@ -261,7 +262,7 @@ impl ControlListener {
 
     /// Accepted and refused counts so far.
     pub fn stats(&self) -> ListenerStats {
-        let log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        let log = self.log.locked();
         ListenerStats {
             accepted: log.accepted,
             refused: log.refused,
@@ -300,7 +301,7 @@ impl ControlListener {
                 Ok(conn) => {
                     let cred = PeerCred::of_socket(conn.as_fd())
                         .map_err(|source| AcceptError::Sys { call: "getsockopt(SO_PEERCRED)", source })?;
-                    let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+                    let mut log = self.log.locked();
                     if !self.policy.permits(&cred) {
                         // Close before anything else: the peer must not get a chance
                         // to send fds or wait on us.

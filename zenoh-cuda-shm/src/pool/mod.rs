@@ -53,6 +53,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::sync::Unpoisoned;
 use crate::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -388,7 +389,7 @@ impl<B: Backend> Shared<B> {
     fn lock(&self) -> MutexGuard<'_, State<B::Memory>> {
         // A panic while holding the lock cannot leave the state half-updated in a way
         // that matters more than losing the pool, so poisoning is ignored.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     /// Drops one hold of `holder` on `key`; frees the block when none remain.
@@ -1056,7 +1057,7 @@ impl<B: Backend> Published<B> {
     /// Local work reading the block (e.g. a device→host copy): the publisher's hold
     /// lasts until it completes.
     pub fn add_fence(&self, fence: impl Fence) {
-        self.0.fences.lock().unwrap_or_else(|p| p.into_inner()).push(Box::new(fence));
+        self.0.fences.locked().push(Box::new(fence));
     }
     /// Waits until `holder` may be charged a lease on this block: until it holds fewer
     /// than [`PoolConfig::max_holds_per_holder`] blocks (or already holds this one, or

@@ -12,6 +12,7 @@
 use std::time::{Duration, Instant};
 
 use super::Fence;
+use crate::sync::Unpoisoned;
 use crate::sync::channel::{self, RecvTimeoutError};
 use crate::sync::{JoinHandle, Mutex};
 
@@ -37,7 +38,7 @@ pub(crate) struct RecyclerHandle {
 
 impl RecyclerHandle {
     pub(crate) fn submit(&self, job: Job) {
-        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        let tx = self.tx.locked();
         match tx.as_ref() {
             // The lock is held across the send, so once `Recycler::drop` has taken the
             // sender no job can slip into the channel after its final drain.
@@ -109,16 +110,16 @@ impl Recycler {
         let (queue, trim, trim_every) =
             (std::sync::Arc::clone(&self.queue), std::sync::Arc::clone(&self.trim), self.trim_every);
         self.thread = Some(crate::sync::spawn("zcs-recycler", move || {
-            let Some(rx) = queue.lock().unwrap_or_else(|p| p.into_inner()).take() else { return Vec::new() };
+            let Some(rx) = queue.locked().take() else { return Vec::new() };
             let pending = run(&rx, &trim, trim_every);
-            *queue.lock().unwrap_or_else(|p| p.into_inner()) = Some(rx);
+            *queue.locked() = Some(rx);
             pending
         })?);
         Ok(())
     }
 
     pub(crate) fn set_trim(&self, f: TrimFn) {
-        *self.trim.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
+        *self.trim.locked() = Some(f);
     }
 }
 
@@ -163,7 +164,7 @@ fn run(rx: &channel::Receiver<Msg>, trim: &Mutex<Option<TrimFn>>, trim_every: Du
             };
         }
         if Instant::now() >= next_trim {
-            if let Some(f) = trim.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            if let Some(f) = trim.locked().as_ref() {
                 f();
             }
             next_trim = Instant::now() + trim_every;
@@ -180,10 +181,10 @@ fn job(m: Msg) -> Option<Job> {
 
 impl Drop for Recycler {
     fn drop(&mut self) {
-        if let Some(tx) = self.tx.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(tx) = self.tx.locked().take() {
             let _ = tx.send(Msg::Stop);
         }
-        self.trim.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.trim.locked().take();
         let mut left = match self.thread.take().map(JoinHandle::join) {
             Some(Ok(pending)) => pending,
             Some(Err(_)) => {
@@ -193,7 +194,7 @@ impl Drop for Recycler {
             None => Vec::new(),
         };
         // What was queued after the thread's last pass, or everything if it never started.
-        if let Some(rx) = self.queue.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(rx) = self.queue.locked().take() {
             left.extend(rx.drain().into_iter().filter_map(job));
         }
         left.into_iter().for_each(finish_blocking);

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::ipc::{ControlConn, DecodeNameError, SocketName};
 use crate::pool::{BorrowError, Borrowed, Lender};
 use crate::protocol::{self, ProviderRef, ProviderReply, ProviderRequest, ProviderToken};
+use crate::sync::Unpoisoned;
 
 /// Talking to the provider failed.
 #[derive(Debug, thiserror::Error)]
@@ -159,7 +160,7 @@ impl ProviderClient {
         if self.is_dead() {
             return Err(ClientError::Unreachable("the connection was lost earlier".into()));
         }
-        let _turn = self.receiving.lock().unwrap_or_else(|p| p.into_inner());
+        let _turn = self.receiving.locked();
         let conn = &self.conn;
         conn.send(&protocol::encode(req), &[]).map_err(|e| self.unreachable(e))?;
         let deadline = Instant::now() + timeout;
@@ -310,7 +311,7 @@ impl Providers {
 
     /// The connection to `provider`, made now if there is none or it failed.
     pub fn get(&self, provider: &ProviderRef, timeout: Duration) -> Result<Arc<ProviderClient>, ClientError> {
-        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        let mut known = self.known.locked();
         if let Some(c) = known.get(&provider.id).filter(|c| !c.is_dead() && c.provider() == provider) {
             return Ok(Arc::clone(c));
         }
@@ -358,7 +359,7 @@ impl ProviderWatch {
                 let Some(t) = ProviderToken::parse(sample.key_expr().as_str()).filter(|t| t.boot_id == boot) else {
                     return;
                 };
-                let mut seen = s.lock().unwrap_or_else(|p| p.into_inner());
+                let mut seen = s.locked();
                 match sample.kind() {
                     zenoh::sample::SampleKind::Put => *seen = Some(t.provider),
                     zenoh::sample::SampleKind::Delete if seen.as_ref() == Some(&t.provider) => *seen = None,
@@ -371,7 +372,7 @@ impl ProviderWatch {
 
     /// Records a provider found another way (a liveliness query at open).
     pub fn offer(&self, provider: ProviderRef) {
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.seen.locked();
         if seen.is_none() {
             *seen = Some(provider);
         }
@@ -379,7 +380,7 @@ impl ProviderWatch {
 
     /// The provider to borrow from now (connected on first use), or why there is none.
     pub fn current(&self) -> Result<Arc<ProviderClient>, NoProvider> {
-        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let seen = self.seen.locked().clone();
         let provider = seen.ok_or(NoProvider::NotAnnounced)?;
         let client = self.providers.get(&provider, self.connect_timeout).map_err(NoProvider::Unusable)?;
         if !client.devices().contains(&self.device) {

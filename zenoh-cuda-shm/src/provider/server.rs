@@ -14,6 +14,7 @@ use crate::cuda::{Gpu, ProbeError};
 use crate::ipc::{AcceptError, AccessPolicy, ControlConn, ControlListener, RecvError, SocketName};
 use crate::pool::{BlockMemory, CudaBackend, HostBackend, Loan, Pool, PoolConfig, PoolError, PoolStats};
 use crate::protocol::{self, Group, ProcessReport, ProviderRef, ProviderReply, ProviderRequest, ProviderToken};
+use crate::sync::Unpoisoned;
 
 /// Which GPUs a provider serves.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -262,7 +263,7 @@ struct Shared {
 
 impl Shared {
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 }
 

@@ -12,6 +12,7 @@ use zenoh::Wait;
 use zenoh::sample::SampleKind;
 
 use super::names::{ADMIN_SPACE, Entity, EntityKind, gid_hex, strip_slashes};
+use crate::sync::Unpoisoned;
 
 /// Prefix of our marker tokens.
 pub const MARKER_PREFIX: &str = "@zcs/ros2/v1";
@@ -45,7 +46,7 @@ pub(crate) struct Graph {
 }
 
 fn lock(s: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
-    s.lock().unwrap_or_else(|p| p.into_inner())
+    s.locked()
 }
 
 impl Graph {

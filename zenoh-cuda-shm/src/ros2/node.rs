@@ -16,6 +16,7 @@ use super::resolve::{resolve_topic, validate_absolute, validate_node_name};
 use super::silence::{Watch, spawn_checker};
 use super::subscriber::RosSubscriber;
 use crate::GpuSession;
+use crate::sync::Unpoisoned;
 use crate::transport::publisher::DeclareError;
 
 /// Node and entity ids of this process: rmw_zenoh needs them unique within a Zenoh
@@ -198,7 +199,7 @@ impl RosNode {
     /// checker thread with the first one).
     pub(crate) fn watch(&self, watch: &Arc<Watch>) -> Result<(), RosDeclareError> {
         let Some(window) = self.0.silence_window else { return Ok(()) };
-        self.0.watches.lock().unwrap_or_else(|p| p.into_inner()).push(Arc::downgrade(watch));
+        self.0.watches.locked().push(Arc::downgrade(watch));
         if !self.0.checker_started.swap(true, Ordering::AcqRel) {
             let started = spawn_checker(Arc::downgrade(&self.0), |n| &n.graph, |n| &n.watches, window);
             if let Err(e) = started {

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::graph::{Graph, MARKER_PREFIX};
 use super::names::{Durability, Entity, Qos, Reliability, gid_hex, strip_slashes};
+use crate::sync::Unpoisoned;
 
 /// Why a publisher may be silent, as far as the graph tells.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,7 +136,7 @@ pub(crate) struct Watch {
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.locked()
 }
 
 /// The likely reasons `publisher` does not reach `sub`.

@@ -38,6 +38,7 @@ use super::{buf_cpu_key, channel_key};
 use crate::api::{GpuSubscriber, RecvError};
 use crate::config::PlainListen;
 use crate::sample::{GpuSample, Path, ReadError};
+use crate::sync::Unpoisoned;
 
 /// Sequence numbers remembered per publisher GID for deduplication.
 const DEDUP_WINDOW: usize = 4096;
@@ -152,7 +153,7 @@ struct Core {
 
 impl Core {
     fn dedup(&self) -> std::sync::MutexGuard<'_, Dedup> {
-        self.dedup.lock().unwrap_or_else(|p| p.into_inner())
+        self.dedup.locked()
     }
 }
 
@@ -439,7 +440,7 @@ impl<M: RosDataMessage> RosSubscriber<M> {
     /// also logged once (WARN) and counted in [`RosSubscriberStats::silent_publishers`];
     /// one that is heard from later, or leaves, drops off this list.
     pub fn silent_publishers(&self) -> Vec<SilentPublisher> {
-        self.watch.silent.lock().unwrap_or_else(|p| p.into_inner()).values().map(|r| r.publisher.clone()).collect()
+        self.watch.silent.locked().values().map(|r| r.publisher.clone()).collect()
     }
 
     /// The data key.

@@ -30,6 +30,7 @@ pub(crate) mod medium;
 pub mod publisher;
 pub mod subscriber;
 
+use crate::sync::Unpoisoned;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Subscribes (with history) to the liveliness tokens of `role` and calls `f` with
@@ -118,7 +119,7 @@ impl RateLimitedWarn {
 
     pub(crate) fn warn(&self, what: &str, detail: &dyn std::fmt::Display) {
         use std::sync::atomic::Ordering::Relaxed;
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = self.last.locked();
         let now = std::time::Instant::now();
         if last.is_none_or(|t| now.duration_since(t) >= self.every) {
             *last = Some(now);

@@ -11,6 +11,7 @@ use super::{Ready, Shared, inc};
 use crate::ipc::ControlConn;
 use crate::pool::BlockKey;
 use crate::protocol::Reply;
+use crate::sync::Unpoisoned;
 
 impl Ready {
     /// Whether this connection gets `block`'s FD with the descriptor about to go out:
@@ -39,7 +40,7 @@ pub(super) fn answer_request(
     // After a slow disconnect our side no longer sends (SHUT_WR): a request it still
     // makes cannot be answered, and must not end the connection, whose leases stay until
     // the subscriber releases them or closes.
-    let disconnected = || !sh.state.lock().unwrap_or_else(|p| p.into_inner()).ready.contains_key(&holder);
+    let disconnected = || !sh.state.locked().ready.contains_key(&holder);
     match sent {
         Ok(true) => {
             inc(&c.fd_handouts);

@@ -31,6 +31,7 @@ use crate::config::Congestion;
 use crate::host::HostBlock;
 use crate::ipc::{AccessPolicy, ControlConn, ControlListener, SocketName};
 use crate::protocol::{self, Group, Role, Token};
+use crate::sync::Unpoisoned;
 
 /// Counters of one publisher. All monotonic.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
@@ -334,7 +335,7 @@ impl PublisherCore {
         // GPU-aware subscribers announce themselves; track those whose key meets ours.
         let s3 = Arc::clone(&shared);
         let learn = move |kind: SampleKind, t: Token| {
-            let mut st = s3.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = s3.state.locked();
             match kind {
                 SampleKind::Put => {
                     st.aware.insert(t.instance, t);
@@ -363,7 +364,7 @@ impl PublisherCore {
         .map_err(DeclareError::Zenoh)?;
         let deadline = Instant::now() + handshake_timeout;
         let known = || {
-            let st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            let st = shared.state.locked();
             present.iter().all(|t| st.aware.contains_key(&t.instance))
         };
         while !known() && Instant::now() < deadline {
@@ -392,7 +393,7 @@ impl PublisherCore {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.shared.state.locked()
     }
 
     /// Reports this publisher while it exists (the session sends such reports to its
@@ -402,7 +403,7 @@ impl PublisherCore {
         move || {
             let sh = shared.upgrade()?;
             let subscribers = {
-                let st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+                let st = sh.state.locked();
                 st.aware
                     .iter()
                     .map(|(i, t)| {

@@ -13,6 +13,7 @@ use super::{Ready, Shared, inc};
 use crate::ipc::{ControlConn, ControlListener, RecvError, Watch};
 use crate::pool::HolderId;
 use crate::protocol::{self, Reply, Request};
+use crate::sync::Unpoisoned;
 use crate::transport::medium::PubMedium;
 
 /// Serves control connections until stopped; one thread per connection (and one
@@ -175,7 +176,7 @@ pub(super) fn connection(sh: Arc<Shared>, conn: ControlConn) {
     // Routing starts here: `Ready` names the first message routed over this connection
     // and goes out with the state locked, so no put can slip in between.
     {
-        let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = sh.state.locked();
         if !send_reply(&conn, &Reply::Ready { first_seq: st.seq + 1 }, &[]) {
             drop(st);
             return fail("send Ready");
@@ -212,7 +213,7 @@ pub(super) fn connection(sh: Arc<Shared>, conn: ControlConn) {
             Ok(Request::Leave) => {
                 // Routing ends here: `Left` is the last routed frame. Leases still held
                 // stay until released or until the connection ends.
-                let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut st = sh.state.locked();
                 st.ready.remove(&holder);
                 if !send_reply(&conn, &Reply::Left, &[]) {
                     break;
@@ -231,7 +232,7 @@ pub(super) fn connection(sh: Arc<Shared>, conn: ControlConn) {
             }
         }
     }
-    sh.state.lock().unwrap_or_else(|p| p.into_inner()).ready.remove(&holder);
+    sh.state.locked().ready.remove(&holder);
     let died = watcher.as_ref().is_some_and(Watcher::died);
     if !violation && !died {
         hold_until_exit(&sh, holder, &conn);

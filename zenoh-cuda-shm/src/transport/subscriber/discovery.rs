@@ -15,10 +15,11 @@ use super::order::on_bytes;
 use super::{Link, PubEntry, Shared, State, inc};
 use crate::config::PlainListen;
 use crate::protocol::Token;
+use crate::sync::Unpoisoned;
 
 pub(super) fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
     {
-        let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = sh.state.locked();
         if let Some(e) = st.pubs.get(&t.instance) {
             // Back after a Zenoh outage that its link outlived.
             if let Some(link) = &e.link {
@@ -56,7 +57,7 @@ const DEAD_PUBLISHER_WATCH: Duration = Duration::from_secs(600);
 
 pub(super) fn publisher_vanished(sh: &Arc<Shared>, instance: u64) {
     let (link, none_left) = {
-        let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = sh.state.locked();
         // The token came through Zenoh; the link does not. While the link is open its
         // publisher is alive and routing to us (descriptors, leases and releases all
         // go over it), so the token vanishing means the Zenoh route between us is down
@@ -97,7 +98,7 @@ pub(super) fn forgotten(sh: &Arc<Shared>, instance: u64, link: Option<Arc<Link>>
     if let Some(link) = link {
         link.alive.store(false, Ordering::Relaxed);
         // Mappings still read by samples stay alive through their Arcs.
-        link.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        link.cache.locked().clear();
         inc(&sh.counters.evictions);
         tracing::debug!(publisher = %crate::transport::Id(instance), "publisher gone; its imports evicted");
         // A link whose token vanished while it was open is watched since then.
@@ -150,11 +151,11 @@ impl Shared {
     /// now say (`auto`: while none is known). Decided under the plain-key lock, so
     /// calls racing each other leave the state the last one saw.
     pub(super) fn refresh_plain(self: &Arc<Self>) {
-        let mut sub = self.plain_sub.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sub = self.plain_sub.locked();
         let on = match self.plain_listen {
             PlainListen::Always => true,
             PlainListen::Never => false,
-            PlainListen::Auto => self.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.is_empty(),
+            PlainListen::Auto => self.state.locked().pubs.is_empty(),
         };
         if on == sub.is_some() || self.closed.load(Ordering::Relaxed) {
             return;
@@ -186,8 +187,7 @@ impl Link {
     /// it any more) and remember which generations were not ready.
     pub(super) fn release_waiters_of_dead_publisher(&self) {
         let Some(signals) = &self.signals else { return };
-        let awaited: Vec<(u32, u64)> =
-            self.awaited.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(s, g)| (*s, *g)).collect();
+        let awaited: Vec<(u32, u64)> = self.awaited.locked().iter().map(|(s, g)| (*s, *g)).collect();
         // Created by the subscriber's declaration, unless this comes first.
         let stream = match self.release_stream.get() {
             Some(s) => s.clone(),
@@ -208,7 +208,7 @@ impl Link {
                 }
             }
             unready += 1;
-            self.unready.lock().unwrap_or_else(|p| p.into_inner()).insert((slot, generation));
+            self.unready.locked().insert((slot, generation));
             if let Err(e) = signals.signal(&stream, slot, generation) {
                 tracing::error!(error = %crate::error::Chain(&e), slot, "cannot release a wait on a dead publisher's signal");
             }

@@ -12,6 +12,7 @@ use crate::ipc::{ConnectError, ControlConn, DecodeNameError, RecvError, SendErro
 use crate::pool::CapabilityKey;
 use crate::protocol::{self, Reply, Request};
 use crate::signal::ReadySignals;
+use crate::sync::Unpoisoned;
 
 /// Why a handshake with a publisher failed (the publisher then serves bytes); its text,
 /// causes included, is the subscriber's `bytes_reason` for that publisher.
@@ -135,7 +136,7 @@ pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn) -> Result<Arc<Link>
         other => return Err(HandshakeError::Protocol(format!("{other:?} instead of Ready"))),
     };
     // Lock order everywhere: an `Order` before the state, never the state first.
-    let order = sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get(&publisher).map(|e| Arc::clone(&e.order));
+    let order = sh.state.locked().pubs.get(&publisher).map(|e| Arc::clone(&e.order));
     let order = order.ok_or(HandshakeError::Vanished)?;
     let link = Arc::new(Link {
         conn,
@@ -155,12 +156,12 @@ pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn) -> Result<Arc<Link>
     });
     let mut o = order.lock();
     o.restart(Some(first_seq));
-    match sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get_mut(&publisher) {
+    match sh.state.locked().pubs.get_mut(&publisher) {
         Some(e) => {
             e.why = None;
             if let Some(old) = e.link.replace(Arc::clone(&link)) {
                 // A link that ended while its publisher stayed: its imports go.
-                old.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                old.cache.locked().clear();
             }
         }
         None => return Err(HandshakeError::Vanished),

@@ -15,6 +15,7 @@ use crate::ipc::{Frame, RecvError, SendError};
 use crate::pool::BlockKey;
 use crate::protocol::{self, Descriptor, Reply, Request};
 use crate::sample::{Body, GpuSample, Path, SampleInfo, ZeroCopy};
+use crate::sync::Unpoisoned;
 use crate::transport::medium::{Imported, Mapped, Opened};
 
 /// Why a routed block could not be imported (the message is lost for this subscriber,
@@ -99,13 +100,13 @@ pub(super) fn on_block(
         link.release(d.block);
         return bad("descriptor out of its block's bounds", &format_args!("{}+{} > {}", d.offset, d.len, d.block_size));
     }
-    let cached = link.cache.lock().unwrap_or_else(|p| p.into_inner()).get(&d.block.id).cloned();
+    let cached = link.cache.locked().get(&d.block.id).cloned();
     let imported = match cached {
         Some((alloc, i)) if alloc == d.block.alloc && i.size() as u64 == d.block_size => i,
         _ => match import(sh, link, backlog, &d, fd) {
             Ok(i) => {
                 crate::transport::step!(seq = d.seq, block = d.block.id, "subscriber: block imported");
-                link.cache.lock().unwrap_or_else(|p| p.into_inner()).insert(d.block.id, (d.block.alloc, i.clone()));
+                link.cache.locked().insert(d.block.id, (d.block.alloc, i.clone()));
                 inc(&sh.counters.imports);
                 i
             }
@@ -119,7 +120,7 @@ pub(super) fn on_block(
         },
     };
     if matches!(imported, Imported::Cuda(_)) {
-        let mut awaited = link.awaited.lock().unwrap_or_else(|p| p.into_inner());
+        let mut awaited = link.awaited.locked();
         let g = awaited.entry(d.block.id).or_insert(0);
         *g = (*g).max(d.block.generation);
     }

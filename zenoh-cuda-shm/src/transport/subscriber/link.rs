@@ -15,6 +15,7 @@ use crate::ipc::{ControlConn, Frame, RecvError};
 use crate::pool::BlockKey;
 use crate::protocol::{self, Reply, Request, Token};
 use crate::sample::{Body, GpuSample, Path, SampleInfo};
+use crate::sync::Unpoisoned;
 
 /// How long a closing subscriber's link thread waits for the publisher's `Left`.
 pub(super) const LEAVE_WAIT: Duration = Duration::from_secs(1);
@@ -25,7 +26,7 @@ const VIA_BYTES_WAIT: Duration = Duration::from_secs(1);
 impl Link {
     /// Whether the publisher died before signalling this block generation ready.
     pub(crate) fn died_unready(&self, key: BlockKey) -> bool {
-        self.unready.lock().unwrap_or_else(|p| p.into_inner()).contains(&(key.id, key.generation))
+        self.unready.locked().contains(&(key.id, key.generation))
     }
 
     /// Sends a release, also on a link that ended: a publisher that disconnected us as
@@ -57,7 +58,7 @@ pub(super) fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str, mut opened:
                 inc(&sh.counters.handshake_failures);
                 let why = crate::error::chain(&e);
                 tracing::info!(publisher = %crate::transport::Id(t.instance), why, "no zero-copy path to this publisher; receiving bytes");
-                if let Some(e) = sh.state.lock().unwrap_or_else(|p| p.into_inner()).pubs.get_mut(&t.instance) {
+                if let Some(e) = sh.state.locked().pubs.get_mut(&t.instance) {
                     e.why = Some(format!("handshake failed: {why}"));
                 }
                 return;
@@ -72,7 +73,7 @@ pub(super) fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str, mut opened:
         link.alive.store(false, Ordering::Relaxed);
         let (still_there, gone) = {
             let mut o = link.order.lock();
-            let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = sh.state.locked();
             let entry = st.pubs.get(&link.publisher);
             if entry.and_then(|e| e.link.as_ref()).is_some_and(|l| Arc::ptr_eq(l, &link)) {
                 // From here on, bytes are delivered as they arrive.

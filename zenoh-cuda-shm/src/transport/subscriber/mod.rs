@@ -34,6 +34,7 @@ use crate::pool::{BlockKey, CapabilityKey, Fence};
 use crate::protocol::{self, Group, Request, Role, Token};
 use crate::sample::GpuSample;
 use crate::signal::ReadySignals;
+use crate::sync::Unpoisoned;
 
 use discovery::{publisher_appeared, publisher_vanished};
 use order::{Order, Seen, on_bytes};
@@ -329,14 +330,14 @@ impl SubscriberCore {
     /// Publishers of ours this subscriber knows, and whether each is on the zero-copy
     /// path.
     pub(crate) fn publishers(&self) -> Vec<(u64, bool)> {
-        let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        let st = self.shared.state.locked();
         st.pubs.iter().map(|(i, e)| (*i, e.live())).collect()
     }
 
     /// Why `publisher` serves this subscriber bytes rather than its blocks; `None` while
     /// it is on the zero-copy path, or for a publisher this subscriber does not know.
     pub(crate) fn bytes_reason(&self, publisher: u64) -> Option<String> {
-        let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        let st = self.shared.state.locked();
         st.pubs.get(&publisher).and_then(PubEntry::bytes_reason)
     }
 
@@ -347,7 +348,7 @@ impl SubscriberCore {
         move || {
             let sh = shared.upgrade()?;
             let publishers = {
-                let st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+                let st = sh.state.locked();
                 st.pubs
                     .iter()
                     .map(|(i, e)| protocol::PathReport {
@@ -390,10 +391,10 @@ impl Shared {
     /// the application still holds keep their leases until dropped.
     fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
-        self.plain_sub.lock().unwrap_or_else(|p| p.into_inner()).take();
-        self.deliver.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.plain_sub.locked().take();
+        self.deliver.locked().take();
         let links: Vec<Arc<Link>> = {
-            let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let st = self.state.locked();
             st.pubs.values().filter_map(|e| e.link.clone()).collect()
         };
         for link in links {
@@ -404,7 +405,7 @@ impl Shared {
         // Wake link threads waiting for bytes, and drop bytes still waiting for their
         // turn (each holds this subscriber's shared state).
         let orders: Vec<Arc<Order>> = {
-            let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let st = self.state.locked();
             st.pubs.values().map(|e| Arc::clone(&e.order)).collect()
         };
         for order in orders {
@@ -414,7 +415,7 @@ impl Shared {
     }
 
     fn deliver(&self, sample: GpuSample) {
-        let d = self.deliver.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let d = self.deliver.locked().clone();
         if let Some(d) = d {
             d(sample);
         }

@@ -12,6 +12,7 @@ use zenoh::sample::{Sample, SampleKind};
 use super::{Shared, inc};
 use crate::protocol::{self, BytesHeader};
 use crate::sample::{Body, GpuSample, Path, SampleInfo};
+use crate::sync::Unpoisoned;
 
 /// How long the first message routed over a new link waits for the bytes sent through
 /// Zenoh just before it (Zenoh keeps their order, so they are near).
@@ -66,7 +67,7 @@ impl OrderState {
 
 impl Order {
     pub(super) fn lock(&self) -> MutexGuard<'_, OrderState> {
-        self.m.lock().unwrap_or_else(|p| p.into_inner())
+        self.m.locked()
     }
 
     /// Waits on the condition variable until `deadline`; false once it has passed.
@@ -170,7 +171,7 @@ impl Seen {
 impl Shared {
     /// Whether `seq` of `publisher` was delivered.
     pub(super) fn seen(&self, publisher: u64, seq: u64) -> bool {
-        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let st = self.state.locked();
         st.seen.get(&publisher).is_some_and(|s| s.set.contains(&seq))
     }
 
@@ -182,7 +183,7 @@ impl Shared {
     /// [`Shared::first_delivery`]; `count_duplicate`: count a copy already delivered in
     /// `duplicates` (not for the plain key's copies, which are expected).
     pub(super) fn first_copy(&self, publisher: u64, seq: u64, count_duplicate: bool) -> bool {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.state.locked();
         match st.seen.entry(publisher).or_default().insert(seq) {
             None => {
                 if count_duplicate {
@@ -254,7 +255,7 @@ fn take_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
         }
     };
     let (link, order) = {
-        let st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+        let st = sh.state.locked();
         match st.pubs.get(&h.publisher) {
             Some(e) => (e.link.clone(), Some(Arc::clone(&e.order))),
             None => (None, None),
