@@ -24,12 +24,13 @@ use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, spawn_child, w
 use zenoh::Wait;
 use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
-use zenoh_cuda_shm::host::{HostBlock, boot_id, open_fd_count, thread_count};
+use zenoh_cuda_shm::host::{HostBlock, boot_id};
 use zenoh_cuda_shm::ipc::{
     AccessPolicy, ControlConn, DEFAULT_MAX_CONNECTIONS, MAX_FRAME_BYTES, MAX_FRAME_FDS, RecvError, SocketName,
 };
 use zenoh_cuda_shm::pool::{BlockKey, CapabilityKey};
 use zenoh_cuda_shm::protocol::{self, Descriptor, Group, Reply, Request, Role, Token};
+use zenoh_cuda_shm::test_support::{open_fd_count, thread_count};
 use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, GpuSubscriber, Path, ZcsConfig};
 
 const MIB: usize = 1 << 20;

@@ -17,10 +17,10 @@ use serde::{Deserialize, Serialize};
 use zcs_tests::{child_role, gpu_or_skip, recv_msg, send_msg, spawn_child, wait_child, watchdog_guard};
 use zenoh_cuda_shm::cuda::kernels::check_pattern;
 use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, ImportedBlock, Kernels, Stream, sys};
-use zenoh_cuda_shm::host::{open_fd_count, thread_count};
 use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
 use zenoh_cuda_shm::pool::{BlockKey, BlockMemory, CudaBackend, HolderId, Pool, PoolConfig};
 use zenoh_cuda_shm::signal::{ReadGuard, ReadySignals, WriteGuard};
+use zenoh_cuda_shm::test_support::{open_fd_count, thread_count};
 
 const MIB: usize = 1 << 20;
 const SOCK_ENV: &str = "ZCS_TEST_SOCK";

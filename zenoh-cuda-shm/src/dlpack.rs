@@ -572,6 +572,7 @@ impl Managed for DLManagedTensor {
 static LIVE_EXPORTS: AtomicUsize = AtomicUsize::new(0);
 
 /// DLPack exports of this process whose deleter has not run yet.
+#[doc(hidden)] // for the test suites (Rust and Python), not part of the API
 pub fn live_exports() -> usize {
     // Relaxed: a statistic; the deleter's effects are ordered by the lease machinery.
     LIVE_EXPORTS.load(Ordering::Relaxed)

@@ -150,18 +150,6 @@ pub fn process_gone(pid: i32) -> bool {
     }
 }
 
-/// Number of open file descriptors of this process (entries of `/proc/self/fd`),
-/// for leak checks.
-pub fn open_fd_count() -> io::Result<usize> {
-    // The directory handle itself is one entry while we iterate; don't count it.
-    Ok(std::fs::read_dir("/proc/self/fd")?.count().saturating_sub(1))
-}
-
-/// Number of threads of this process (`/proc/self/task`), for leak checks.
-pub fn thread_count() -> io::Result<usize> {
-    Ok(std::fs::read_dir("/proc/self/task")?.count())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
-//! Fault injection for the transport's race tests (feature `test-support`, which the
-//! tests crate enables; applications have no use for it). Everything here is inert until
-//! a test sets it, and applies to every subscriber of the process.
+//! What the test suites need of the library and applications do not (feature
+//! `test-support`, which the tests crate enables): fault injection for the transport's
+//! race tests, inert until a test sets it and applying to the whole process, and the
+//! resource counters of the leak checks.
 
 use crate::sync::Unpoisoned;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,4 +91,16 @@ pub(crate) fn delay_handshake() {
 
 pub(crate) fn handshake_delayed() -> bool {
     !load(&HANDSHAKE_DELAY_US).is_zero()
+}
+
+/// Number of open file descriptors of this process (entries of `/proc/self/fd`), for
+/// leak checks.
+pub fn open_fd_count() -> std::io::Result<usize> {
+    // The directory handle itself is one entry while we iterate; don't count it.
+    Ok(std::fs::read_dir("/proc/self/fd")?.count().saturating_sub(1))
+}
+
+/// Number of threads of this process (`/proc/self/task`), for leak checks.
+pub fn thread_count() -> std::io::Result<usize> {
+    Ok(std::fs::read_dir("/proc/self/task")?.count())
 }

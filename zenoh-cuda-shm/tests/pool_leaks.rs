@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use zenoh_cuda_shm::host::{open_fd_count, thread_count};
 use zenoh_cuda_shm::pool::{Fence, HolderId, HostBackend, Pool, PoolConfig};
+use zenoh_cuda_shm::test_support::{open_fd_count, thread_count};
 
 struct Flag(Arc<AtomicBool>);
 impl Fence for Flag {

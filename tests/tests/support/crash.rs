@@ -46,7 +46,7 @@ use zenoh::Wait;
 
 use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, spawn_child, watchdog_guard};
 use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern, fill_pattern};
-use zenoh_cuda_shm::host::{open_fd_count, thread_count};
+use zenoh_cuda_shm::test_support::{open_fd_count, thread_count};
 use zenoh_cuda_shm::{GpuLoan, GpuPublisher, GpuSample, GpuSession, GpuSubscriber, ReadError, ZcsConfig};
 
 /// Iterations per cell.
