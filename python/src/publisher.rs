@@ -57,9 +57,7 @@ fn tensor_publish_err(e: &TensorPublishError) -> PyErr {
         TensorPublishError::Invalid { .. } | TensorPublishError::DeviceMismatch { .. } => {
             PyValueError::new_err(chain(e))
         }
-        TensorPublishError::Loan(_) => {
-            LoanError::new_err(chain(e))
-        }
+        TensorPublishError::Loan(_) => LoanError::new_err(chain(e)),
         e => zcs_err(e),
     }
 }
