@@ -99,6 +99,27 @@ fn publish(publisher: &zenoh_cuda_shm::GpuPublisher) {
     }
 }
 
+/// Publishes `N` messages while both subscribers receive (as applications do: a full
+/// queue would hold Zenoh back), and checks that each got every message exactly once and
+/// counted nothing lost. Returns the publisher's copies out.
+fn publish_to_both(publisher: &zenoh_cuda_shm::GpuPublisher, wide: &Sub, exact: &Sub) -> u64 {
+    let (got, copies_out) = std::thread::scope(|scope| {
+        let receivers = [scope.spawn(|| receive(wide)), scope.spawn(|| receive(exact))];
+        publish(publisher);
+        let copies_out = publisher.stats().copies_out;
+        (receivers.map(|r| r.join().expect("receiver")), copies_out)
+    });
+    for (name, sub, seen) in [("camera/**", wide, &got[0]), ("camera/front", exact, &got[1])] {
+        let st = sub.stats();
+        let missing: Vec<u64> = (1..=N).filter(|s| !seen.contains_key(s)).collect();
+        assert!(missing.is_empty(), "{name}: messages {missing:?} never arrived ({st:?}, copies out {copies_out})");
+        assert!(seen.values().all(|&n| n == 1), "{name}: a message arrived twice: {seen:?}");
+        assert_eq!(st.lost, 0, "{name}: {st:?}");
+        assert!(sub.try_recv().is_none(), "{name}: more than {N} messages");
+    }
+    copies_out
+}
+
 #[test]
 fn bytes_sent_while_the_link_comes_up_arrive_once_through_a_router() {
     let _w =
@@ -131,21 +152,7 @@ fn bytes_sent_while_the_link_comes_up_arrive_once_through_a_router() {
     assert_eq!(publisher.zero_copy_subscribers(), 0, "handshakes are held back");
     assert!(!live);
     assert_eq!(reason.as_deref(), Some("handshake in progress"));
-    // Receiving meanwhile, as applications do (a full queue would hold Zenoh back).
-    let (got, copies_out) = std::thread::scope(|scope| {
-        let receivers = [scope.spawn(|| receive(&wide)), scope.spawn(|| receive(&exact))];
-        publish(&publisher);
-        let copies_out = publisher.stats().copies_out;
-        (receivers.map(|r| r.join().expect("receiver")), copies_out)
-    });
-    for (name, sub, seen) in [("camera/**", &wide, &got[0]), ("camera/front", &exact, &got[1])] {
-        let st = sub.stats();
-        let missing: Vec<u64> = (1..=N).filter(|s| !seen.contains_key(s)).collect();
-        assert!(missing.is_empty(), "{name}: messages {missing:?} never arrived ({st:?}, copies out {copies_out})");
-        assert!(seen.values().all(|&n| n == 1), "{name}: a message arrived twice: {seen:?}");
-        assert_eq!(st.lost, 0, "{name}: {st:?}");
-        assert!(sub.try_recv().is_none(), "{name}: more than {N} messages");
-    }
+    let copies_out = publish_to_both(&publisher, &wide, &exact);
     assert!(wide.publishers().contains(&(instance, true)));
     assert_eq!(wide.bytes_reason(instance), None, "on the zero-copy path");
     // The race was really run: some bytes came after their subscriber's link had
@@ -198,19 +205,7 @@ fn a_new_publisher_reaches_the_subscribers_already_there_from_its_first_put() {
     // round trip): the subscribers have seen this publisher and left the plain key, and
     // their handshakes (held back 300 ms) are not done.
     std::thread::sleep(Duration::from_millis(100));
-    let (got, copies_out) = std::thread::scope(|scope| {
-        let receivers = [scope.spawn(|| receive(&wide)), scope.spawn(|| receive(&exact))];
-        publish(&publisher);
-        let copies_out = publisher.stats().copies_out;
-        (receivers.map(|r| r.join().expect("receiver")), copies_out)
-    });
-    for (name, sub, seen) in [("camera/**", &wide, &got[0]), ("camera/front", &exact, &got[1])] {
-        let st = sub.stats();
-        let missing: Vec<u64> = (1..=N).filter(|s| !seen.contains_key(s)).collect();
-        assert!(missing.is_empty(), "{name}: messages {missing:?} never arrived ({st:?}, copies out {copies_out})");
-        assert!(seen.values().all(|&n| n == 1), "{name}: a message arrived twice: {seen:?}");
-        assert_eq!(st.lost, 0, "{name}: {st:?}");
-    }
+    publish_to_both(&publisher, &wide, &exact);
 }
 
 /// A gap after a subscriber's first message is counted in `lost`, and a message that
