@@ -2,7 +2,7 @@
 //!
 //! | file | job |
 //! |---|---|
-//! | `mod.rs` | the publisher's state, its declaration ([`PublisherCore`]), counters, errors |
+//! | `mod.rs` | the publisher's state, its declaration (`PublisherCore`), counters, errors |
 //! | `route.rs` | each put routed: descriptors, inline, `ViaBytes`, bytes; the one device→host copy |
 //! | `server.rs` | the control socket: accepting subscribers, the handshake, each connection's requests |
 //! | `fd.rs` | a block's FD sent: with a connection's first descriptor of it, or when asked |

@@ -2,7 +2,7 @@
 //!
 //! | file | job |
 //! |---|---|
-//! | `mod.rs` | the subscriber's state, its declaration ([`SubscriberCore`]), counters, close |
+//! | `mod.rs` | the subscriber's state, its declaration (`SubscriberCore`), counters, close |
 //! | `discovery.rs` | publishers' tokens appearing and vanishing; the plain key; dead publishers |
 //! | `handshake.rs` | `Hello` → probe → `Ack` → `Ready` with one publisher |
 //! | `link.rs` | the link thread per publisher: what it routes, received in order |
