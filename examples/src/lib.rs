@@ -298,29 +298,22 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
 /// take seconds on a busy or freshly booted machine, with nothing else on the screen).
 pub fn with_progress<T>(what: &str, step: impl FnOnce() -> T) -> T {
     let started = Instant::now();
-    let done = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
-    let noted = std::sync::Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let (done, noted, what) = (std::sync::Arc::clone(&done), std::sync::Arc::clone(&noted), what.to_owned());
-        std::thread::spawn(move || {
-            let (m, cv) = &*done;
-            let guard = m.lock().unwrap_or_else(|p| p.into_inner());
-            let (guard, _) =
-                cv.wait_timeout_while(guard, Duration::from_secs(1), |d| !*d).unwrap_or_else(|p| p.into_inner());
-            if !*guard {
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let watcher = scope.spawn(move || {
+            let slow = finished.recv_timeout(Duration::from_secs(1)).is_err();
+            if slow {
                 println!("[zcs] {what}… (still working)");
-                noted.store(true, Ordering::Relaxed);
             }
-        })
-    };
-    let out = step();
-    *done.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
-    done.1.notify_all();
-    let _ = watcher.join();
-    if noted.load(Ordering::Relaxed) {
-        println!("[zcs] {what}: done in {:.1} s", started.elapsed().as_secs_f64());
-    }
-    out
+            slow
+        });
+        let out = step();
+        let _ = done.send(());
+        if watcher.join().unwrap_or(false) {
+            println!("[zcs] {what}: done in {:.1} s", started.elapsed().as_secs_f64());
+        }
+        out
+    })
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
