@@ -31,10 +31,7 @@ create_exception!(
     "No block could be loaned (pool exhausted, too large, allocation failed)."
 );
 
-/// An error's message followed by its causes.
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    zenoh_cuda_shm::error::chain(e)
-}
+pub(crate) use zenoh_cuda_shm::error::chain;
 
 /// `ZcsError` with the error's chain of causes.
 pub(crate) fn zcs_err(e: &dyn std::error::Error) -> PyErr {

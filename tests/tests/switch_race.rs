@@ -75,6 +75,27 @@ fn client(port: u16) -> GpuSession {
         .expect("open a client session")
 }
 
+/// The layout of the report: a router on a free port, and two client sessions
+/// subscribed to `camera/**` and `camera/front`.
+struct RouterLayout {
+    port: u16,
+    wide: Sub,
+    exact: Sub,
+    _sessions: [GpuSession; 2],
+    _router: zenoh::Session,
+}
+
+impl RouterLayout {
+    fn new() -> Self {
+        let port = free_tcp_port();
+        let router = zenoh::open(config("router", port)).wait().expect("open the router");
+        let (s1, s2) = (client(port), client(port));
+        let wide = s1.declare_subscriber("camera/**").wait().unwrap();
+        let exact = s2.declare_subscriber("camera/front").wait().unwrap();
+        Self { port, wide, exact, _sessions: [s1, s2], _router: router }
+    }
+}
+
 /// Receives until `N` messages came or nothing came for 15 s (delayed bytes are held
 /// back one after another); checks every byte.
 fn receive(sub: &Sub) -> BTreeMap<u64, u32> {
@@ -125,11 +146,8 @@ fn bytes_sent_while_the_link_comes_up_arrive_once_through_a_router() {
     let _w =
         watchdog_guard("bytes_sent_while_the_link_comes_up_arrive_once_through_a_router", Duration::from_secs(120));
     let _turn = HOOKS.lock().unwrap_or_else(|p| p.into_inner());
-    let port = free_tcp_port();
-    let _router = zenoh::open(config("router", port)).wait().expect("open the router");
-    let (s1, s2) = (client(port), client(port));
-    let wide = s1.declare_subscriber("camera/**").wait().unwrap();
-    let exact = s2.declare_subscriber("camera/front").wait().unwrap();
+    let x = RouterLayout::new();
+    let (port, wide, exact) = (x.port, &x.wide, &x.exact);
     let _hooks = Hooks::set(Duration::from_millis(300), Duration::from_millis(400), Duration::ZERO);
     let publisher_session = client(port);
     let publisher = publisher_session.declare_publisher("camera/front").wait().unwrap();
@@ -152,7 +170,7 @@ fn bytes_sent_while_the_link_comes_up_arrive_once_through_a_router() {
     assert_eq!(publisher.zero_copy_subscribers(), 0, "handshakes are held back");
     assert!(!live);
     assert_eq!(reason.as_deref(), Some("handshake in progress"));
-    let copies_out = publish_to_both(&publisher, &wide, &exact);
+    let copies_out = publish_to_both(&publisher, wide, exact);
     assert!(wide.publishers().contains(&(instance, true)));
     assert_eq!(wide.bytes_reason(instance), None, "on the zero-copy path");
     // The race was really run: some bytes came after their subscriber's link had
@@ -178,15 +196,12 @@ fn a_new_publisher_reaches_the_subscribers_already_there_from_its_first_put() {
         Duration::from_secs(120),
     );
     let _turn = HOOKS.lock().unwrap_or_else(|p| p.into_inner());
-    let port = free_tcp_port();
-    let _router = zenoh::open(config("router", port)).wait().expect("open the router");
-    let (s1, s2) = (client(port), client(port));
-    let wide = s1.declare_subscriber("camera/**").wait().unwrap();
-    let exact = s2.declare_subscriber("camera/front").wait().unwrap();
+    let x = RouterLayout::new();
+    let (port, wide, exact) = (x.port, &x.wide, &x.exact);
     // Until both subscriptions reach the router: a plain put comes back to each.
     let raw = zenoh::open(config("client", port)).wait().unwrap();
     let t = Instant::now();
-    for sub in [&wide, &exact] {
+    for sub in [wide, exact] {
         loop {
             raw.put("camera/front", vec![0u8; 8]).wait().unwrap();
             if sub.recv_timeout(Duration::from_millis(50)).is_ok() {
@@ -205,7 +220,7 @@ fn a_new_publisher_reaches_the_subscribers_already_there_from_its_first_put() {
     // round trip): the subscribers have seen this publisher and left the plain key, and
     // their handshakes (held back 300 ms) are not done.
     std::thread::sleep(Duration::from_millis(100));
-    publish_to_both(&publisher, &wide, &exact);
+    publish_to_both(&publisher, wide, exact);
 }
 
 /// A gap after a subscriber's first message is counted in `lost`, and a message that

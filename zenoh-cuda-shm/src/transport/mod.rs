@@ -33,6 +33,26 @@ pub mod subscriber;
 use crate::sync::Unpoisoned;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// The key expression of every liveliness token of `role`.
+fn token_selector(role: crate::protocol::Role) -> String {
+    let which = match role {
+        crate::protocol::Role::Pub => "pub",
+        crate::protocol::Role::Sub => "sub",
+    };
+    format!("{}/{which}/**", crate::protocol::TOKEN_ROOT)
+}
+
+/// The token `key` names, if it is well-formed, of `role`, and its key meets `ours`.
+fn ours_of_role(
+    key: &str,
+    role: crate::protocol::Role,
+    ours: &zenoh::key_expr::KeyExpr<'static>,
+) -> Option<crate::protocol::Token> {
+    let t = crate::protocol::Token::parse(key)?;
+    let meets = zenoh::key_expr::KeyExpr::try_from(t.key.as_str()).is_ok_and(|k| k.intersects(ours));
+    (t.role == role && meets).then_some(t)
+}
+
 /// Subscribes (with history) to the liveliness tokens of `role` and calls `f` with
 /// each put or delete of a well-formed token whose key intersects `ours`.
 pub(crate) fn watch_tokens(
@@ -42,18 +62,12 @@ pub(crate) fn watch_tokens(
     f: impl Fn(zenoh::sample::SampleKind, crate::protocol::Token) + Send + Sync + 'static,
 ) -> zenoh::Result<zenoh::pubsub::Subscriber<()>> {
     use zenoh::Wait;
-    use zenoh::key_expr::KeyExpr;
-    let which = match role {
-        crate::protocol::Role::Pub => "pub",
-        crate::protocol::Role::Sub => "sub",
-    };
     session
         .liveliness()
-        .declare_subscriber(format!("{}/{which}/**", crate::protocol::TOKEN_ROOT))
+        .declare_subscriber(token_selector(role))
         .history(true)
         .callback(move |sample| {
-            let Some(t) = crate::protocol::Token::parse(sample.key_expr().as_str()) else { return };
-            if t.role == role && KeyExpr::try_from(t.key.as_str()).is_ok_and(|k| k.intersects(&ours)) {
+            if let Some(t) = ours_of_role(sample.key_expr().as_str(), role, &ours) {
                 f(sample.kind(), t);
             }
         })
@@ -73,19 +87,12 @@ pub(crate) fn current_tokens(
     timeout: std::time::Duration,
 ) -> zenoh::Result<Vec<crate::protocol::Token>> {
     use zenoh::Wait;
-    use zenoh::key_expr::KeyExpr;
-    let which = match role {
-        crate::protocol::Role::Pub => "pub",
-        crate::protocol::Role::Sub => "sub",
-    };
-    let replies =
-        session.liveliness().get(format!("{}/{which}/**", crate::protocol::TOKEN_ROOT)).timeout(timeout).wait()?;
+    let replies = session.liveliness().get(token_selector(role)).timeout(timeout).wait()?;
     // The channel ends when the query does: every reply is in, or the timeout passed.
     Ok(replies
         .iter()
         .filter_map(|r| r.into_result().ok())
-        .filter_map(|s| crate::protocol::Token::parse(s.key_expr().as_str()))
-        .filter(|t| t.role == role && KeyExpr::try_from(t.key.as_str()).is_ok_and(|k| k.intersects(ours)))
+        .filter_map(|s| ours_of_role(s.key_expr().as_str(), role, ours))
         .collect())
 }
 
