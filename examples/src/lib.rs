@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
-use zenoh_cuda_shm::cuda::{DeviceBlock, Kernels, sys};
+use zenoh_cuda_shm::cuda::{DeviceBlock, Kernels};
 use zenoh_cuda_shm::{GpuSession, Path, RecvError, ZcsConfig};
 
 /// Zenoh connection flags, as in Zenoh's examples.
@@ -230,26 +230,12 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
         } else if let Some(host) = sample.host_bytes() {
             check_pattern(&host, 0, info.seq).is_none()
         } else {
-            let (k, c, st, g) = (
-                kernels.as_ref().unwrap(),
-                counter.as_ref().unwrap(),
-                stream.as_ref().unwrap(),
-                session.gpu().unwrap(),
-            );
+            let (k, c, st) = (kernels.as_ref().unwrap(), counter.as_ref().unwrap(), stream.as_ref().unwrap());
             let read = sample.read(st)?;
-            g.bind()?;
-            // SAFETY: the counter block is mapped (≥ 4 bytes); the read range is
-            // mapped and held by `sample` until the fence recorded by `end`.
-            unsafe { sys::memset_d8_async(c.device_ptr(), 0, 4, st.cu_stream()) }?;
-            // SAFETY: as above; check only reads the range.
-            unsafe { k.check(st, read.device_ptr(), read.len() as u64, info.seq, c.device_ptr()) }?;
+            // SAFETY: the read range is mapped and held by `sample` until `end`.
+            let bad = unsafe { k.count_mismatches(st, read.device_ptr(), read.len() as u64, info.seq, c) }?;
             read.end()?;
-            let mut errs = [0u8; 4];
-            // SAFETY: `errs` has 4 bytes and lives until the synchronize.
-            unsafe { sys::memcpy_dtoh_async(errs.as_mut_ptr(), c.device_ptr(), 4, st.cu_stream()) }?;
-            // SAFETY: a stream of the current context.
-            unsafe { sys::stream_synchronize(st.cu_stream()) }?;
-            u32::from_le_bytes(errs) == 0
+            bad == 0
         };
         if !ok {
             bad += 1;

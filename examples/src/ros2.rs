@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
-use zenoh_cuda_shm::cuda::{DeviceBlock, Kernels, sys};
+use zenoh_cuda_shm::cuda::{DeviceBlock, Kernels};
 use zenoh_cuda_shm::ros2::names::gid_hex;
 use zenoh_cuda_shm::ros2::{EntityKind, NodeOptions, Qos, RosDataMessage, RosNode, RosSample};
 use zenoh_cuda_shm::tensor_codec::cdr::{ExperimentalTensor, Header, Image, Time};
@@ -270,18 +270,10 @@ pub fn device_mismatches(session: &GpuSession, sample: &GpuSample, seed: u64) ->
     let k = Kernels::load(g)?;
     let counter = DeviceBlock::allocate(g, 4)?;
     let read = sample.read(&st)?;
-    g.bind()?;
-    // SAFETY: the counter block is mapped (≥ 4 bytes) and outlives the synchronize.
-    unsafe { sys::memset_d8_async(counter.device_ptr(), 0, 4, st.cu_stream()) }?;
-    // SAFETY: the read range is mapped and held by `sample` until the fence `end` records.
-    unsafe { k.check(&st, read.device_ptr(), read.len() as u64, seed, counter.device_ptr()) }?;
+    // SAFETY: the read range is mapped and held by `sample` until `end`.
+    let bad = unsafe { k.count_mismatches(&st, read.device_ptr(), read.len() as u64, seed, &counter) }?;
     read.end()?;
-    let mut errs = [0u8; 4];
-    // SAFETY: `errs` has 4 bytes and lives until the synchronize.
-    unsafe { sys::memcpy_dtoh_async(errs.as_mut_ptr(), counter.device_ptr(), 4, st.cu_stream()) }?;
-    // SAFETY: a stream of the current context.
-    unsafe { sys::stream_synchronize(st.cu_stream()) }?;
-    Ok(u32::from_le_bytes(errs))
+    Ok(bad)
 }
 
 /// Per-publisher sequence and timestamp checks.

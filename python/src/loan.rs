@@ -106,12 +106,12 @@ impl Drop for LoanCell {
 fn consumer_stream(gpu: &Gpu, v: i64) -> Stream {
     match v {
         1 => gpu.legacy_default_stream(),
-        2 => gpu.context().per_thread_stream(),
+        2 => gpu.per_thread_stream(),
         // SAFETY: DLPack's contract: a stream value above 2 is a live `CUstream` of the
         // consumer, on this device's primary context (the loan's `__dlpack__` checked the
         // device); the loan's documentation asks that it stay alive until `put()`. The
         // wrapper borrows it and never destroys it.
-        p => unsafe { gpu.context().wrap_borrowed_stream(p as usize as cudarc::driver::sys::CUstream) },
+        p => unsafe { gpu.borrow_stream(p as usize as cudarc::driver::sys::CUstream) },
     }
 }
 

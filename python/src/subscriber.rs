@@ -150,15 +150,6 @@ impl Sample {
     }
 }
 
-/// The user's key of a channel key: `<key>/@zcs/…` → `<key>`.
-fn user_key(key: &str) -> &str {
-    let chunk = zenoh_cuda_shm::protocol::CHANNEL_CHUNK;
-    key.split('/').position(|c| c == chunk).map_or(key, |i| {
-        let end: usize = key.split('/').take(i).map(|c| c.len() + 1).sum();
-        &key[..end.saturating_sub(1)]
-    })
-}
-
 fn export_err(e: &ExportError) -> PyErr {
     match e {
         ExportError::InvalidStream { .. } => PyValueError::new_err(chain(e)),
@@ -243,7 +234,7 @@ impl Sample {
     /// The key it was published on (without the library's `@zcs` channel suffix).
     #[getter]
     fn key(&self) -> &str {
-        user_key(&self.sample.info().key)
+        &self.sample.info().key
     }
 
     /// The publisher's sequence number (0 for plain Zenoh publishers).
@@ -331,7 +322,7 @@ impl Sample {
         };
         format!(
             "<zenoh_cuda_shm.Sample key={:?} seq={} path={} nbytes={}{t}>",
-            user_key(&self.sample.info().key),
+            &self.sample.info().key,
             self.sample.seq(),
             self.sample.path(),
             self.sample.len()

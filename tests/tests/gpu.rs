@@ -134,8 +134,7 @@ impl Producer {
         seed: u64,
         before: impl FnOnce(&Self, u64),
     ) -> zenoh_cuda_shm::pool::Published<CudaBackend> {
-        let guard =
-            WriteGuard::new(self.pool.loan(len).unwrap(), Arc::clone(&self.stream), Arc::clone(&self.signals)).unwrap();
+        let guard = WriteGuard::new(self.pool.loan(len).unwrap(), Arc::clone(&self.stream), Arc::clone(&self.signals));
         before(self, guard.device_ptr());
         // SAFETY: the guard owns the loaned block (≥ len bytes, mapped) until `finish`,
         // which orders the signal and the block's release after this launch.
@@ -348,7 +347,7 @@ fn leak_check() {
         let stream = gpu.new_stream().unwrap();
         let mut imports = Vec::new();
         for len in [2 * MIB, 64 * MIB, 256 * MIB] {
-            let guard = WriteGuard::new(pool.loan(len).unwrap(), Arc::clone(&stream), Arc::clone(&signals)).unwrap();
+            let guard = WriteGuard::new(pool.loan(len).unwrap(), Arc::clone(&stream), Arc::clone(&signals));
             let published = guard.finish().unwrap();
             let fd = published.memory().fd().try_clone_to_owned().unwrap();
             imports.push((ImportedBlock::import(&gpu, fd, published.memory().size()).unwrap(), published));

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::config::{DeviceChoice, ProviderMode, ZcsConfig};
-use crate::cuda::{Gpu, ProbeError, Stream, sys};
+use crate::cuda::{Gpu, ProbeError, Stream, copy};
 use crate::ipc::{AccessPolicy, SocketName};
 use crate::pool::{BackendKind, CudaBackend, HostBackend, Loan, LoanError, Pool, PoolStats};
 use crate::protocol::Group;
@@ -408,7 +408,6 @@ impl PublisherBuilder {
         });
         let medium = match &s.gpu {
             Some(gpu) => PubMedium::Cuda {
-                gpu: gpu.clone(),
                 pool: Pool::new(CudaBackend::new(gpu.clone()).with_lender(lender), s.cfg.pool.clone())?,
                 signals: {
                     let signals = ReadySignals::create(gpu)?;
@@ -420,6 +419,7 @@ impl PublisherBuilder {
                     }
                     Arc::new(signals)
                 },
+                stream: gpu.new_stream().map_err(SignalError::from)?,
                 copy_stream: gpu.new_stream().map_err(SignalError::from)?,
                 // Idle staging kept: enough for a few 4K RGBA frames.
                 staging: crate::cuda::pinned::PinnedPool::new(gpu, 256 << 20),
@@ -427,10 +427,6 @@ impl PublisherBuilder {
             None => {
                 PubMedium::Host { pool: Pool::new(HostBackend::default().with_lender(lender), s.cfg.pool.clone())? }
             }
-        };
-        let stream = match &s.gpu {
-            Some(gpu) => Some(gpu.new_stream().map_err(SignalError::from)?),
-            None => None,
         };
         let socket = match &s.cfg.socket_dir {
             Some(dir) => SocketName::random_path_in(dir)?,
@@ -454,7 +450,7 @@ impl PublisherBuilder {
         )?;
         let report = core.reporter();
         self.session.report(Box::new(move |out| report().map(|p| out.publishers.push(p)).is_some()));
-        Ok(GpuPublisher { core, stream, inline_threshold: s.cfg.inline_threshold })
+        Ok(GpuPublisher { core, inline_threshold: s.cfg.inline_threshold })
     }
 }
 
@@ -469,7 +465,6 @@ impl IntoFuture for PublisherBuilder {
 /// Publishes blocks (zero-copy to GPU-ready subscribers, bytes to everyone else).
 pub struct GpuPublisher {
     core: PublisherCore,
-    stream: Option<Stream>,
     inline_threshold: usize,
 }
 
@@ -575,9 +570,7 @@ impl GpuLoan {
     pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
         match &mut self.inner {
             LoanInner::Cuda(_) => None,
-            // SAFETY: the loan owns the block exclusively until it is published, the
-            // block is mapped with ≥ len bytes, and the slice borrows `self` mutably.
-            LoanInner::Host(l) => Some(unsafe { std::slice::from_raw_parts_mut(l.addr() as *mut u8, l.len()) }),
+            LoanInner::Host(l) => Some(host_bytes_mut(l)),
         }
     }
 
@@ -589,22 +582,11 @@ impl GpuLoan {
             return Err(WriteError::OutOfBounds { offset, len: data.len(), loaned });
         }
         match &mut self.inner {
-            LoanInner::Cuda(g) => {
-                g.inner().memory().mapping().gpu().bind()?;
-                // SAFETY: the range is inside the loaned block (checked above), which
-                // this loan owns; pageable `data` is staged by the driver before return.
-                unsafe {
-                    sys::memcpy_htod_async(
-                        g.device_ptr() + offset as u64,
-                        data.as_ptr(),
-                        data.len(),
-                        g.stream().cu_stream(),
-                    )
-                }?;
-            }
-            LoanInner::Host(_) => {
-                self.as_mut_slice().expect("host loan")[offset..offset + data.len()].copy_from_slice(data);
-            }
+            // SAFETY: the range is inside the loaned block (checked above), which this
+            // loan owns and keeps mapped past the copy (a loan returns its block only
+            // after its stream's work).
+            LoanInner::Cuda(g) => unsafe { copy::host_to_device(g.stream(), g.device_ptr() + offset as u64, data) }?,
+            LoanInner::Host(l) => host_bytes_mut(l)[offset..offset + data.len()].copy_from_slice(data),
         }
         Ok(())
     }
@@ -623,21 +605,9 @@ impl GpuLoan {
             return Err(WriteError::OutOfBounds { offset, len: dst.len(), loaned });
         }
         match &self.inner {
-            LoanInner::Cuda(g) => {
-                g.inner().memory().mapping().gpu().bind()?;
-                // SAFETY: the range is inside the loaned block (checked above), which this
-                // loan owns; `dst` has len bytes and lives until the synchronize below.
-                unsafe {
-                    sys::memcpy_dtoh_async(
-                        dst.as_mut_ptr(),
-                        g.device_ptr() + offset as u64,
-                        dst.len(),
-                        g.stream().cu_stream(),
-                    )
-                }?;
-                // SAFETY: the loan's stream belongs to the context bound above.
-                unsafe { sys::stream_synchronize(g.stream().cu_stream()) }?;
-            }
+            // SAFETY: the range is inside the loaned block (checked above), which this
+            // loan owns and keeps mapped while the copy runs (it returns after it).
+            LoanInner::Cuda(g) => unsafe { copy::device_to_host(g.stream(), g.device_ptr() + offset as u64, dst) }?,
             LoanInner::Host(l) => {
                 // SAFETY: the block is mapped with ≥ len bytes and owned by this loan; the
                 // shared borrow of `self` excludes writes through `as_mut_slice` meanwhile.
@@ -647,6 +617,13 @@ impl GpuLoan {
         }
         Ok(())
     }
+}
+
+/// A host loan's bytes, to write.
+fn host_bytes_mut(loan: &mut Loan<HostBackend>) -> &mut [u8] {
+    // SAFETY: the loan owns the block exclusively until it is published, the block is
+    // mapped with ≥ len bytes, and the slice borrows the loan mutably.
+    unsafe { std::slice::from_raw_parts_mut(loan.addr() as *mut u8, loan.len()) }
 }
 
 impl GpuPublisher {
@@ -665,22 +642,22 @@ impl GpuPublisher {
 
     /// Loans a block of `len` bytes bound to the publisher's own stream.
     pub fn loan(&self, len: usize) -> Result<GpuLoan, LoanError> {
-        self.loan_inner(len, self.stream.clone())
+        self.loan_inner(len, None)
     }
 
     /// Loans a block bound to `stream`: enqueue the writes there; the ready signal
-    /// follows them (any stream, the legacy default stream included).
+    /// follows them (any stream, the legacy default stream included). Host-memory
+    /// publishers have no stream and ignore it.
     pub fn loan_on(&self, len: usize, stream: &Stream) -> Result<GpuLoan, LoanError> {
-        self.loan_inner(len, Some(Arc::clone(stream)))
+        self.loan_inner(len, Some(stream))
     }
 
-    fn loan_inner(&self, len: usize, stream: Option<Stream>) -> Result<GpuLoan, LoanError> {
+    /// A loan on `stream`, or on the publisher's own stream when `None`.
+    fn loan_inner(&self, len: usize, stream: Option<&Stream>) -> Result<GpuLoan, LoanError> {
         let inner = match &self.core.shared.medium {
-            PubMedium::Cuda { pool, signals, .. } => {
-                let stream = stream.expect("CUDA publishers have a stream");
-                let guard = WriteGuard::new(pool.loan(len)?, stream, Arc::clone(signals))
-                    .expect("block ids stay below the signal block's slot count");
-                LoanInner::Cuda(guard)
+            PubMedium::Cuda { pool, signals, stream: own, .. } => {
+                let stream = Arc::clone(stream.unwrap_or(own));
+                LoanInner::Cuda(WriteGuard::new(pool.loan(len)?, stream, Arc::clone(signals)))
             }
             PubMedium::Host { pool } => LoanInner::Host(pool.loan(len)?),
         };
@@ -720,26 +697,21 @@ impl GpuPublisher {
     /// `src..src+len` is device memory of this session's GPU, readable by work on
     /// `stream` and unchanged until that work has passed this copy.
     pub unsafe fn put_device(&self, src: u64, len: usize, stream: &Stream) -> Result<PutReport, PublishError> {
-        let PubMedium::Cuda { gpu, .. } = &self.core.shared.medium else {
+        let PubMedium::Cuda { pool, signals, .. } = &self.core.shared.medium else {
             return Err(PublishError::NoGpu);
         };
-        gpu.bind().map_err(WriteError::from)?;
         if len <= self.inline_threshold {
             let mut host = vec![0u8; len];
-            // SAFETY: the caller guarantees the source range; `host` has len bytes and
-            // lives until the synchronize below.
-            unsafe { sys::memcpy_dtoh_async(host.as_mut_ptr(), src, len, stream.cu_stream()) }
-                .map_err(WriteError::from)?;
-            // SAFETY: a stream of the current context.
-            unsafe { sys::stream_synchronize(stream.cu_stream()) }.map_err(WriteError::from)?;
+            // SAFETY: the caller guarantees the source range.
+            unsafe { copy::device_to_host(stream, src, &mut host) }.map_err(WriteError::from)?;
             return Ok(self.core.put_inline(host, None)?);
         }
-        let loan = self.loan_on(len, stream)?;
-        // SAFETY: the destination is the loaned block (≥ len bytes, owned by the loan);
-        // the source is the caller's contract.
-        unsafe { sys::memcpy_dtod_async(loan.device_ptr().expect("CUDA loan"), src, len, stream.cu_stream()) }
-            .map_err(WriteError::from)?;
-        Ok(self.put(loan)?)
+        let guard = WriteGuard::new(pool.loan(len)?, Arc::clone(stream), Arc::clone(signals));
+        // SAFETY: the destination is the loaned block (≥ len bytes, owned by the guard,
+        // which returns it only after the stream's work); the source is the caller's
+        // contract.
+        unsafe { copy::device_to_device(stream, guard.device_ptr(), src, len) }.map_err(WriteError::from)?;
+        Ok(self.put(GpuLoan { inner: LoanInner::Cuda(guard), meta: None })?)
     }
 
     /// Counters.

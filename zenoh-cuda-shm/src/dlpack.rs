@@ -84,7 +84,7 @@ pub use tensor_codec::DLDataType;
 use tensor_codec::{DType, DecodeError, Device, DeviceType, MetaError, TensorMeta};
 
 use crate::api::GpuPublisher;
-use crate::cuda::{CudaError, DeviceBlock, Fence, Gpu, Stream, sys};
+use crate::cuda::{CudaError, DeviceBlock, Fence, Gpu, Stream, copy};
 use crate::pool::{BackendKind, Fence as PoolFence};
 use crate::sample::{GpuSample, ReadError};
 use crate::tensor::TensorPublishError;
@@ -525,7 +525,7 @@ fn end_reads(gpu: &Gpu, end: &EndOn) -> Option<Fence> {
             }
         }
     }
-    if let Err(e) = gpu.context().synchronize() {
+    if let Err(e) = gpu.synchronize() {
         tracing::warn!(error = %crate::error::Chain(&e), "cuCtxSynchronize failed in a DLPack deleter; releasing anyway");
     }
     None
@@ -775,7 +775,7 @@ impl GpuSample {
                 (std::sync::Arc::clone(&s), EndOn::Stream(s))
             }
             StreamKind::PerThreadDefault => {
-                let s = gpu.context().per_thread_stream();
+                let s = gpu.per_thread_stream();
                 (std::sync::Arc::clone(&s), EndOn::PerThread { stream: s, thread: std::thread::current().id() })
             }
             StreamKind::Owned(s) => {
@@ -789,7 +789,7 @@ impl GpuSample {
                 // SAFETY: `ConsumerStream::from_raw`'s contract: a stream of this device's
                 // primary context, alive until the deleter has returned (`EndOn` keeps the
                 // borrowed wrapper no longer than that).
-                let s = unsafe { gpu.context().wrap_borrowed_stream(*p as CUstream) };
+                let s = unsafe { gpu.borrow_stream(*p as CUstream) };
                 (std::sync::Arc::clone(&s), EndOn::Stream(s))
             }
             StreamKind::NoSync => (gpu.new_stream()?, EndOn::Context),
@@ -798,13 +798,10 @@ impl GpuSample {
             Some(ptr) if options.copy == Some(true) => {
                 // A private device copy, enqueued on the consumer's stream after its wait.
                 let block = DeviceBlock::allocate(gpu, self.len().max(1))?;
-                if !self.is_empty() {
-                    gpu.bind()?;
-                    // SAFETY: `ptr` is the mapped payload of `self.len()` bytes, kept alive by
-                    // the clone of the sample the export owns and ordered on `work`; `block`
-                    // has ≥ that many bytes and is owned by the export until its reads are fenced.
-                    unsafe { sys::memcpy_dtod_async(block.device_ptr(), ptr, self.len(), work.cu_stream()) }?;
-                }
+                // SAFETY: `ptr` is the mapped payload of `self.len()` bytes, kept alive by the
+                // clone of the sample the export owns and ordered on `work`; `block` has ≥
+                // that many bytes and is owned by the export until its reads are fenced.
+                unsafe { copy::device_to_device(&work, block.device_ptr(), ptr, self.len()) }?;
                 (block.device_ptr(), Some(block), DLPACK_FLAG_BITMASK_IS_COPIED)
             }
             Some(ptr) => (ptr, None, DLPACK_FLAG_BITMASK_READ_ONLY),
@@ -813,21 +810,15 @@ impl GpuSample {
                 // Bytes: a private device copy, enqueued on the consumer's stream.
                 let host = self.host_bytes().ok_or(ExportError::PayloadUnavailable)?;
                 let block = DeviceBlock::allocate(gpu, host.len().max(1))?;
-                if !host.is_empty() {
-                    gpu.bind()?;
-                    // SAFETY: `block` is mapped with ≥ host.len() bytes and owned by the
-                    // export until its reads are fenced; pageable `host` is staged by the
-                    // driver before the call returns.
-                    unsafe { sys::memcpy_htod_async(block.device_ptr(), host.as_ptr(), host.len(), work.cu_stream()) }?;
-                }
+                // SAFETY: `block` is mapped with ≥ host.len() bytes and owned by the export
+                // until its reads are fenced.
+                unsafe { copy::host_to_device(&work, block.device_ptr(), &host) }?;
                 (block.device_ptr(), Some(block), DLPACK_FLAG_BITMASK_IS_COPIED)
             }
         };
         if matches!(end, EndOn::Context) {
             // No consumer stream to order on: the data must be complete at hand-off.
-            gpu.bind()?;
-            // SAFETY: `work` is a stream of this context, created above.
-            unsafe { sys::stream_synchronize(work.cu_stream()) }?;
+            copy::wait(&work)?;
         }
         let owner = Owner::Device { sample: self.clone(), gpu: gpu.clone(), end, staged };
         let device = Device::cuda(gpu.ordinal() as i32).into();
@@ -1117,7 +1108,7 @@ impl GpuPublisher {
                 // the copy has completed (waited for below); the caller orders `stream`
                 // after the producer's writes.
                 let r = unsafe { self.put_tensor_from_device(src.addr, &out, bytes, stream) };
-                if let Err(e) = wait_for(stream) {
+                if let Err(e) = copy::wait(stream) {
                     // The copy may still be reading the tensor: leak it rather than delete
                     // memory a running copy reads.
                     tracing::error!(error = %crate::error::Chain(&e), "cannot wait for a DLPack import's copy; leaking the tensor");
@@ -1133,14 +1124,6 @@ impl GpuPublisher {
             _ => Err(refused()),
         }
     }
-}
-
-/// Blocks until the work enqueued on `stream` so far has completed (a fence).
-fn wait_for(stream: &Stream) -> Result<(), CudaError> {
-    let wrap = |call| move |source| CudaError { call, source };
-    let ev = stream.context().new_event(None).map_err(wrap("cuEventCreate"))?;
-    ev.record(stream).map_err(wrap("cuEventRecord"))?;
-    ev.synchronize().map_err(wrap("cuEventSynchronize"))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
-use crate::cuda::{CudaError, Fence, Stream, sys};
+use crate::cuda::{CudaError, Fence, Stream, copy};
 use crate::pool::{BlockKey, Fence as PoolFence};
 use crate::signal::SignalError;
 use crate::sync::Unpoisoned;
@@ -192,13 +192,10 @@ impl GpuSample {
         let stream = gpu.new_stream()?;
         let read = self.read(&stream)?;
         let mut out = vec![0u8; read.len()];
-        gpu.bind()?;
-        // SAFETY: the read range is mapped and held by this sample; `out` has len bytes
-        // and lives until the synchronize below returns.
-        unsafe { sys::memcpy_dtoh_async(out.as_mut_ptr(), read.device_ptr(), out.len(), stream.cu_stream()) }?;
+        // SAFETY: the read range is mapped and held by this sample until `read` ends,
+        // after the copy has completed.
+        unsafe { copy::device_to_host(&stream, read.device_ptr(), &mut out) }?;
         read.end()?;
-        // SAFETY: a stream of the current context.
-        unsafe { sys::stream_synchronize(stream.cu_stream()) }?;
         Ok(out)
     }
 
@@ -232,10 +229,9 @@ impl GpuSample {
             Body::Bytes(bytes) => {
                 let host = bytes.to_bytes();
                 let staged = crate::cuda::DeviceBlock::allocate(gpu, host.len().max(1))?;
-                gpu.bind()?;
-                // SAFETY: `staged` has ≥ len bytes; pageable host memory is staged by the
-                // driver before the call returns, so `host` may drop afterwards.
-                unsafe { sys::memcpy_htod_async(staged.device_ptr(), host.as_ptr(), host.len(), stream.cu_stream()) }?;
+                // SAFETY: `staged` has ≥ len bytes and is owned by the read, which keeps it
+                // until its reads on `stream` are fenced.
+                unsafe { copy::host_to_device(stream, staged.device_ptr(), &host) }?;
                 Ok(DeviceRead {
                     ptr: staged.device_ptr(),
                     len: host.len(),
@@ -318,9 +314,7 @@ impl Drop for DeviceRead<'_> {
         {
             // Without a fence the only safe choice is to wait for the stream here.
             tracing::warn!(error = %crate::error::Chain(&e), "cannot fence a device read; waiting for its stream");
-            let _ = self.gpu.bind();
-            // SAFETY: a stream of the current context.
-            let _ = unsafe { sys::stream_synchronize(self.stream.cu_stream()) };
+            let _ = copy::wait(&self.stream);
         }
     }
 }

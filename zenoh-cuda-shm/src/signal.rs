@@ -22,7 +22,7 @@
 //! let pool = Pool::new(CudaBackend::new(gpu.clone()), PoolConfig::default())?;
 //! let signals = Arc::new(ReadySignals::create(&gpu)?);
 //! let stream = gpu.new_stream()?;
-//! let guard = WriteGuard::new(pool.loan(8 << 20)?, Arc::clone(&stream), Arc::clone(&signals))?;
+//! let guard = WriteGuard::new(pool.loan(8 << 20)?, Arc::clone(&stream), Arc::clone(&signals));
 //! // … enqueue kernels writing guard.device_ptr() .. + guard.len() on `stream` …
 //! let published = guard.finish()?; // the ready signal follows the writes on `stream`
 //! # drop(published); Ok(()) }
@@ -31,7 +31,7 @@
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-use crate::cuda::{CudaError, DeviceBlock, Fence, Gpu, ImportedBlock, Stream, event};
+use crate::cuda::{CudaError, DeviceBlock, Fence, Gpu, ImportedBlock, Stream, copy, event};
 use crate::pool::{CudaBackend, Loan, Published};
 
 /// A ready signal could not be enqueued.
@@ -89,12 +89,10 @@ impl ReadySignals {
         }
         let block = DeviceBlock::allocate(gpu, gpu.granularity())?;
         let stream = gpu.legacy_default_stream();
-        gpu.bind()?;
-        // SAFETY: the block was just allocated and mapped read-write with `size()`
-        // bytes; the stream is the context's legacy default stream.
-        unsafe { crate::cuda::sys::memset_d8_async(block.device_ptr(), 0, block.size(), stream.cu_stream()) }?;
-        // SAFETY: the legacy default stream of the current context.
-        unsafe { crate::cuda::sys::stream_synchronize(stream.cu_stream()) }?;
+        // SAFETY: the block was just allocated and mapped read-write with `size()` bytes,
+        // and lives past the wait below.
+        unsafe { copy::fill(&stream, block.device_ptr(), 0, block.size()) }?;
+        copy::wait(&stream)?;
         Ok(Self { mem: SignalMemory::Owned(block), gpu: gpu.clone() })
     }
 
@@ -156,12 +154,9 @@ impl ReadySignals {
     pub fn read_slot_on(&self, slot: u32, stream: &Stream) -> Result<u64, SignalError> {
         let addr = self.slot_addr(slot)?;
         let mut v = [0u8; 8];
-        self.gpu.bind()?;
         // SAFETY: `addr` is an 8-byte slot inside this mapped block (checked by
-        // `slot_addr`); `v` has 8 bytes and lives until the synchronize below.
-        unsafe { crate::cuda::sys::memcpy_dtoh_async(v.as_mut_ptr(), addr, 8, stream.cu_stream()) }?;
-        // SAFETY: a stream of the current context.
-        unsafe { crate::cuda::sys::stream_synchronize(stream.cu_stream()) }?;
+        // `slot_addr`), which `self` keeps mapped.
+        unsafe { copy::device_to_host(stream, addr, &mut v) }?;
         Ok(u64::from_le_bytes(v))
     }
 
@@ -189,13 +184,11 @@ impl std::fmt::Debug for WriteGuard {
 }
 
 impl WriteGuard {
-    /// Binds `loan` to `stream`; the signal slot is the block id.
-    pub fn new(loan: Loan<CudaBackend>, stream: Stream, signals: Arc<ReadySignals>) -> Result<Self, SignalError> {
-        let slot = loan.key().id;
-        if slot as usize >= signals.slots() {
-            return Err(SignalError::SlotOutOfRange { slot, slots: signals.slots() });
-        }
-        Ok(Self { loan: Some(loan), stream, signals })
+    /// Binds `loan` to `stream`; the signal slot is the block id. A pool with more
+    /// blocks than `signals` has slots is refused where it is declared; should an id
+    /// still exceed them, [`WriteGuard::finish`] fails and publishes nothing.
+    pub fn new(loan: Loan<CudaBackend>, stream: Stream, signals: Arc<ReadySignals>) -> Self {
+        Self { loan: Some(loan), stream, signals }
     }
 
     fn loan(&self) -> &Loan<CudaBackend> {

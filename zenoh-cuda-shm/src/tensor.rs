@@ -45,7 +45,7 @@ use std::borrow::Cow;
 use tensor_codec::{DType, DecodeError, Device, DeviceType, EncodeError, Extent, TensorMeta};
 
 use crate::api::{GpuLoan, GpuPublisher, PublishError, WriteError};
-use crate::cuda::{CudaError, DeviceBlock, Stream, sys};
+use crate::cuda::{CudaError, DeviceBlock, Stream, copy};
 use crate::pool::{BackendKind, LoanError};
 use crate::sample::{DeviceRead, GpuSample, ReadError};
 use crate::transport::publisher::{PutError, PutReport};
@@ -155,14 +155,6 @@ fn of_gpu(ordinal: &Option<usize>) -> String {
     ordinal.map(|o| format!(" of GPU {o}")).unwrap_or_default()
 }
 
-fn cuda_err(call: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> CudaError {
-    move |source| CudaError { call, source }
-}
-
-fn bind_stream(stream: &Stream) -> Result<(), CudaError> {
-    stream.context().bind_to_thread().map_err(cuda_err("cuCtxSetCurrent"))
-}
-
 impl GpuPublisher {
     /// Whether `meta.device` is where this publisher's payload lives: `kDLCUDA` (with
     /// `ordinal`, when known) for CUDA publishers, `kDLCPU` for host-memory ones.
@@ -255,11 +247,10 @@ impl GpuPublisher {
         }
         let mut loan = self.loan_on(payload_len, stream)?;
         let dst = loan.device_ptr().ok_or(TensorPublishError::NoGpu)?;
-        bind_stream(stream)?;
         // SAFETY: `dst` is the loaned block (≥ payload_len bytes, mapped on this device and
         // owned by the loan until the put); the source range is the caller's contract. A
         // failed put drops the loan, which returns the block only after this stream's work.
-        unsafe { sys::memcpy_dtod_async(dst, src, payload_len, stream.cu_stream()) }?;
+        unsafe { copy::device_to_device(stream, dst, src, payload_len) }?;
         loan.set_meta(wire);
         Ok(self.put(loan)?)
     }
@@ -357,23 +348,11 @@ impl GpuSample {
                 let stream = gpu.new_stream()?;
                 let read = self.read(&stream)?;
                 let mut out = vec![0u8; range.len()];
-                gpu.bind()?;
-                if !out.is_empty() {
-                    // SAFETY: `range` lies inside the payload (validated), which `read` keeps
-                    // mapped and ordered after the ready signal on `stream`; `out` has
-                    // `range.len()` bytes and outlives the synchronize below.
-                    unsafe {
-                        sys::memcpy_dtoh_async(
-                            out.as_mut_ptr(),
-                            read.device_ptr() + range.start as u64,
-                            out.len(),
-                            stream.cu_stream(),
-                        )
-                    }?;
-                }
+                // SAFETY: `range` lies inside the payload (validated), which `read` keeps
+                // mapped, ordered after the ready signal on `stream`, until it ends after
+                // the copy has completed.
+                unsafe { copy::device_to_host(&stream, read.device_ptr() + range.start as u64, &mut out) }?;
                 read.end()?;
-                // SAFETY: a stream of the current context, created above.
-                unsafe { sys::stream_synchronize(stream.cu_stream()) }?;
                 out
             }
         };
@@ -396,20 +375,12 @@ impl GpuSample {
         }
         let range = r.range();
         let read = self.read(stream)?;
-        if !range.is_empty() {
-            bind_stream(stream)?;
-            // SAFETY: the source lies inside the payload (validated), mapped and ordered on
-            // `stream` by `read`; `dst` is a mapped block of this device with ≥ range.len()
-            // bytes (checked above) that the caller owns.
-            unsafe {
-                sys::memcpy_dtod_async(
-                    dst.device_ptr(),
-                    read.device_ptr() + range.start as u64,
-                    range.len(),
-                    stream.cu_stream(),
-                )
-            }?;
-        }
+        // SAFETY: the source lies inside the payload (validated), mapped and ordered on
+        // `stream` by `read`; `dst` is a mapped block of this device with ≥ range.len()
+        // bytes (checked above) that the caller owns.
+        unsafe {
+            copy::device_to_device(stream, dst.device_ptr(), read.device_ptr() + range.start as u64, range.len())
+        }?;
         read.end()?;
         Ok(r.rebased())
     }

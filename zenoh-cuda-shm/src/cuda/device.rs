@@ -196,6 +196,12 @@ impl Gpu {
         }
     }
 
+    /// Waits until every stream of the primary context has passed its work
+    /// (`cuCtxSynchronize`).
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        self.inner.ctx.synchronize().map_err(wrap("cuCtxSynchronize"))
+    }
+
     /// `(free, total)` device memory in bytes (`cuMemGetInfo`).
     pub fn mem_info(&self) -> Result<(usize, usize), CudaError> {
         self.inner.ctx.mem_get_info().map_err(wrap("cuMemGetInfo"))
@@ -204,6 +210,22 @@ impl Gpu {
     /// A new non-blocking stream on this device.
     pub fn new_stream(&self) -> Result<Arc<CudaStream>, CudaError> {
         self.inner.ctx.new_stream().map_err(wrap("cuStreamCreate"))
+    }
+
+    /// The calling thread's per-thread default stream (`CU_STREAM_PER_THREAD`).
+    pub fn per_thread_stream(&self) -> Arc<CudaStream> {
+        self.inner.ctx.per_thread_stream()
+    }
+
+    /// A stream another library created, wrapped without taking ownership (e.g. the
+    /// stream a framework passes to `__dlpack__`).
+    ///
+    /// # Safety
+    /// `raw` is a live stream of this device's primary context, or one of the special
+    /// handles (legacy or per-thread default), and outlives the returned wrapper.
+    pub unsafe fn borrow_stream(&self, raw: cudarc::driver::sys::CUstream) -> Arc<CudaStream> {
+        // SAFETY: the caller's contract is cudarc's for `wrap_borrowed_stream`.
+        unsafe { self.inner.ctx.wrap_borrowed_stream(raw) }
     }
 
     /// The legacy default stream (the null stream), which synchronises with every

@@ -14,8 +14,8 @@ use std::ffi::{CStr, CString, c_void};
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::{CUfunction, CUmodule};
 
-use super::Gpu;
 use super::sys::{self as cu, CudaError};
+use super::{DeviceBlock, Gpu, copy};
 
 /// The pattern byte at offset `i` for `seed`; equal to what [`Kernels::fill`] writes.
 pub fn pattern_byte(i: u64, seed: u64) -> u8 {
@@ -448,6 +448,32 @@ impl Kernels {
         Ok(())
     }
 
+    /// Counts the bytes of `src..src+len` that differ from the pattern: zeroes the
+    /// counter at the start of `counter`, checks on `stream` after the work queued there,
+    /// and waits for the result.
+    ///
+    /// # Safety
+    /// `src..src+len` is mapped on this device until this call returns.
+    pub unsafe fn count_mismatches(
+        &self,
+        stream: &CudaStream,
+        src: u64,
+        len: u64,
+        seed: u64,
+        counter: &DeviceBlock,
+    ) -> Result<u32, CudaError> {
+        let mut errors = [0u8; 4];
+        let at = counter.device_ptr();
+        // SAFETY: `counter` is a mapped block of at least one granule, borrowed past the
+        // wait in `device_to_host` below.
+        unsafe { copy::fill(stream, at, 0, errors.len()) }?;
+        // SAFETY: the caller guarantees the source range; the counter as above.
+        unsafe { self.check(stream, src, len, seed, at) }?;
+        // SAFETY: the counter as above; this call returns after the copy has completed.
+        unsafe { copy::device_to_host(stream, at, &mut errors) }?;
+        Ok(u32::from_le_bytes(errors))
+    }
+
     /// Enqueues a kernel that busy-waits `ns` nanoseconds: later work on `stream`
     /// starts after it. Touches no memory.
     pub fn spin(&self, stream: &CudaStream, ns: u64) -> Result<(), CudaError> {
@@ -467,7 +493,7 @@ impl Drop for Kernels {
         // The driver documents no deferral for code still running, so wait for every
         // launch of this context first (these kernels serve tests and demos, where a
         // context-wide wait at teardown costs nothing that matters).
-        if let Err(e) = self.gpu.context().synchronize() {
+        if let Err(e) = self.gpu.synchronize() {
             tracing::warn!(error = %crate::error::Chain(&e), "context synchronize before cuModuleUnload failed");
         }
         // SAFETY: the module is owned by `self` and unloaded once; the context was

@@ -1,12 +1,14 @@
 //! The CUDA layer: RAII owners over the driver API, and nothing about Zenoh.
 //!
-//! - [`sys`]: every raw driver call, each returning [`CudaError`] that names the call.
+//! - `sys` (internal): every raw driver call, each returning [`CudaError`] that names
+//!   the call.
 //! - [`Gpu`]: probing, UUID identity, primary context, streams.
 //! - [`vmm`]: physical allocations, VA ranges, mappings; [`DeviceBlock`] (allocated
 //!   here, FD exported once) and [`ImportedBlock`] (from a peer's FD).
+//! - [`copy`]: copies and fills on a stream, each binding the stream's context.
 //! - [`event`]: [`Fence`]s, [`IpcEvent`]s and the 64-bit stream memory operations.
-//! - [`kernels`]: small PTX kernels (fill/check a pattern, spin) used by the examples,
-//!   tests and benchmarks.
+//! - `kernels` (feature `test-support`): small PTX kernels (fill/check a pattern, spin)
+//!   used by the examples, tests and benchmarks.
 //!
 //! Nothing here panics when no driver is installed: [`Gpu::probe`] checks for the
 //! library before any other call and reports [`ProbeError::NoDriver`].
@@ -22,15 +24,18 @@
 //! # Ok(()) }
 //! ```
 
+pub mod copy;
 pub mod device;
 pub mod event;
+#[cfg(feature = "test-support")]
 pub mod kernels;
-pub mod pinned;
-pub mod sys;
+internal_layer!(pinned);
+internal_layer!(sys);
 pub mod vmm;
 
 pub use device::{Gpu, GpuUuid, ProbeError};
 pub use event::{Fence, IpcEvent, Stream};
+#[cfg(feature = "test-support")]
 pub use kernels::Kernels;
 pub use sys::CudaError;
 pub use vmm::{DeviceBlock, ImportedBlock, VmmMapping, warm_import_path};

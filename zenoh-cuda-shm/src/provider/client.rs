@@ -266,7 +266,7 @@ impl ProviderClient {
     }
 }
 
-/// A [`Lender`] for one device of a provider: what a publisher's backend borrows from.
+/// The lender of one device of a provider: what a publisher's backend borrows from.
 #[derive(Debug)]
 pub struct DeviceLender {
     client: Arc<ProviderClient>,

@@ -19,7 +19,7 @@
 //! Processes find a provider through its liveliness token (same `boot_id` only) and use
 //! it when [`crate::config::ProviderMode`] allows; without one they use their own pool
 //! with the same descriptors and guarantees. Wire format: `ProviderRequest` and
-//! `ProviderReply` in [`crate::protocol`].
+//! `ProviderReply` in the internal `protocol` layer.
 
 mod client;
 mod server;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use zenoh::bytes::ZBytes;
 
 use crate::cuda::pinned::PinnedPool;
-use crate::cuda::{Gpu, ImportedBlock, Stream};
+use crate::cuda::{ImportedBlock, Stream};
 use crate::host::HostBlock;
 use crate::pool::{
     BlockKey, BlockMemory, CapabilityKey, CudaBackend, HolderId, HostBackend, LeaseError, Pool, PoolStats, Published,
@@ -17,7 +17,15 @@ use crate::signal::{ReadySignals, SignalError};
 
 /// What a publisher allocates from.
 pub(crate) enum PubMedium {
-    Cuda { gpu: Gpu, pool: Pool<CudaBackend>, signals: Arc<ReadySignals>, copy_stream: Stream, staging: PinnedPool },
+    Cuda {
+        pool: Pool<CudaBackend>,
+        signals: Arc<ReadySignals>,
+        /// The producer's stream of loans that name none.
+        stream: Stream,
+        /// The stream of copies out to bytes subscribers.
+        copy_stream: Stream,
+        staging: PinnedPool,
+    },
     Host { pool: Pool<HostBackend> },
 }
 

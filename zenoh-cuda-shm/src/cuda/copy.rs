@@ -1,0 +1,80 @@
+//! Copies and fills enqueued on a stream: the only layer above `sys` (the raw calls) that
+//! moves bytes. Each call first makes the stream's own context current, so a caller
+//! never binds a context for a copy.
+
+use cudarc::driver::CudaStream;
+
+use super::sys::{self as cu, CudaError, wrap};
+
+fn bind(stream: &CudaStream) -> Result<(), CudaError> {
+    stream.context().bind_to_thread().map_err(wrap("cuCtxSetCurrent"))
+}
+
+/// Enqueues a host→device copy of `src` to `dst` on `stream`. Pageable `src` is staged
+/// by the driver before the call returns, so it may be dropped afterwards.
+///
+/// # Safety
+/// `dst..dst + src.len()` is device memory mapped read-write in the stream's context,
+/// and stays mapped until the stream has passed the copy.
+pub unsafe fn host_to_device(stream: &CudaStream, dst: u64, src: &[u8]) -> Result<(), CudaError> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    bind(stream)?;
+    // SAFETY: the caller guarantees the device range; `src` is a live slice of exactly
+    // `src.len()` bytes, pageable, which the driver stages before returning.
+    unsafe { cu::memcpy_htod_async(dst, src.as_ptr(), src.len(), stream.cu_stream()) }
+}
+
+/// Copies `dst.len()` device bytes at `src` into `dst` on `stream`, after the work
+/// queued there, and waits for the stream to pass the copy.
+///
+/// # Safety
+/// `src..src + dst.len()` is device memory mapped in the stream's context until the
+/// copy has completed (this call returns after it).
+pub unsafe fn device_to_host(stream: &CudaStream, src: u64, dst: &mut [u8]) -> Result<(), CudaError> {
+    bind(stream)?;
+    if !dst.is_empty() {
+        // SAFETY: the caller guarantees the device range; `dst` is writable for its
+        // length and borrowed mutably until the synchronize below has returned.
+        unsafe { cu::memcpy_dtoh_async(dst.as_mut_ptr(), src, dst.len(), stream.cu_stream()) }?;
+    }
+    // SAFETY: `stream` is a live stream of the context bound above.
+    unsafe { cu::stream_synchronize(stream.cu_stream()) }
+}
+
+/// Enqueues a device→device copy of `len` bytes on `stream`.
+///
+/// # Safety
+/// Both ranges are device memory mapped in (or accessible from) the stream's context
+/// and stay mapped until the stream has passed the copy; `dst` is writable and nothing
+/// else writes either range meanwhile.
+pub unsafe fn device_to_device(stream: &CudaStream, dst: u64, src: u64, len: usize) -> Result<(), CudaError> {
+    if len == 0 {
+        return Ok(());
+    }
+    bind(stream)?;
+    // SAFETY: the caller guarantees both ranges.
+    unsafe { cu::memcpy_dtod_async(dst, src, len, stream.cu_stream()) }
+}
+
+/// Enqueues a fill of `len` bytes at `dst` with `value` on `stream`.
+///
+/// # Safety
+/// `dst..dst + len` is device memory mapped read-write in the stream's context until
+/// the stream has passed the fill.
+pub unsafe fn fill(stream: &CudaStream, dst: u64, value: u8, len: usize) -> Result<(), CudaError> {
+    if len == 0 {
+        return Ok(());
+    }
+    bind(stream)?;
+    // SAFETY: the caller guarantees the range.
+    unsafe { cu::memset_d8_async(dst, value, len, stream.cu_stream()) }
+}
+
+/// Waits until the stream has passed everything queued on it so far.
+pub fn wait(stream: &CudaStream) -> Result<(), CudaError> {
+    bind(stream)?;
+    // SAFETY: `stream` is a live stream (the borrow keeps it) of the context bound above.
+    unsafe { cu::stream_synchronize(stream.cu_stream()) }
+}
