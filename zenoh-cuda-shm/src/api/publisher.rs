@@ -1,0 +1,371 @@
+//! Publishers: declaring one, loans written in place, puts of loans, bytes and device
+//! memory.
+
+use std::future::{IntoFuture, Ready, ready};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cuda::{Stream, copy};
+use crate::ipc::{AccessPolicy, SocketName};
+use crate::pool::{BackendKind, CudaBackend, HostBackend, Loan, LoanError, Pool, PoolStats};
+use crate::provider::DeviceLender;
+use crate::signal::{ReadySignals, SignalError, WriteGuard};
+use crate::transport::medium::{PubMedium, PublishedAny};
+use crate::transport::publisher::{DeclareError, PublisherCore, PublisherStats, PutError, PutReport};
+
+use super::*;
+
+/// Builder returned by [`GpuSession::declare_publisher`].
+#[must_use = "resolve with .wait() or .await"]
+pub struct PublisherBuilder {
+    pub(super) session: GpuSession,
+    pub(super) key: String,
+}
+
+impl PublisherBuilder {
+    /// Declares the publisher (blocking).
+    pub fn wait(self) -> Result<GpuPublisher, DeclareError> {
+        let s = &self.session.0;
+        let provider = self.session.provider_client().ok();
+        let lender = provider.as_ref().map(|c| -> Arc<dyn crate::pool::Lender> {
+            let timeout = Duration::from_millis(s.cfg.pool.loan_timeout_ms);
+            Arc::new(DeviceLender::new(Arc::clone(c), s.group.device.clone(), timeout))
+        });
+        let medium = match &s.gpu {
+            Some(gpu) => PubMedium::Cuda {
+                pool: Pool::new(CudaBackend::new(gpu.clone()).with_lender(lender), s.cfg.pool.clone())?,
+                signals: {
+                    let signals = ReadySignals::create(gpu)?;
+                    // One ready slot per block id: more blocks than slots cannot be signalled.
+                    if s.cfg.pool.max_blocks > signals.slots() {
+                        return Err(
+                            crate::pool::PoolError::Config("pool.max_blocks exceeds the ready-signal slots").into()
+                        );
+                    }
+                    Arc::new(signals)
+                },
+                stream: gpu.new_stream().map_err(SignalError::from)?,
+                copy_stream: gpu.new_stream().map_err(SignalError::from)?,
+                // Idle staging kept: enough for a few 4K RGBA frames.
+                staging: crate::cuda::pinned::PinnedPool::new(gpu, 256 << 20),
+            },
+            None => {
+                PubMedium::Host { pool: Pool::new(HostBackend::default().with_lender(lender), s.cfg.pool.clone())? }
+            }
+        };
+        let socket = match &s.cfg.socket_dir {
+            Some(dir) => SocketName::random_path_in(dir)?,
+            None => SocketName::random_abstract(),
+        };
+        let mut policy = AccessPolicy::same_uid();
+        for uid in &s.cfg.allowed_uids {
+            policy = policy.with_uid(*uid);
+        }
+        let core = PublisherCore::new(
+            &s.zenoh,
+            &self.key,
+            s.group.clone(),
+            medium,
+            socket,
+            policy,
+            Duration::from_millis(s.cfg.handshake_timeout_ms),
+            s.cfg.congestion,
+            Duration::from_millis(s.cfg.lease_wait_ms),
+            provider.as_ref().map(|c| c.provider().clone()),
+        )?;
+        let report = core.reporter();
+        self.session.report(Box::new(move |out| report().map(|p| out.publishers.push(p)).is_some()));
+        Ok(GpuPublisher { core, inline_threshold: s.cfg.inline_threshold })
+    }
+}
+
+impl IntoFuture for PublisherBuilder {
+    type Output = Result<GpuPublisher, DeclareError>;
+    type IntoFuture = Ready<Self::Output>;
+    fn into_future(self) -> Self::IntoFuture {
+        ready(self.wait())
+    }
+}
+
+/// Publishes blocks (zero-copy to GPU-ready subscribers, bytes to everyone else).
+pub struct GpuPublisher {
+    core: PublisherCore,
+    inline_threshold: usize,
+}
+
+impl std::fmt::Debug for GpuPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuPublisher").field("key", &self.core.shared.key).finish()
+    }
+}
+
+/// Publishing host or device data failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// Device memory was given to a publisher whose session has no GPU.
+    #[error(
+        "this publisher's session has no GPU (host-memory blocks; its host_reason says why): publish host memory \
+         instead, or open the session on a GPU"
+    )]
+    NoGpu,
+    /// No block could be loaned.
+    #[error(transparent)]
+    Loan(#[from] LoanError),
+    /// Writing into the block failed.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// The put failed.
+    #[error(transparent)]
+    Put(#[from] PutError),
+}
+
+/// Writing into a loan failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// The write does not fit the loaned length.
+    #[error("write of {len} bytes at {offset} exceeds the loaned {loaned} bytes")]
+    OutOfBounds {
+        /// Offset asked for.
+        offset: usize,
+        /// Length asked for.
+        len: usize,
+        /// Loaned length.
+        loaned: usize,
+    },
+    /// A CUDA call failed.
+    #[error(transparent)]
+    Cuda(#[from] crate::cuda::CudaError),
+    /// Enqueueing the ready signal failed.
+    #[error(transparent)]
+    Signal(#[from] SignalError),
+}
+
+enum LoanInner {
+    Cuda(WriteGuard),
+    Host(Loan<HostBackend>),
+}
+
+/// A block being written. Publish it with [`GpuPublisher::put`]; dropped unpublished,
+/// it returns to the pool (after the work queued on its stream).
+pub struct GpuLoan {
+    inner: LoanInner,
+    meta: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for GpuLoan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuLoan").field("len", &self.len()).field("device_ptr", &self.device_ptr()).finish()
+    }
+}
+
+impl GpuLoan {
+    /// The loaned length.
+    pub fn len(&self) -> usize {
+        match &self.inner {
+            LoanInner::Cuda(g) => g.len(),
+            LoanInner::Host(l) => l.len(),
+        }
+    }
+
+    /// Whether the loaned length is zero (never).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Device address to write (CUDA sessions).
+    pub fn device_ptr(&self) -> Option<u64> {
+        match &self.inner {
+            LoanInner::Cuda(g) => Some(g.device_ptr()),
+            LoanInner::Host(_) => None,
+        }
+    }
+
+    /// The stream writes must be enqueued on (CUDA sessions): the ready signal follows
+    /// them on it.
+    pub fn stream(&self) -> Option<&Stream> {
+        match &self.inner {
+            LoanInner::Cuda(g) => Some(g.stream()),
+            LoanInner::Host(_) => None,
+        }
+    }
+
+    /// The block as host memory to write (host-memory sessions).
+    pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        match &mut self.inner {
+            LoanInner::Cuda(_) => None,
+            LoanInner::Host(l) => Some(host_bytes_mut(l)),
+        }
+    }
+
+    /// Copies host bytes into the loan at `offset` (host→device on the loan's stream
+    /// for CUDA sessions).
+    pub fn write_bytes(&mut self, offset: usize, data: &[u8]) -> Result<(), WriteError> {
+        let loaned = self.len();
+        if offset.checked_add(data.len()).is_none_or(|end| end > loaned) {
+            return Err(WriteError::OutOfBounds { offset, len: data.len(), loaned });
+        }
+        match &mut self.inner {
+            // SAFETY: the range is inside the loaned block (checked above), which this
+            // loan owns and keeps mapped past the copy (a loan returns its block only
+            // after its stream's work).
+            LoanInner::Cuda(g) => unsafe { copy::host_to_device(g.stream(), g.device_ptr() + offset as u64, data) }?,
+            LoanInner::Host(l) => host_bytes_mut(l)[offset..offset + data.len()].copy_from_slice(data),
+        }
+        Ok(())
+    }
+
+    /// Attaches typed metadata (e.g. an encoded tensor description).
+    pub fn set_meta(&mut self, meta: Vec<u8>) {
+        self.meta = Some(meta);
+    }
+
+    /// Copies `dst.len()` bytes of the loan at `offset` to host memory: for CUDA
+    /// sessions a device→host copy on the loan's stream (after the writes enqueued
+    /// there so far), waited for before returning.
+    pub fn read_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<(), WriteError> {
+        let loaned = self.len();
+        if offset.checked_add(dst.len()).is_none_or(|end| end > loaned) {
+            return Err(WriteError::OutOfBounds { offset, len: dst.len(), loaned });
+        }
+        match &self.inner {
+            // SAFETY: the range is inside the loaned block (checked above), which this
+            // loan owns and keeps mapped while the copy runs (it returns after it).
+            LoanInner::Cuda(g) => unsafe { copy::device_to_host(g.stream(), g.device_ptr() + offset as u64, dst) }?,
+            LoanInner::Host(l) => {
+                // SAFETY: the block is mapped with ≥ len bytes and owned by this loan; the
+                // shared borrow of `self` excludes writes through `as_mut_slice` meanwhile.
+                let src = unsafe { std::slice::from_raw_parts(l.addr() as *const u8, l.len()) };
+                dst.copy_from_slice(&src[offset..offset + dst.len()]);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A host loan's bytes, to write.
+fn host_bytes_mut(loan: &mut Loan<HostBackend>) -> &mut [u8] {
+    // SAFETY: the loan owns the block exclusively until it is published, the block is
+    // mapped with ≥ len bytes, and the slice borrows the loan mutably.
+    unsafe { std::slice::from_raw_parts_mut(loan.addr() as *mut u8, loan.len()) }
+}
+
+impl GpuPublisher {
+    /// The key.
+    pub fn key(&self) -> &str {
+        &self.core.shared.key
+    }
+
+    /// Where this publisher's blocks live.
+    pub fn backend(&self) -> BackendKind {
+        match self.core.shared.medium {
+            PubMedium::Cuda { .. } => BackendKind::CudaVmm,
+            PubMedium::Host { .. } => BackendKind::HostMemfd,
+        }
+    }
+
+    /// Loans a block of `len` bytes bound to the publisher's own stream.
+    pub fn loan(&self, len: usize) -> Result<GpuLoan, LoanError> {
+        self.loan_inner(len, None)
+    }
+
+    /// Loans a block bound to `stream`: enqueue the writes there; the ready signal
+    /// follows them (any stream, the legacy default stream included). Host-memory
+    /// publishers have no stream and ignore it.
+    pub fn loan_on(&self, len: usize, stream: &Stream) -> Result<GpuLoan, LoanError> {
+        self.loan_inner(len, Some(stream))
+    }
+
+    /// A loan on `stream`, or on the publisher's own stream when `None`.
+    fn loan_inner(&self, len: usize, stream: Option<&Stream>) -> Result<GpuLoan, LoanError> {
+        let inner = match &self.core.shared.medium {
+            PubMedium::Cuda { pool, signals, stream: own, .. } => {
+                let stream = Arc::clone(stream.unwrap_or(own));
+                LoanInner::Cuda(WriteGuard::new(pool.loan(len)?, stream, Arc::clone(signals)))
+            }
+            PubMedium::Host { pool } => LoanInner::Host(pool.loan(len)?),
+        };
+        Ok(GpuLoan { inner, meta: None })
+    }
+
+    /// Publishes a loan: its ready signal is enqueued after its writes, then it goes
+    /// out by the cheapest path for each subscriber.
+    pub fn put(&self, loan: GpuLoan) -> Result<PutReport, PutError> {
+        let published = match loan.inner {
+            LoanInner::Cuda(g) => PublishedAny::Cuda(g.finish()?),
+            LoanInner::Host(l) => PublishedAny::Host(l.publish()),
+        };
+        self.core.put_block(published, loan.meta)
+    }
+
+    /// Publishes host bytes: inline up to the inline threshold, else through a block.
+    pub fn put_bytes(&self, data: &[u8]) -> Result<PutReport, PublishError> {
+        self.put_bytes_meta(data, None)
+    }
+
+    /// [`GpuPublisher::put_bytes`] with typed metadata.
+    pub fn put_bytes_meta(&self, data: &[u8], meta: Option<Vec<u8>>) -> Result<PutReport, PublishError> {
+        if data.len() <= self.inline_threshold {
+            return Ok(self.core.put_inline(data.to_vec(), meta)?);
+        }
+        let mut loan = self.loan(data.len())?;
+        loan.write_bytes(0, data)?;
+        loan.meta = meta;
+        Ok(self.put(loan)?)
+    }
+
+    /// Publishes `len` bytes of device memory at `src`, copied device→device on
+    /// `stream` into a block (or to host, inline, below the threshold).
+    ///
+    /// # Safety
+    /// `src..src+len` is device memory of this session's GPU, readable by work on
+    /// `stream` and unchanged until that work has passed this copy.
+    pub unsafe fn put_device(&self, src: u64, len: usize, stream: &Stream) -> Result<PutReport, PublishError> {
+        let PubMedium::Cuda { pool, signals, .. } = &self.core.shared.medium else {
+            return Err(PublishError::NoGpu);
+        };
+        if len <= self.inline_threshold {
+            let mut host = vec![0u8; len];
+            // SAFETY: the caller guarantees the source range.
+            unsafe { copy::device_to_host(stream, src, &mut host) }.map_err(WriteError::from)?;
+            return Ok(self.core.put_inline(host, None)?);
+        }
+        let guard = WriteGuard::new(pool.loan(len)?, Arc::clone(stream), Arc::clone(signals));
+        // SAFETY: the destination is the loaned block (≥ len bytes, owned by the guard,
+        // which returns it only after the stream's work); the source is the caller's
+        // contract.
+        unsafe { copy::device_to_device(stream, guard.device_ptr(), src, len) }.map_err(WriteError::from)?;
+        Ok(self.put(GpuLoan { inner: LoanInner::Cuda(guard), meta: None })?)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> PublisherStats {
+        self.core.stats()
+    }
+
+    /// The pool's counters.
+    pub fn pool_stats(&self) -> PoolStats {
+        self.core.shared.medium.stats()
+    }
+
+    /// GPU-ready subscriber connections (on the zero-copy path).
+    pub fn zero_copy_subscribers(&self) -> usize {
+        self.core.ready_count()
+    }
+
+    /// GPU-aware subscribers known from their tokens (ready or not).
+    pub fn aware_subscribers(&self) -> usize {
+        self.core.aware_count()
+    }
+
+    /// Whether someone listens on the plain key (and so costs a copy per message).
+    pub fn plain_subscribers(&self) -> bool {
+        self.core.plain_matching()
+    }
+
+    /// The Zenoh session.
+    pub fn session(&self) -> &zenoh::Session {
+        self.core.session()
+    }
+}

@@ -1,0 +1,213 @@
+//! Subscribers: a FIFO or a callback handler, receiving, and what is known of each
+//! publisher's path.
+
+use std::future::{IntoFuture, Ready, ready};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::sample::{GpuSample, Path, SampleInfo};
+use crate::transport::publisher::DeclareError;
+use crate::transport::subscriber::{SubMedium, SubscriberCore, SubscriberStats};
+
+use super::*;
+
+/// Handler: a FIFO channel of the given capacity (blocks the delivery when full,
+/// like Zenoh's default handler).
+#[derive(Debug, Clone, Copy)]
+pub struct Fifo(pub usize);
+
+/// Handler: a callback run for every sample (keep it short: it runs on Zenoh's
+/// receive thread).
+pub struct Callback(Box<dyn Fn(GpuSample) + Send + Sync>);
+
+/// Builder returned by [`GpuSession::declare_subscriber`].
+#[must_use = "resolve with .wait() or .await"]
+pub struct SubscriberBuilder<H> {
+    pub(super) session: GpuSession,
+    pub(super) key: String,
+    pub(super) handler: H,
+}
+
+impl<H> SubscriberBuilder<H> {
+    /// Delivers samples to `f`.
+    pub fn callback(self, f: impl Fn(GpuSample) + Send + Sync + 'static) -> SubscriberBuilder<Callback> {
+        SubscriberBuilder { session: self.session, key: self.key, handler: Callback(Box::new(f)) }
+    }
+
+    /// Delivers samples through a FIFO channel of `capacity`.
+    pub fn fifo(self, capacity: usize) -> SubscriberBuilder<Fifo> {
+        SubscriberBuilder { session: self.session, key: self.key, handler: Fifo(capacity.max(1)) }
+    }
+
+    fn core(&self, deliver: Box<dyn Fn(GpuSample) + Send + Sync>) -> Result<SubscriberCore, DeclareError> {
+        let s = &self.session.0;
+        let medium = match &s.gpu {
+            Some(g) => SubMedium::Cuda(g.clone()),
+            None => SubMedium::Host,
+        };
+        let core = SubscriberCore::new(
+            &s.zenoh,
+            &self.key,
+            s.group.clone(),
+            medium,
+            s.cfg.plain_listen,
+            Duration::from_millis(s.cfg.handshake_timeout_ms),
+            Duration::from_micros(s.cfg.spin_us),
+            deliver,
+            Arc::clone(&s.providers),
+        )?;
+        let report = core.reporter();
+        self.session.report(Box::new(move |out| report().map(|s| out.subscribers.push(s)).is_some()));
+        Ok(core)
+    }
+}
+
+impl SubscriberBuilder<Fifo> {
+    /// Declares the subscriber (blocking).
+    pub fn wait(self) -> Result<GpuSubscriber<flume::Receiver<GpuSample>>, DeclareError> {
+        let (tx, rx) = flume::bounded(self.handler.0);
+        let core = self.core(Box::new(move |s| {
+            let _ = tx.send(s);
+        }))?;
+        Ok(GpuSubscriber { core, handler: rx })
+    }
+}
+
+impl IntoFuture for SubscriberBuilder<Fifo> {
+    type Output = Result<GpuSubscriber<flume::Receiver<GpuSample>>, DeclareError>;
+    type IntoFuture = Ready<Self::Output>;
+    fn into_future(self) -> Self::IntoFuture {
+        ready(self.wait())
+    }
+}
+
+impl SubscriberBuilder<Callback> {
+    /// Declares the subscriber (blocking).
+    pub fn wait(mut self) -> Result<GpuSubscriber<()>, DeclareError> {
+        let f = std::mem::replace(&mut self.handler.0, Box::new(|_| {}));
+        let core = self.core(f)?;
+        Ok(GpuSubscriber { core, handler: () })
+    }
+}
+
+impl IntoFuture for SubscriberBuilder<Callback> {
+    type Output = Result<GpuSubscriber<()>, DeclareError>;
+    type IntoFuture = Ready<Self::Output>;
+    fn into_future(self) -> Self::IntoFuture {
+        ready(self.wait())
+    }
+}
+
+/// A GPU-aware subscriber. Dropping it undeclares it.
+pub struct GpuSubscriber<H> {
+    core: SubscriberCore,
+    handler: H,
+}
+
+impl<H> std::fmt::Debug for GpuSubscriber<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuSubscriber").field("key", &self.core.key()).finish()
+    }
+}
+
+impl<H> GpuSubscriber<H> {
+    /// Counters.
+    pub fn stats(&self) -> SubscriberStats {
+        self.core.stats()
+    }
+
+    /// Publishers of ours this subscriber knows: `(instance id, on the zero-copy path)`.
+    pub fn publishers(&self) -> Vec<(u64, bool)> {
+        self.core.publishers()
+    }
+
+    /// Why `publisher` (an instance id, as in [`GpuSubscriber::publishers`] and
+    /// `SampleInfo::publisher`) serves this subscriber bytes rather than its blocks:
+    /// `on another host`, `on another device (…)`, `handshake failed: …`, `handshake in
+    /// progress`. `None` while it is on the zero-copy path, or for a publisher this
+    /// subscriber does not know (a plain one).
+    pub fn bytes_reason(&self, publisher: u64) -> Option<String> {
+        self.core.bytes_reason(publisher)
+    }
+
+    /// Why a sample of this subscriber came by its path, in words to print beside it:
+    /// `None` for [`Path::ZeroCopy`] (the fastest path needs no excuse).
+    pub fn path_reason(&self, info: &SampleInfo) -> Option<String> {
+        match info.path {
+            Path::ZeroCopy => None,
+            Path::Plain => Some("a plain Zenoh publisher, not one of ours".to_owned()),
+            Path::Inline => Some("a small message, carried whole (the publisher's inline_threshold)".to_owned()),
+            Path::CpuBytes => Some(self.bytes_reason(info.publisher).unwrap_or_else(|| {
+                "copied out by the publisher: sent while the link came up, or this subscriber is at its lease limit"
+                    .to_owned()
+            })),
+        }
+    }
+
+    /// The handler (the channel receiver for FIFO subscribers).
+    pub fn handler(&self) -> &H {
+        &self.handler
+    }
+}
+
+/// The subscriber's channel was closed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecvError {
+    /// No sample within the timeout.
+    #[error("no sample within the timeout")]
+    Timeout,
+    /// The subscriber is closed.
+    #[error("subscriber closed")]
+    Closed,
+}
+
+impl GpuSubscriber<flume::Receiver<GpuSample>> {
+    /// Waits for the next sample (polling for up to `spin_us` first).
+    pub fn recv(&self) -> Result<GpuSample, RecvError> {
+        if let Some(s) = self.spin(Duration::MAX)? {
+            return Ok(s);
+        }
+        self.handler.recv().map_err(|_| RecvError::Closed)
+    }
+
+    /// Waits up to `timeout` for the next sample (polling for up to `spin_us` of it
+    /// first).
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<GpuSample, RecvError> {
+        let t = std::time::Instant::now();
+        if let Some(s) = self.spin(timeout)? {
+            return Ok(s);
+        }
+        self.handler.recv_timeout(timeout.saturating_sub(t.elapsed())).map_err(|e| match e {
+            flume::RecvTimeoutError::Timeout => RecvError::Timeout,
+            flume::RecvTimeoutError::Disconnected => RecvError::Closed,
+        })
+    }
+
+    /// Polls the queue for up to `spin_us` (at most `within`) without sleeping.
+    fn spin(&self, within: Duration) -> Result<Option<GpuSample>, RecvError> {
+        let spin = self.core.spin().min(within);
+        if spin.is_zero() {
+            return Ok(None);
+        }
+        let t = std::time::Instant::now();
+        loop {
+            match self.handler.try_recv() {
+                Ok(s) => return Ok(Some(s)),
+                Err(flume::TryRecvError::Disconnected) => return Err(RecvError::Closed),
+                Err(flume::TryRecvError::Empty) if t.elapsed() < spin => std::hint::spin_loop(),
+                Err(flume::TryRecvError::Empty) => return Ok(None),
+            }
+        }
+    }
+
+    /// The next sample if one is queued.
+    pub fn try_recv(&self) -> Option<GpuSample> {
+        self.handler.try_recv().ok()
+    }
+
+    /// Waits for the next sample, asynchronously.
+    pub async fn recv_async(&self) -> Result<GpuSample, RecvError> {
+        self.handler.recv_async().await.map_err(|_| RecvError::Closed)
+    }
+}

@@ -1,0 +1,90 @@
+//! The consumer's stream, as DLPack names it, and how an export's reads end on it.
+
+use std::thread::ThreadId;
+
+use cudarc::driver::sys::CUstream;
+
+use crate::cuda::Stream;
+
+use super::*;
+
+/// The stream a consumer will use the exported tensor on (DLPack's `stream` argument).
+#[derive(Debug, Clone)]
+pub struct ConsumerStream(pub(super) StreamKind);
+
+#[derive(Debug, Clone)]
+pub(super) enum StreamKind {
+    LegacyDefault,
+    PerThreadDefault,
+    Owned(Stream),
+    Raw(usize),
+    NoSync,
+}
+
+impl ConsumerStream {
+    /// The legacy default stream (DLPack `1`; also what Python's `stream=None` means for
+    /// CUDA).
+    pub fn legacy_default() -> Self {
+        Self(StreamKind::LegacyDefault)
+    }
+
+    /// The exporting thread's per-thread default stream (DLPack `2`).
+    pub fn per_thread_default() -> Self {
+        Self(StreamKind::PerThreadDefault)
+    }
+
+    /// A stream of this crate (kept alive by the export until its deleter has run).
+    pub fn stream(stream: &Stream) -> Self {
+        Self(StreamKind::Owned(std::sync::Arc::clone(stream)))
+    }
+
+    /// No synchronisation (DLPack `-1`): see the [module docs](crate::dlpack).
+    pub fn no_sync() -> Self {
+        Self(StreamKind::NoSync)
+    }
+
+    /// A raw `CUstream` owned by the consumer (a null handle is the legacy default
+    /// stream).
+    ///
+    /// # Safety
+    /// The stream belongs to the primary context of the exported sample's device, and
+    /// stays alive until the export's deleter has returned (the deleter records a fence
+    /// on it).
+    pub unsafe fn from_raw(stream: CUstream) -> Self {
+        match stream as usize {
+            0 | 1 => Self::legacy_default(),
+            2 => Self::per_thread_default(),
+            p => Self(StreamKind::Raw(p)),
+        }
+    }
+
+    /// DLPack's integer: `1` legacy default, `2` per-thread default, `-1` no
+    /// synchronisation, `> 2` a `CUstream`.
+    ///
+    /// # Safety
+    /// A value above 2 is used as in [`ConsumerStream::from_raw`].
+    ///
+    /// # Errors
+    /// [`ExportError::InvalidStream`] for `0` (forbidden by DLPack) and negative values
+    /// other than `-1`.
+    pub unsafe fn from_dlpack(value: i64) -> Result<Self, ExportError> {
+        match value {
+            -1 => Ok(Self::no_sync()),
+            1 => Ok(Self::legacy_default()),
+            2 => Ok(Self::per_thread_default()),
+            // SAFETY: the caller's contract for values above 2.
+            v if v > 2 => Ok(unsafe { Self::from_raw(v as usize as CUstream) }),
+            v => Err(ExportError::InvalidStream { value: v }),
+        }
+    }
+}
+
+/// Where the export's reads are ordered, and how its deleter ends them.
+pub(super) enum EndOn {
+    /// A stream that outlives the deleter: fence it.
+    Stream(Stream),
+    /// The per-thread default stream of `thread`: fence it from that thread only.
+    PerThread { stream: Stream, thread: ThreadId },
+    /// No stream known: wait for the whole context.
+    Context,
+}
