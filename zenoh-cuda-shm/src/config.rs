@@ -48,6 +48,18 @@ pub enum PlainListen {
     Never,
 }
 
+/// How a CUDA subscriber reads from a publisher on another GPU of the same host.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerGpus {
+    /// Map the publisher's blocks for this GPU and read them in place over NVLink or
+    /// PCIe, where the driver reports peer access (default); bytes otherwise.
+    #[default]
+    InPlace,
+    /// Never map another GPU's blocks: bytes from publishers on other GPUs.
+    Off,
+}
+
 /// What a put does when Zenoh's queue towards a peer is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -108,6 +120,9 @@ pub struct ZcsConfig {
     /// configuration that names connect endpoints spends this time waiting for the first
     /// of its links, if Zenoh returned before any was up, and then asking over it.
     pub provider_discovery_ms: u64,
+    /// How CUDA subscribers read from publishers on another GPU of this host (default
+    /// `in_place`).
+    pub peer_gpus: PeerGpus,
     /// Busy-polling by subscribers, in µs (default 0: none). Before sleeping, a
     /// subscriber's link thread polls its control socket, and `recv`/`recv_timeout` of
     /// a FIFO subscriber poll its queue, for up to this long: a message arriving
@@ -131,6 +146,7 @@ impl Default for ZcsConfig {
             lease_wait_ms: 1000,
             provider: ProviderMode::Auto,
             provider_discovery_ms: 300,
+            peer_gpus: PeerGpus::InPlace,
             spin_us: 0,
         }
     }
@@ -207,7 +223,8 @@ impl ZcsConfig {
     }
 
     /// Applies environment overrides: `ZCS_DEVICE` (`auto|host|cuda`),
-    /// `ZCS_INLINE_THRESHOLD` (bytes), `ZCS_SOCKET_DIR` (path).
+    /// `ZCS_INLINE_THRESHOLD` (bytes), `ZCS_PROVIDER` (`auto|off|required`),
+    /// `ZCS_PEER_GPUS` (`in_place|off`), `ZCS_SOCKET_DIR` (path).
     pub fn with_env_overrides(mut self) -> Result<Self, ConfigError> {
         if let Ok(v) = std::env::var("ZCS_DEVICE") {
             self.device = match v.as_str() {
@@ -236,6 +253,13 @@ impl ZcsConfig {
                         why: "expected auto, off or required",
                     });
                 }
+            };
+        }
+        if let Ok(v) = std::env::var("ZCS_PEER_GPUS") {
+            self.peer_gpus = match v.as_str() {
+                "in_place" => PeerGpus::InPlace,
+                "off" => PeerGpus::Off,
+                _ => return Err(ConfigError::Env { var: "ZCS_PEER_GPUS", value: v, why: "expected in_place or off" }),
             };
         }
         if let Ok(v) = std::env::var("ZCS_SOCKET_DIR") {

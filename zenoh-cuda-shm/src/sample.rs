@@ -13,6 +13,7 @@ use crate::transport::subscriber::{Link, Shared, SubMedium};
 
 /// How a sample reached this subscriber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub enum Path {
     /// In place: the publisher's block mapped here (device memory, or host memory
     /// where there is no GPU). No copy was made.
@@ -24,12 +25,18 @@ pub enum Path {
     CpuBytes,
     /// From a publisher that is not ours (plain Zenoh or ROS).
     Plain,
+    /// In place over NVLink or PCIe: the publisher's block lives on another GPU of this
+    /// host and is mapped for this subscriber's GPU, which reads it across the link.
+    /// Device pointers and DLPack exports are this subscriber's GPU's, the device that
+    /// can read them. No copy was made.
+    ZeroCopyPeer,
 }
 
 impl std::fmt::Display for Path {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::ZeroCopy => "zero-copy",
+            Self::ZeroCopyPeer => "zero-copy-peer",
             Self::Inline => "inline",
             Self::CpuBytes => "cpu-bytes",
             Self::Plain => "plain",

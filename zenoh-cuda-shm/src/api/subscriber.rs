@@ -5,7 +5,9 @@ use std::future::{IntoFuture, Ready, ready};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cuda::Topology;
 use crate::sample::{GpuSample, Path, SampleInfo};
+use crate::transport::locality::PeerView;
 use crate::transport::publisher::DeclareError;
 use crate::transport::subscriber::{SubMedium, SubscriberCore, SubscriberStats};
 
@@ -45,6 +47,14 @@ impl<H> SubscriberBuilder<H> {
             Some(g) => SubMedium::Cuda(g.clone()),
             None => SubMedium::Host,
         };
+        // What this process sees of the host's GPUs, for publishers on other GPUs.
+        let peer = s.gpu.as_ref().and_then(|g| match Topology::probe() {
+            Ok(topology) => Some(PeerView { ordinal: g.ordinal(), topology, mode: s.cfg.peer_gpus }),
+            Err(e) => {
+                tracing::warn!(error = %crate::error::Chain(&e), "cannot query the host's GPUs; publishers on other GPUs send bytes");
+                None
+            }
+        });
         let core = SubscriberCore::new(
             &s.zenoh,
             &self.key,
@@ -55,6 +65,7 @@ impl<H> SubscriberBuilder<H> {
             Duration::from_micros(s.cfg.spin_us),
             deliver,
             Arc::clone(&s.providers),
+            peer,
         )?;
         let report = core.reporter();
         self.session.report(Box::new(move |out| report().map(|s| out.subscribers.push(s)).is_some()));
@@ -135,6 +146,9 @@ impl<H> GpuSubscriber<H> {
     pub fn path_reason(&self, info: &SampleInfo) -> Option<String> {
         match info.path {
             Path::ZeroCopy => None,
+            Path::ZeroCopyPeer => {
+                Some("the publisher's block, on another GPU of this host, read in place over NVLink or PCIe".to_owned())
+            }
             Path::Plain => Some("a plain Zenoh publisher, not one of ours".to_owned()),
             Path::Inline => Some("a small message, carried whole (the publisher's inline_threshold)".to_owned()),
             Path::CpuBytes => Some(self.bytes_reason(info.publisher).unwrap_or_else(|| {

@@ -6,6 +6,7 @@
 //! - [`vmm`]: physical allocations, VA ranges, mappings; [`DeviceBlock`] (allocated
 //!   here, FD exported once) and [`ImportedBlock`] (from a peer's FD).
 //! - [`copy`]: copies and fills on a stream, each binding the stream's context.
+//! - [`topology`]: the visible GPUs by UUID, and which can map which (peer access).
 //! - [`event`]: [`Fence`]s, [`IpcEvent`]s and the 64-bit stream memory operations.
 //! - `kernels` (feature `test-support`): small PTX kernels (fill/check a pattern, spin)
 //!   used by the examples, tests and benchmarks.
@@ -31,6 +32,7 @@ pub mod event;
 pub mod kernels;
 internal_layer!(pinned);
 internal_layer!(sys);
+pub mod topology;
 pub mod vmm;
 
 pub use device::{Gpu, GpuUuid, ProbeError};
@@ -38,4 +40,5 @@ pub use event::{Fence, IpcEvent, Stream};
 #[cfg(feature = "test-support")]
 pub use kernels::Kernels;
 pub use sys::CudaError;
+pub use topology::Topology;
 pub use vmm::{DeviceBlock, ImportedBlock, VmmMapping, warm_import_path};

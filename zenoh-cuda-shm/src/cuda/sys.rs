@@ -500,6 +500,17 @@ pub unsafe fn stream_synchronize(stream: sys::CUstream) -> Result<(), CudaError>
     check("cuStreamSynchronize", rc)
 }
 
+/// `cuDeviceCanAccessPeer`: whether device `dev` can map memory that lives on `peer`.
+///
+/// # Safety
+/// The driver is initialised; `dev` and `peer` come from `cuDeviceGet`.
+pub unsafe fn device_can_access_peer(dev: sys::CUdevice, peer: sys::CUdevice) -> Result<bool, CudaError> {
+    let mut can = 0;
+    // SAFETY: `can` is a live local the call writes; the caller guarantees the devices.
+    let rc = unsafe { sys::cuDeviceCanAccessPeer(&mut can, dev, peer) };
+    check("cuDeviceCanAccessPeer", rc).map(|()| can != 0)
+}
+
 /// `cuMemHostAlloc(size, 0)`: page-locked host memory, usable by every context.
 ///
 /// # Safety

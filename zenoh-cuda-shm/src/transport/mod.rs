@@ -26,6 +26,7 @@ macro_rules! step {
 }
 pub(crate) use step;
 
+pub(crate) mod locality;
 pub(crate) mod medium;
 pub mod publisher;
 pub mod subscriber;

@@ -408,9 +408,14 @@ impl PublisherCore {
                     .iter()
                     .map(|(i, t)| {
                         let ready = st.ready.values().any(|r| r.subscriber == *i);
+                        let path = match ready {
+                            true if t.group.device != sh.group.device => "zero-copy-peer",
+                            true => "zero-copy",
+                            false => "bytes",
+                        };
                         protocol::PathReport {
                             peer: *i,
-                            path: if ready { "zero-copy" } else { "bytes" }.to_owned(),
+                            path: path.to_owned(),
                             reason: (!ready).then(|| path_reason(&sh.group, &t.group)),
                         }
                     })

@@ -133,7 +133,9 @@ pub(super) fn connection(sh: Arc<Shared>, conn: ControlConn) {
         let _ = send_reply(&conn, &Reply::Refused { reason: why.into() }, &[]);
     };
     let (subscriber, lifeline) = match recv_request_with_fds(&sh, &conn, sh.handshake_timeout) {
-        Ok((Request::Hello { subscriber, group, lifeline }, mut fds)) if group == sh.group => {
+        Ok((Request::Hello { subscriber, group, lifeline }, mut fds))
+            if crate::transport::locality::accepts(&sh.group, &group) =>
+        {
             if fds.len() != usize::from(lifeline) {
                 return fail("a Hello carries its lifeline's descriptor and nothing else");
             }

@@ -15,9 +15,11 @@ use super::order::on_bytes;
 use super::{Link, PubEntry, Shared, State, inc};
 use crate::config::PlainListen;
 use crate::protocol::Token;
+use crate::transport::locality::{Locality, decide};
 use crate::sync::Unpoisoned;
 
 pub(super) fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
+    let locality = decide(&sh.group, &t.group, sh.peer.as_ref());
     {
         let mut st = sh.state.locked();
         if let Some(e) = st.pubs.get(&t.instance) {
@@ -27,14 +29,20 @@ pub(super) fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
             }
             return;
         }
-        let why = (t.group != sh.group).then(|| crate::transport::publisher::path_reason(&sh.group, &t.group));
+        let why = match &locality {
+            Locality::Bytes(why) => Some(why.clone()),
+            Locality::Same | Locality::Peer => None,
+        };
         st.pubs.insert(t.instance, PubEntry { link: None, order: Arc::default(), why });
     }
     let socket = match &t.socket {
-        Some(s) if t.group == sh.group => s.clone(),
-        // Another host or device: bytes only.
+        Some(s) if locality.maps() => s.clone(),
+        // Another host, or a device whose memory ours cannot map: bytes only.
         _ => return sh.refresh_plain(),
     };
+    if locality == Locality::Peer {
+        tracing::debug!(publisher = %crate::transport::Id(t.instance), device = %t.group.device, "publisher on a peer GPU; mapping its blocks for ours");
+    }
     let s = Arc::clone(sh);
     crate::transport::step!("subscriber: publisher seen");
     // Connect and say Hello here, without waiting: the publisher's side of the

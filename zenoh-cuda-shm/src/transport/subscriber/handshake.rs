@@ -10,7 +10,7 @@ use super::{Link, Shared, SubMedium};
 use crate::host::HostBlock;
 use crate::ipc::{ConnectError, ControlConn, DecodeNameError, RecvError, SendError, SocketName};
 use crate::pool::CapabilityKey;
-use crate::protocol::{self, Reply, Request};
+use crate::protocol::{self, Reply, Request, Token};
 use crate::signal::ReadySignals;
 use crate::sync::Unpoisoned;
 
@@ -73,8 +73,9 @@ pub(super) fn hello(sh: &Shared, socket: &str, timeout: Duration) -> Result<Cont
     Ok(conn)
 }
 
-/// The rest of a handshake on a connection that said Hello: the probe, then `Ready`.
-pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn) -> Result<Arc<Link>, HandshakeError> {
+/// The rest of a handshake with the publisher of token `t`, on a connection that said
+/// Hello: the probe, then `Ready`.
+pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn, t: &Token) -> Result<Arc<Link>, HandshakeError> {
     let peer_pid = conn.peer_cred().pid;
     let mut frame = conn.recv(sh.handshake_timeout).map_err(HandshakeError::Recv)?;
     crate::transport::step!("subscriber: Welcome received");
@@ -141,6 +142,8 @@ pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn) -> Result<Arc<Link>
     let link = Arc::new(Link {
         conn,
         publisher,
+        key: t.key.clone(),
+        peer: t.group.device != sh.group.device,
         first_seq,
         order: Arc::clone(&order),
         cap_key: CapabilityKey::from_bytes(cap_key),

@@ -125,11 +125,11 @@ pub(super) fn on_block(
         *g = (*g).max(d.block.generation);
     }
     let info = SampleInfo {
-        key: sh.key.clone(),
+        key: link.key.clone(),
         publisher: d.publisher,
         seq: d.seq,
         timestamp_ns: d.timestamp_ns,
-        path: Path::ZeroCopy,
+        path: if link.peer { Path::ZeroCopyPeer } else { Path::ZeroCopy },
         meta: d.meta,
     };
     // A duplicate is dropped at once, which releases its lease.

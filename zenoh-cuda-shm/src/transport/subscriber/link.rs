@@ -52,7 +52,7 @@ pub(super) fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str, mut opened:
             Some(c) => Ok(c),
             None => hello(sh, socket, sh.handshake_timeout),
         };
-        let link = match conn.and_then(|c| handshake(sh, c)) {
+        let link = match conn.and_then(|c| handshake(sh, c, t)) {
             Ok(link) => link,
             Err(e) => {
                 inc(&sh.counters.handshake_failures);
@@ -147,7 +147,7 @@ fn run_link(sh: &Arc<Shared>, link: &Arc<Link>) -> LinkEnd {
             Reply::Inline { .. } | Reply::ViaBytes { .. } if leaving.is_some() => {}
             Reply::Inline { seq, timestamp_ns, meta, data } => {
                 let info = SampleInfo {
-                    key: sh.key.clone(),
+                    key: link.key.clone(),
                     publisher: link.publisher,
                     seq,
                     timestamp_ns,

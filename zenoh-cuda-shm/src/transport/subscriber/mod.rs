@@ -25,6 +25,7 @@ use zenoh::key_expr::KeyExpr;
 use zenoh::sample::SampleKind;
 
 use super::RateLimitedWarn;
+use super::locality::PeerView;
 use super::medium::Imported;
 use crate::config::PlainListen;
 use crate::cuda::Gpu;
@@ -118,6 +119,10 @@ pub(crate) struct Link {
     conn: ControlConn,
     /// The publisher's instance id.
     publisher: u64,
+    /// The publisher's key (what its samples carry).
+    key: String,
+    /// The publisher's blocks live on another GPU of this host, mapped here for ours.
+    peer: bool,
     /// The first message routed over this link (`Reply::Ready`).
     first_seq: u64,
     /// Its publisher's delivery order (shared with the publisher's entry).
@@ -203,6 +208,9 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     /// Host providers reached by this session (lent blocks are opened there).
     providers: Arc<crate::provider::Providers>,
+    /// What this process sees of the host's GPUs (CUDA subscribers): decides whether
+    /// a publisher on another GPU is read in place.
+    peer: Option<PeerView>,
     /// For writing a dead publisher's ready signals (CUDA). Created with the subscriber,
     /// not when needed: creating a stream blocks while another of our streams waits on
     /// a signal that never comes (measured on an H200, driver 580), which is exactly
@@ -234,6 +242,7 @@ impl SubscriberCore {
         spin: Duration,
         deliver: Deliver,
         providers: Arc<crate::provider::Providers>,
+        peer: Option<PeerView>,
     ) -> Result<Self, super::publisher::DeclareError> {
         use super::publisher::DeclareError;
         let ke = KeyExpr::try_from(key.to_owned()).map_err(|source| DeclareError::Key { key: key.into(), source })?;
@@ -259,6 +268,7 @@ impl SubscriberCore {
             session: session.clone(),
             closed: AtomicBool::new(false),
             providers,
+            peer,
             release_stream: ReleaseStream::default(),
         });
         let s = Arc::clone(&shared);
@@ -353,7 +363,12 @@ impl SubscriberCore {
                     .iter()
                     .map(|(i, e)| protocol::PathReport {
                         peer: *i,
-                        path: if e.live() { "zero-copy" } else { "bytes" }.to_owned(),
+                        path: match &e.link {
+                            Some(l) if e.live() && l.peer => "zero-copy-peer",
+                            _ if e.live() => "zero-copy",
+                            _ => "bytes",
+                        }
+                        .to_owned(),
                         reason: e.bytes_reason().map(|why| why.chars().take(200).collect()),
                     })
                     .collect()

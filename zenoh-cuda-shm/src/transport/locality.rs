@@ -1,0 +1,202 @@
+//! Which path a subscriber can take to a publisher, from their locality groups and what
+//! the subscriber's process sees of the host's GPUs: the publisher's block itself (same
+//! device), the block mapped over NVLink or PCIe (another GPU of the host, with peer
+//! access), or bytes. The subscriber decides; the publisher only checks that a `Hello`
+//! comes from its own host.
+
+use crate::config::PeerGpus;
+use crate::cuda::{GpuUuid, Topology};
+use crate::protocol::Group;
+
+/// What a CUDA subscriber knows for peer decisions: its GPU, what its process sees of
+/// the host's GPUs, and its configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct PeerView {
+    /// The subscriber's device, as its process numbers it.
+    pub(crate) ordinal: usize,
+    pub(crate) topology: Topology,
+    pub(crate) mode: PeerGpus,
+}
+
+/// The path to one publisher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Locality {
+    /// Same device (or the same host's memory): the block itself.
+    Same,
+    /// Another GPU of this host whose memory ours can map: the block, read over the link.
+    Peer,
+    /// Bytes, for the reason given.
+    Bytes(String),
+}
+
+impl Locality {
+    /// Whether a handshake is worth trying.
+    pub(crate) fn maps(&self) -> bool {
+        matches!(self, Self::Same | Self::Peer)
+    }
+}
+
+/// The GPU a group's device chunk names (`cuda-<32 hex digits>`), if it names one.
+pub(crate) fn cuda_uuid(device: &str) -> Option<GpuUuid> {
+    let hex = device.strip_prefix("cuda-")?;
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut uuid = [0u8; 16];
+    for (i, b) in uuid.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(GpuUuid(uuid))
+}
+
+/// The subscriber's decision for a publisher of group `theirs`; `ours` is the
+/// subscriber's group and `peer` its view of the host's GPUs (CUDA subscribers only).
+pub(crate) fn decide(ours: &Group, theirs: &Group, peer: Option<&PeerView>) -> Locality {
+    if ours.boot_id != theirs.boot_id {
+        return Locality::Bytes("on another host".to_owned());
+    }
+    if ours.device == theirs.device {
+        return Locality::Same;
+    }
+    let other_device = format!("on another device ({} there, {} here)", theirs.device, ours.device);
+    let (Some(view), Some(uuid)) = (peer, cuda_uuid(&theirs.device)) else {
+        // A host-memory publisher or subscriber, or a GPU we do not model.
+        return Locality::Bytes(other_device);
+    };
+    if view.mode == PeerGpus::Off {
+        return Locality::Bytes(format!("{other_device}; peer GPUs are off in this subscriber's configuration"));
+    }
+    let Some(theirs) = view.topology.ordinal_of(&uuid) else {
+        return Locality::Bytes(format!(
+            "{other_device}; this process does not see that GPU (CUDA_VISIBLE_DEVICES), so cannot map its memory"
+        ));
+    };
+    if !view.topology.can_access(view.ordinal, theirs) {
+        return Locality::Bytes(format!(
+            "{other_device}; the driver reports no peer access from GPU {} to GPU {theirs} (no NVLink or PCIe P2P \
+             between them, or a MIG instance)",
+            view.ordinal
+        ));
+    }
+    Locality::Peer
+}
+
+/// The publisher's check of a `Hello`: a subscriber of its own group, or, for a CUDA
+/// publisher, one on another GPU of the same host (which decided it can map ours).
+pub(crate) fn accepts(publisher: &Group, subscriber: &Group) -> bool {
+    publisher == subscriber
+        || (publisher.boot_id == subscriber.boot_id
+            && cuda_uuid(&publisher.device).is_some()
+            && cuda_uuid(&subscriber.device).is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOOT: &str = "0f5e9d3c-1111-2222-3333-444455556666";
+
+    fn uuid(n: u8) -> GpuUuid {
+        GpuUuid([n; 16])
+    }
+
+    fn group(device: &str) -> Group {
+        Group { boot_id: BOOT.to_owned(), device: device.to_owned() }
+    }
+
+    fn gpu(n: u8) -> Group {
+        group(&Group::cuda_device(&uuid(n)))
+    }
+
+    fn view(ordinal: usize, devices: &[u8], pairs: &[(usize, usize)]) -> PeerView {
+        let topology = Topology::described(devices.iter().map(|&n| uuid(n)).collect(), pairs);
+        PeerView { ordinal, topology, mode: PeerGpus::InPlace }
+    }
+
+    /// Two GPUs joined by NVLink, both ways (what `nvidia-smi topo -m` shows as NV18).
+    fn nvlink_pair() -> PeerView {
+        view(1, &[0xa0, 0xa1], &[(0, 1), (1, 0)])
+    }
+
+    #[test]
+    fn same_device_maps_the_block_itself() {
+        assert_eq!(decide(&gpu(0xa0), &gpu(0xa0), Some(&nvlink_pair())), Locality::Same);
+        assert_eq!(decide(&group("host"), &group("host"), None), Locality::Same);
+    }
+
+    #[test]
+    fn another_gpu_with_peer_access_is_read_over_the_link() {
+        let l = decide(&gpu(0xa1), &gpu(0xa0), Some(&nvlink_pair()));
+        assert_eq!(l, Locality::Peer);
+        assert!(l.maps());
+    }
+
+    #[test]
+    fn gpus_are_matched_by_uuid_whatever_the_numbering() {
+        // CUDA_VISIBLE_DEVICES=1,0: the publisher's GPU is ordinal 1 here, ours 0; peer
+        // access only from ordinal 0 to ordinal 1.
+        let v = view(0, &[0xa1, 0xa0], &[(0, 1)]);
+        assert_eq!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v)), Locality::Peer);
+        // The same pair seen from a process whose driver reports access the other way
+        // only: bytes.
+        let v = view(0, &[0xa1, 0xa0], &[(1, 0)]);
+        assert!(matches!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v)), Locality::Bytes(r) if r.contains("no peer access")));
+    }
+
+    #[test]
+    fn a_gpu_without_peer_access_gets_bytes_with_the_reason() {
+        // PCIe without P2P (or MIG): the driver reports no access either way.
+        let v = view(1, &[0xa0, 0xa1], &[]);
+        let Locality::Bytes(why) = decide(&gpu(0xa1), &gpu(0xa0), Some(&v)) else { panic!("expected bytes") };
+        assert!(why.contains("no peer access from GPU 1 to GPU 0"), "{why}");
+        assert!(why.starts_with("on another device ("), "{why}");
+    }
+
+    #[test]
+    fn a_gpu_this_process_does_not_see_gets_bytes() {
+        // CUDA_VISIBLE_DEVICES=1: the publisher's GPU 0 is invisible here.
+        let v = view(0, &[0xa1], &[]);
+        let Locality::Bytes(why) = decide(&gpu(0xa1), &gpu(0xa0), Some(&v)) else { panic!("expected bytes") };
+        assert!(why.contains("does not see that GPU"), "{why}");
+    }
+
+    #[test]
+    fn peer_gpus_off_in_the_configuration_gets_bytes() {
+        let mut v = nvlink_pair();
+        v.mode = PeerGpus::Off;
+        let Locality::Bytes(why) = decide(&gpu(0xa1), &gpu(0xa0), Some(&v)) else { panic!("expected bytes") };
+        assert!(why.contains("peer GPUs are off"), "{why}");
+    }
+
+    #[test]
+    fn other_hosts_and_host_memory_get_bytes() {
+        let elsewhere = Group { boot_id: "another-boot".into(), device: gpu(0xa0).device };
+        assert_eq!(
+            decide(&gpu(0xa0), &elsewhere, Some(&nvlink_pair())),
+            Locality::Bytes("on another host".into())
+        );
+        // A host-memory subscriber and a GPU publisher, and the reverse.
+        assert!(!decide(&group("host"), &gpu(0xa0), None).maps());
+        assert!(!decide(&gpu(0xa1), &group("host"), Some(&nvlink_pair())).maps());
+        // A CUDA subscriber without a view (no topology): bytes, never a guess.
+        assert!(!decide(&gpu(0xa1), &gpu(0xa0), None).maps());
+    }
+
+    #[test]
+    fn the_publisher_accepts_its_group_and_other_gpus_of_its_host_only() {
+        assert!(accepts(&gpu(0xa0), &gpu(0xa0)));
+        assert!(accepts(&gpu(0xa0), &gpu(0xa1)));
+        assert!(accepts(&group("host"), &group("host")));
+        assert!(!accepts(&group("host"), &gpu(0xa0)));
+        assert!(!accepts(&gpu(0xa0), &group("host")));
+        assert!(!accepts(&gpu(0xa0), &Group { boot_id: "another-boot".into(), device: gpu(0xa1).device }));
+    }
+
+    #[test]
+    fn device_chunks_parse_to_uuids_or_nothing() {
+        assert_eq!(cuda_uuid(&Group::cuda_device(&uuid(0x5c))), Some(uuid(0x5c)));
+        for bad in ["host", "cuda-", "cuda-00", &format!("cuda-{}", "g".repeat(32)), &format!("cuda-{}", "0".repeat(34))] {
+            assert_eq!(cuda_uuid(bad), None, "{bad}");
+        }
+    }
+}
