@@ -16,7 +16,10 @@ for archive in .gpu-pack/*.tar.xz; do
   [ -f "$archive" ] || continue
   mkdir -p .gpu-bin && xz -dc "$archive" | tar -C .gpu-bin -xf -
 done
-{ nvidia-smi --query-gpu=name,memory.total,driver_version,uuid --format=csv; nvidia-smi | head -5; uname -r; } > "$out/machine.txt" 2>&1
+{ nvidia-smi --query-gpu=name,memory.total,driver_version,uuid --format=csv; nvidia-smi | head -5; nvidia-smi topo -m; uname -r; } > "$out/machine.txt" 2>&1
+# Two GPUs or more: the peer-GPU tests must run (not skip), and latency gets peer rows.
+gpus=$(nvidia-smi --query-gpu=uuid --format=csv,noheader 2>/dev/null | wc -l)
+[ "$gpus" -ge 2 ] && export ZCS_REQUIRE_PEER_GPUS=1
 # The ROS 2 test's Python peer: the carried wheels (abi3 / pure Python) unpacked onto
 # PYTHONPATH; no pip, venv or network needed. numpy comes with the machine's PyTorch.
 if [ -d .gpu-pack/ros-wheels ]; then
@@ -54,6 +57,13 @@ if want bench && [ -x .gpu-bin/zcs_latency ]; then
   echo "== zcs_latency --provider" | tee -a "$out/bench.log"
   timeout 300 .gpu-bin/zcs_latency --backend cuda --provider --sizes 4KiB,64KiB,1MiB,8MiB,32MiB,256MiB \
     >"$out/zcs_latency_provider.jsonl" 2>>"$out/bench.log" || { echo "FAILED: zcs_latency --provider" | tee -a "$out/bench.log"; fail=1; }
+fi
+# Peer GPUs: the same latency rows with the pong on GPU 1 (blocks read over NVLink or
+# PCIe), next to the same-GPU rows of this run.
+if want bench && [ -x .gpu-bin/zcs_latency ] && [ "$gpus" -ge 2 ]; then
+  echo "== zcs_latency --pong-gpu 1" | tee -a "$out/bench.log"
+  timeout 300 .gpu-bin/zcs_latency --backend cuda --pong-gpu 1 --sizes 4KiB,64KiB,1MiB,8MiB,32MiB,256MiB,1GiB \
+    >"$out/zcs_latency_peer.jsonl" 2>>"$out/bench.log" || { echo "FAILED: zcs_latency --pong-gpu 1" | tee -a "$out/bench.log"; fail=1; }
 fi
 # An experiment beside the goal rows (its own folder, so the report does not mix it in):
 # the zero-copy throughput rows again under CUDA MPS, with a control daemon private to

@@ -37,7 +37,11 @@
 //! zcs_latency --backend cuda --provider            # blocks lent by a provider process
 //! zcs_latency --backend cuda --zenohd bin/zenohd --plugin libzenoh_plugin_cuda_shm.so
 //! zcs_latency --backend cuda --spin-us 200          # subscribers busy-poll (`spin_us`)
+//! zcs_latency --backend cuda --pong-gpu 1           # two GPUs: the peer path
 //! ```
+//!
+//! With `--pong-gpu 1` the pong runs on another GPU than the ping's: its zero-copy row
+//! is `zero-copy-peer`, the ping's blocks mapped for the pong's GPU over NVLink or PCIe.
 //!
 //! With `--spin-us`, every session of ours on both sides has that `spin_us` (its
 //! subscribers poll before sleeping) and the rows of ours are named `…-spin`; the
@@ -84,6 +88,10 @@ struct Args {
     /// sleeping (rows `…-spin`).
     #[arg(long, default_value_t = 0)]
     spin_us: u64,
+    /// The pong's GPU (CUDA): another GPU than the ping's (0) measures the peer path,
+    /// blocks mapped over NVLink or PCIe (row `zero-copy-peer`).
+    #[arg(long, default_value_t = 0)]
+    pong_gpu: usize,
 }
 
 /// Where the blocks come from.
@@ -153,6 +161,7 @@ const SOCK_ENV: &str = "ZCS_LAT_SOCK";
 const BACKEND_ENV: &str = "ZCS_LAT_BACKEND";
 const PROVIDER_ENV: &str = "ZCS_LAT_PROVIDER";
 const SPIN_ENV: &str = "ZCS_LAT_SPIN_US";
+const PONG_GPU_ENV: &str = "ZCS_LAT_PONG_GPU";
 /// zenohd's port, which the pong connects to as well: a peer does not relay another
 /// node's liveliness tokens, so the pong must see the router's provider itself.
 const ROUTER_PORT_ENV: &str = "ZCS_LAT_ROUTER_PORT";
@@ -235,12 +244,10 @@ fn pong() {
             .expect("connect endpoints");
     }
     let z = zenoh::open(cfg).wait().expect("open zenoh");
-    let session = GpuSession::from_zenoh(
-        z.clone(),
-        zcs_config(if cuda { DeviceChoice::Cuda } else { DeviceChoice::Host }, lent, spin_us),
-    )
-    .wait()
-    .expect("open the pong session");
+    let gpu_ordinal: usize = var(PONG_GPU_ENV).parse().expect("pong GPU");
+    let cfg = zcs_config(if cuda { DeviceChoice::Cuda } else { DeviceChoice::Host }, lent, spin_us);
+    let session =
+        GpuSession::from_zenoh(z.clone(), ZcsConfig { gpu_ordinal, ..cfg }).wait().expect("open the pong session");
     let reply_base = Arc::new(z.declare_publisher(REPLY_BASE_KEY).wait().expect("reply publisher"));
     let reply_zc = Arc::new(session.declare_publisher(REPLY_ZC_KEY).wait().expect("zero-copy reply publisher"));
 
@@ -472,6 +479,7 @@ fn main() {
         (SOCK_ENV, name.to_key_chunk()),
         (BACKEND_ENV, args.backend.clone()),
         (SPIN_ENV, args.spin_us.to_string()),
+        (PONG_GPU_ENV, args.pong_gpu.to_string()),
     ];
     if lent {
         env.push((PROVIDER_ENV, "1".to_owned()));
@@ -496,7 +504,7 @@ fn main() {
     let blocks = lender.blocks();
     let mut setup = json!({"bench": "latency-setup", "backend": backend, "iters": args.plan.iters, "warmup": args.plan.warmup,
         "max_secs_per_row": args.plan.max_secs, "transport": "zenoh peer, tcp 127.0.0.1, congestion control block",
-        "blocks": blocks, "spin_us": args.spin_us});
+        "blocks": blocks, "spin_us": args.spin_us, "pong_gpu": args.pong_gpu});
     if let (Some(g), Some(o)) = (session.gpu(), setup.as_object_mut()) {
         o.insert("gpu".into(), json!(g.name()));
         o.insert("uuid".into(), json!(g.uuid().to_string()));
@@ -509,7 +517,8 @@ fn main() {
         let before = zc_pub.stats().copies_out;
         let rtt = args.plan.rounds(|| block_round(&zc_pub, &replies_zc, PATH_ZC, size));
         let copies = zc_pub.stats().copies_out - before;
-        let path = format!("{}{spin}", lender.row());
+        let peer = if args.pong_gpu != 0 { "-peer" } else { "" };
+        let path = format!("{}{peer}{spin}", lender.row());
         row(&path, &backend, size, &rtt, json!({"ready": ready, "copies_out_with_warmup": copies, "blocks": blocks}));
     }
     if let Some(p) = &cpu_pub {
