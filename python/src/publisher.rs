@@ -71,8 +71,8 @@ fn import_err(e: &ImportError) -> PyErr {
     }
 }
 
-/// Publishes on one key: zero-copy to GPU-ready subscribers on this host and GPU, bytes
-/// to everyone else.
+/// Publishes on one key: zero-copy to GPU-ready subscribers of this host (on its GPU, or
+/// on another with peer access), bytes to everyone else.
 #[pyclass(frozen, module = "zenoh_cuda_shm._native")]
 pub struct Publisher {
     pub(crate) state: Arc<PubState>,

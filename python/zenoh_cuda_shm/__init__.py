@@ -200,8 +200,9 @@ class Session(_Native):
 
 
 class Publisher(_Native):
-    """Publishes on one key: zero-copy to subscribers on the same host and GPU, bytes to
-    everyone else."""
+    """Publishes on one key: zero-copy to subscribers on the same host and GPU (and on
+    another GPU of the host with peer access, over NVLink or PCIe), bytes to everyone
+    else."""
 
     def __init__(self, native: _native.Publisher) -> None:
         self._native = native
