@@ -49,6 +49,7 @@ if want tests && [ -x .gpu-bin/zcs_demo ]; then
 fi
 want bench && for b in .gpu-bin/zcs_*bench .gpu-bin/zcs_latency .gpu-bin/zcs_throughput .gpu-bin/zcs_zenoh_shm; do
   [ -x "$b" ] || continue
+  [ "$b" = .gpu-bin/zcs_peer_bench ] && continue  # two GPUs only, below
   echo "== $b" | tee -a "$out/bench.log"
   timeout 300 "$b" --backend cuda >"$out/$(basename "$b").jsonl" 2>>"$out/bench.log" || { echo "FAILED: $b" | tee -a "$out/bench.log"; fail=1; }
 done
@@ -64,6 +65,12 @@ if want bench && [ -x .gpu-bin/zcs_latency ] && [ "$gpus" -ge 2 ]; then
   echo "== zcs_latency --pong-gpu 1" | tee -a "$out/bench.log"
   timeout 300 .gpu-bin/zcs_latency --backend cuda --pong-gpu 1 --sizes 4KiB,64KiB,1MiB,8MiB,32MiB,256MiB,1GiB \
     >"$out/zcs_latency_peer.jsonl" 2>>"$out/bench.log" || { echo "FAILED: zcs_latency --pong-gpu 1" | tee -a "$out/bench.log"; fail=1; }
+  echo "== zcs_throughput --sub-gpu 1" | tee -a "$out/bench.log"
+  timeout 200 .gpu-bin/zcs_throughput --backend cuda --sub-gpu 1 --paths zero-copy --subscribers 1 --first-subs 0 \
+    >"$out/zcs_throughput_peer.jsonl" 2>>"$out/bench.log" || { echo "FAILED: zcs_throughput --sub-gpu 1" | tee -a "$out/bench.log"; fail=1; }
+  echo "== zcs_peer_bench" | tee -a "$out/bench.log"
+  timeout 200 .gpu-bin/zcs_peer_bench >"$out/zcs_peer_bench.jsonl" 2>>"$out/bench.log" \
+    || { echo "FAILED: zcs_peer_bench" | tee -a "$out/bench.log"; fail=1; }
 fi
 # An experiment beside the goal rows (its own folder, so the report does not mix it in):
 # the zero-copy throughput rows again under CUDA MPS, with a control daemon private to

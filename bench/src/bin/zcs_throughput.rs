@@ -34,6 +34,7 @@
 //! ```text
 //! zcs_throughput --backend cuda                    # H100/H200: every row (~3 min)
 //! zcs_throughput --backend host --frames 50        # CI smoke, no GPU: memfd blocks vs plain bytes
+//! zcs_throughput --backend cuda --sub-gpu 1 --paths zero-copy   # two GPUs: zero-copy-peer
 //! ```
 
 use std::sync::Arc;
@@ -102,6 +103,10 @@ struct Args {
     /// Frame size while new subscribers join.
     #[arg(long, default_value = "1MiB", value_parser = parse_size)]
     first_size: usize,
+    /// The subscribers' GPU (cuda backend): another GPU than the publisher's (0) reads
+    /// the frames over NVLink or PCIe (row `zero-copy-peer`).
+    #[arg(long, default_value_t = 0)]
+    sub_gpu: usize,
 }
 
 const PREFIX: &str = "zcs-tput";
@@ -110,6 +115,18 @@ const SOCK_ENV: &str = "ZCS_TPUT_SOCK";
 const BACKEND_ENV: &str = "ZCS_TPUT_BACKEND";
 const PATH_ENV: &str = "ZCS_TPUT_PATH";
 const KEY_ENV: &str = "ZCS_TPUT_KEY";
+const SUB_GPU_ENV: &str = "ZCS_TPUT_SUB_GPU";
+/// `--sub-gpu`, set once by `main` (the parent) or read from the environment (a child).
+static SUB_GPU: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+fn sub_gpu() -> usize {
+    *SUB_GPU.get_or_init(|| std::env::var(SUB_GPU_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(0))
+}
+
+/// A row's path: `zero-copy` is `zero-copy-peer` when the subscribers are on another GPU.
+fn row_path(route: Route) -> &'static str {
+    if route == Route::ZeroCopy && sub_gpu() != 0 { "zero-copy-peer" } else { route.name() }
+}
 const WARMUP_ENV: &str = "ZCS_TPUT_WARMUP";
 const IO: Duration = Duration::from_secs(60);
 
@@ -278,7 +295,8 @@ impl ChildEnv {
     /// Our session: CUDA for `zero-copy` on the cuda backend, else host memory.
     fn gpu_session(&self) -> GpuSession {
         let device = device_choice(self.cuda && self.route == Route::ZeroCopy);
-        GpuSession::from_zenoh(self.zenoh(), zcs_config(device)).wait().expect("open the subscriber session")
+        let cfg = ZcsConfig { gpu_ordinal: sub_gpu(), ..zcs_config(device) };
+        GpuSession::from_zenoh(self.zenoh(), cfg).wait().expect("open the subscriber session")
     }
 }
 
@@ -349,7 +367,7 @@ fn sub_child() {
         let gpu = match (env.cuda, session.gpu()) {
             (false, _) => None,
             (true, Some(g)) => Some(g.clone()),
-            (true, None) => Some(Gpu::probe().expect("GPU for the H2D copy and the kernel")),
+            (true, None) => Some(Gpu::open(sub_gpu()).expect("GPU for the H2D copy and the kernel")),
         };
         let sub = session.declare_subscriber(env.key.clone()).fifo(SUB_FIFO).wait().expect("subscriber");
         let (target, warmup) = (Arc::clone(&target), env.warmup);
@@ -377,7 +395,7 @@ fn sub_child() {
         let sub = z.declare_subscriber(env.key.clone()).with(fifo).wait().expect("plain subscriber");
         let token = z.liveliness().declare_token(format!("{}/@tput/{}", env.key, std::process::id())).wait();
         keep.push(Box::new(token.expect("liveliness token")));
-        let gpu = env.cuda.then(|| Gpu::probe().expect("GPU for the H2D copy and the kernel"));
+        let gpu = env.cuda.then(|| Gpu::open(sub_gpu()).expect("GPU for the H2D copy and the kernel"));
         let (target, warmup) = (Arc::clone(&target), env.warmup);
         std::thread::spawn(move || {
             let rep = receive_loop(&target, warmup, &mut Checker::new(gpu), |c, t| {
@@ -622,6 +640,7 @@ impl Children {
             (PATH_ENV, route.name().to_owned()),
             (KEY_ENV, key.to_owned()),
             (WARMUP_ENV, warmup.to_string()),
+            (SUB_GPU_ENV, sub_gpu().to_string()),
         ];
         let mut procs = Vec::new();
         for _ in 0..n {
@@ -707,7 +726,7 @@ impl Ctx {
             "{}",
             json!({
                 "bench": "throughput",
-                "path": route.name(),
+                "path": row_path(route),
                 "backend": self.session.backend().to_string(),
                 "size": size,
                 "subscribers": subs,
@@ -811,7 +830,7 @@ impl Ctx {
             "{}",
             json!({
                 "bench": "first-message",
-                "path": route.name(),
+                "path": row_path(route),
                 "backend": self.session.backend().to_string(),
                 "size": size,
                 "rate_hz": args.first_rate,
@@ -892,6 +911,7 @@ fn main() {
         _ => {}
     }
     let args = Args::parse();
+    SUB_GPU.set(args.sub_gpu).expect("set once, before any child starts");
     let cuda = match args.backend.as_str() {
         "cuda" => true,
         "host" => false,
