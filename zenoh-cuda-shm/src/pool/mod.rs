@@ -72,7 +72,7 @@ pub struct PoolConfig {
     pub max_bytes: u64,
     /// Most blocks the pool allocates (default 1024).
     pub max_blocks: usize,
-    /// How long [`Pool::loan`] waits for a block to come back when at the caps
+    /// How long a loan waits for a block to come back when at the caps
     /// (default 1000 ms). 0 means fail at once.
     pub loan_timeout_ms: u64,
     /// A block free for longer than this is released by the recycler (default 10 s).
@@ -199,7 +199,7 @@ impl Fence for crate::cuda::Fence {
     }
 }
 
-/// [`Pool::loan`] failed.
+/// A loan failed (`GpuPublisher::loan`, and the pool below it).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LoanError {
@@ -566,7 +566,7 @@ impl<B: Backend> fmt::Debug for Pool<B> {
     }
 }
 
-/// [`Pool::new`] failed.
+/// A pool could not be made (its configuration refused).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PoolError {
