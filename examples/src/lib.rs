@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
 use zenoh_cuda_shm::cuda::{DeviceBlock, Kernels};
-use zenoh_cuda_shm::{GpuSession, Path, RecvError, ZcsConfig};
+use zenoh_cuda_shm::{GpuSample, GpuSession, Path, RecvError, ZcsConfig};
 
 /// Zenoh connection flags, as in Zenoh's examples.
 #[derive(Args, Debug, Clone)]
@@ -184,23 +184,40 @@ pub struct SubArgs {
     pub idle_timeout: u64,
 }
 
+/// Checks device samples against the pattern on the GPU: its stream, kernels and counter
+/// made once, not per message.
+pub struct DeviceChecker {
+    stream: zenoh_cuda_shm::cuda::Stream,
+    kernels: Kernels,
+    counter: DeviceBlock,
+}
+
+impl DeviceChecker {
+    /// Loads the kernels (saying so if that takes a while) on `gpu`.
+    pub fn new(gpu: &zenoh_cuda_shm::cuda::Gpu) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        let kernels = with_progress("loading the CUDA kernels", || Kernels::load(gpu))?;
+        Ok(Self { stream: gpu.new_stream()?, kernels, counter: DeviceBlock::allocate(gpu, 4)? })
+    }
+
+    /// The number of the sample's bytes that differ from the pattern of `seed`, read on
+    /// the checker's stream after the publisher's ready signal.
+    pub fn mismatches(&self, sample: &GpuSample, seed: u64) -> Result<u32, Box<dyn std::error::Error + Send + Sync>> {
+        let read = sample.read(&self.stream)?;
+        // SAFETY: the read range is mapped and held by `sample` until `end`.
+        let bad = unsafe {
+            self.kernels.count_mismatches(&self.stream, read.device_ptr(), read.len() as u64, seed, &self.counter)
+        }?;
+        read.end()?;
+        Ok(bad)
+    }
+}
+
 /// Receives frames, checks every byte, and reports the path each publisher uses.
 pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let session = open(common)?;
     let subscriber = session.declare_subscriber(args.key.clone()).wait()?;
     println!("[zcs] subscribed to '{}'", args.key);
-    let stream = match session.gpu() {
-        Some(g) => Some(g.new_stream()?),
-        None => None,
-    };
-    let kernels = match session.gpu() {
-        Some(g) => Some(with_progress("loading the CUDA kernels", || Kernels::load(g))?),
-        None => None,
-    };
-    let counter = match session.gpu() {
-        Some(g) => Some(DeviceBlock::allocate(g, 4)?),
-        None => None,
-    };
+    let checker = session.gpu().map(DeviceChecker::new).transpose()?;
     let mut paths: HashMap<u64, Path> = HashMap::new();
     let (mut n, mut bad, mut bytes) = (0u64, 0u64, 0u64);
     let mut lat_us: Vec<f64> = Vec::new();
@@ -230,12 +247,7 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
         } else if let Some(host) = sample.host_bytes() {
             check_pattern(&host, 0, info.seq).is_none()
         } else {
-            let (k, c, st) = (kernels.as_ref().unwrap(), counter.as_ref().unwrap(), stream.as_ref().unwrap());
-            let read = sample.read(st)?;
-            // SAFETY: the read range is mapped and held by `sample` until `end`.
-            let bad = unsafe { k.count_mismatches(st, read.device_ptr(), read.len() as u64, info.seq, c) }?;
-            read.end()?;
-            bad == 0
+            checker.as_ref().ok_or("a device sample without a GPU")?.mismatches(&sample, info.seq)? == 0
         };
         if !ok {
             bad += 1;

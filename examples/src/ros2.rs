@@ -10,13 +10,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
+use crate::DeviceChecker;
 use clap::Args;
+use zenoh_cuda_shm::cuda::Kernels;
 use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
-use zenoh_cuda_shm::cuda::{DeviceBlock, Kernels};
 use zenoh_cuda_shm::ros2::names::gid_hex;
 use zenoh_cuda_shm::ros2::{EntityKind, NodeOptions, Qos, RosDataMessage, RosNode, RosSample};
 use zenoh_cuda_shm::tensor_codec::cdr::{ExperimentalTensor, Header, Image, Time};
-use zenoh_cuda_shm::{GpuSample, GpuSession, RecvError};
+use zenoh_cuda_shm::{GpuSession, RecvError};
 
 use crate::{CommonArgs, catch_interrupt, interrupted, next_or_interrupt, open, with_progress};
 
@@ -262,20 +263,6 @@ fn pub_loop<M: RosDataMessage>(
     Ok(())
 }
 
-/// Checks a device sample's data against the pattern on the GPU; returns the number of
-/// differing bytes.
-pub fn device_mismatches(session: &GpuSession, sample: &GpuSample, seed: u64) -> Result<u32, BoxError> {
-    let g = session.gpu().ok_or("no GPU")?;
-    let st = g.new_stream()?;
-    let k = Kernels::load(g)?;
-    let counter = DeviceBlock::allocate(g, 4)?;
-    let read = sample.read(&st)?;
-    // SAFETY: the read range is mapped and held by `sample` until `end`.
-    let bad = unsafe { k.count_mismatches(&st, read.device_ptr(), read.len() as u64, seed, &counter) }?;
-    read.end()?;
-    Ok(bad)
-}
-
 /// Per-publisher sequence and timestamp checks.
 #[derive(Debug, Default)]
 pub struct SeqCheck {
@@ -349,6 +336,8 @@ fn sub_loop<M: RosDataMessage>(
     // Why each path was taken, as first seen ("" for zero-copy).
     let mut reasons: BTreeMap<String, String> = BTreeMap::new();
     let (mut n, mut bad) = (0u64, 0u64);
+    // Made at the first device sample (the kernels load once, not per message).
+    let mut checker: Option<DeviceChecker> = None;
     let mut first: Option<Instant> = None;
     catch_interrupt();
     while args.count == 0 || n < args.count {
@@ -381,7 +370,11 @@ fn sub_loop<M: RosDataMessage>(
                 Some(h) => check_pattern(&h, 0, a.seq as u64).is_none(),
                 None => {
                     let g = sample.gpu_sample().ok_or("device data without a GPU sample")?;
-                    device_mismatches(session, g, a.seq as u64)? == 0
+                    let checker = match &mut checker {
+                        Some(c) => c,
+                        None => checker.insert(DeviceChecker::new(session.gpu().ok_or("no GPU")?)?),
+                    };
+                    checker.mismatches(g, a.seq as u64)? == 0
                 }
             };
         }
