@@ -10,7 +10,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use crate::DeviceChecker;
 use clap::Args;
 use zenoh_cuda_shm::cuda::Kernels;
 use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
@@ -19,7 +18,7 @@ use zenoh_cuda_shm::ros2::{EntityKind, NodeOptions, Qos, RosDataMessage, RosNode
 use zenoh_cuda_shm::tensor_codec::cdr::{ExperimentalTensor, Header, Image, Time};
 use zenoh_cuda_shm::{GpuSession, RecvError};
 
-use crate::{CommonArgs, catch_interrupt, interrupted, next_or_interrupt, open, with_progress};
+use crate::{CommonArgs, DeviceChecker, catch_interrupt, interrupted, next_or_interrupt, open, with_progress};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
