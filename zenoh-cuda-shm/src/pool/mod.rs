@@ -45,7 +45,6 @@
 //! [`PoolConfig::idle_trim_ms`] is released, except for the most recently used
 //! [`PoolConfig::keep_idle_bytes`].
 
-
 pub mod backend;
 mod error;
 mod fence;
@@ -55,13 +54,10 @@ mod loan;
 pub(crate) mod recycler;
 mod state;
 
-
-
 pub use backend::{
     AllocError, Backend, BackendKind, BlockMemory, BorrowError, Borrowed, CudaBackend, HostBackend, Lender, LentMemory,
     MappedMemory, Sourced,
 };
-
 
 pub use error::*;
 pub use fence::Fence;
@@ -103,7 +99,6 @@ impl Default for PoolConfig {
     }
 }
 
-
 /// The size class for `len` bytes: whole granules, and above four granules rounded
 /// to a quarter of the enclosing power of two, so no block wastes more than 25%.
 pub fn size_class(len: usize, granularity: usize) -> Option<usize> {
@@ -116,7 +111,6 @@ pub fn size_class(len: usize, granularity: usize) -> Option<usize> {
     };
     class.checked_mul(granularity)
 }
-
 
 #[cfg(all(test, not(feature = "loom-model")))]
 mod tests;
