@@ -100,7 +100,6 @@ pub enum StaleError {
     Lent,
 }
 
-
 /// A pool could not be made: its configuration cannot work, or its recycler thread
 /// did not start.
 #[derive(Debug, thiserror::Error)]

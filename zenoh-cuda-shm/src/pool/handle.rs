@@ -30,7 +30,6 @@ impl<B: Backend> fmt::Debug for Pool<B> {
     }
 }
 
-
 impl<B: Backend> Pool<B> {
     /// A pool over `backend`, with its recycler thread started.
     pub fn new(backend: B, cfg: PoolConfig) -> Result<Self, PoolError> {
