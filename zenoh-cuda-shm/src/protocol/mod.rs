@@ -1,0 +1,35 @@
+//! Wire formats: Zenoh key layout, liveliness tokens, descriptors and the control
+//! protocol. Everything that crosses a process boundary is defined here, versioned,
+//! and decoded as hostile input (see `docs/protocol.md`).
+//!
+//! Every encoded message starts with [`VERSION`]; a decoder refuses any other value
+//! with [`DecodeError::Version`] before reading further. Bodies are postcard.
+
+mod codec;
+mod control;
+mod provider;
+mod report;
+mod token;
+
+pub use codec::*;
+pub use control::*;
+pub use provider::*;
+pub use report::*;
+pub use token::*;
+
+/// Protocol version carried first in every descriptor, header and control frame.
+pub const VERSION: u8 = 3;
+
+/// Root of our liveliness tokens (verbatim chunk: `**` never matches it).
+pub const TOKEN_ROOT: &str = "@zcs/v1";
+/// Verbatim chunk under the user's key for our channels.
+pub const CHANNEL_CHUNK: &str = "@zcs";
+
+/// Key for bytes meant for GPU-aware subscribers that cannot take the zero-copy path
+/// (other host, other GPU, handshake not finished): `<key>/@zcs/b`.
+pub fn bytes_key(key: &str) -> String {
+    format!("{key}/{CHANNEL_CHUNK}/b")
+}
+
+#[cfg(test)]
+mod tests;
