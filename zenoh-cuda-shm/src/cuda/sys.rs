@@ -6,7 +6,7 @@
 //! contexts, streams, events and copies safely, but not the VMM (`cuMem*`), stream
 //! memory operations, IPC event handles or module loading from PTX text without NVRTC;
 //! those live here. The RAII owners in [`super::vmm`], [`super::event`] and
-//! [`super::kernels`] and the stream operations of [`super::copy`] call them; nothing
+//! `kernels` (test support) and the stream operations of [`super::copy`] call them; nothing
 //! outside the CUDA layer does.
 //!
 //! Every function here requires that the driver library was found and initialised

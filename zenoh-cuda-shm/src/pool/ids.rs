@@ -72,7 +72,7 @@ impl CapabilityKey {
 pub struct HolderId(pub(super) u64);
 
 impl HolderId {
-    /// The pool owner's own handles ([`Published`]).
+    /// The pool owner's own handles ([`Published`](super::Published)).
     pub const LOCAL: Self = Self(0);
 
     /// A holder id for a peer. `0` is reserved for [`HolderId::LOCAL`].
