@@ -22,13 +22,14 @@
 //! `ProviderReply` in the internal `protocol` layer.
 
 mod client;
+mod config;
 mod server;
+mod snapshot;
 
 pub use client::{ClientError, DeviceLender, NoProvider, ProviderClient, ProviderWatch, Providers};
-pub use server::{
-    ClientSnapshot, DeviceSnapshot, GpuSelection, Provider, ProviderConfig, ProviderCounters, ProviderError,
-    ProviderSnapshot,
-};
+pub use config::{GpuSelection, ProviderConfig, ProviderError};
+pub use server::Provider;
+pub use snapshot::{ClientSnapshot, DeviceSnapshot, ProviderCounters, ProviderSnapshot};
 
 #[cfg(test)]
 mod tests;

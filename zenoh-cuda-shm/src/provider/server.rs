@@ -2,95 +2,19 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::BorrowedFd;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
-
 use crate::cuda::{Gpu, ProbeError};
 use crate::ipc::{AcceptError, AccessPolicy, ControlConn, ControlListener, RecvError, SocketName};
-use crate::pool::{BlockMemory, CudaBackend, HostBackend, Loan, Pool, PoolConfig, PoolError, PoolStats};
+use crate::pool::{BlockMemory, CudaBackend, HostBackend, Loan, Pool, PoolStats};
 use crate::protocol::{self, Group, ProcessReport, ProviderRef, ProviderReply, ProviderRequest, ProviderToken};
 use crate::sync::Unpoisoned;
 
-/// Which GPUs a provider serves.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GpuSelection {
-    /// Every GPU that supports the zero-copy path (default).
-    #[default]
-    All,
-    /// None: host memory only (no CUDA context in this process).
-    None,
-    /// These ordinals (as the driver numbers them in this process).
-    Ordinals(Vec<usize>),
-}
-
-/// What a provider serves, and to whom.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProviderConfig {
-    /// GPUs whose blocks it lends.
-    pub gpus: GpuSelection,
-    /// Whether it lends host memory blocks (sealed memfds) too.
-    pub host: bool,
-    /// Caps and timings of each device's pool.
-    pub pool: PoolConfig,
-    /// Directory for a path socket; `None`: the abstract namespace.
-    pub socket_dir: Option<PathBuf>,
-    /// Users besides our own allowed to connect.
-    pub allowed_uids: Vec<u32>,
-}
-
-impl Default for ProviderConfig {
-    fn default() -> Self {
-        Self {
-            gpus: GpuSelection::All,
-            host: true,
-            pool: PoolConfig::default(),
-            socket_dir: None,
-            allowed_uids: Vec::new(),
-        }
-    }
-}
-
-/// Starting a provider failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ProviderError {
-    /// The boot id could not be read.
-    #[error("cannot read the boot id")]
-    BootId(#[source] std::io::Error),
-    /// The socket directory cannot be used.
-    #[error("the provider's socket directory cannot be used")]
-    SocketDir(#[from] crate::ipc::RuntimeDirError),
-    /// The socket could not be bound.
-    #[error("cannot bind the provider's socket")]
-    Bind(#[from] crate::ipc::BindError),
-    /// The thread accepting connections could not be started.
-    #[error("cannot start the provider's thread")]
-    Thread(#[source] std::io::Error),
-    /// A GPU that was asked for by ordinal cannot be used.
-    #[error("GPU {ordinal}")]
-    Gpu {
-        /// Its ordinal.
-        ordinal: usize,
-        /// Why.
-        #[source]
-        source: ProbeError,
-    },
-    /// A pool could not be created (bad caps).
-    #[error("cannot create a block pool")]
-    Pool(#[from] PoolError),
-    /// Nothing to lend: no GPU selected or usable, and host blocks off.
-    #[error("nothing to lend: no usable GPU selected and host blocks disabled")]
-    Empty,
-    /// The liveliness token could not be declared.
-    #[error("cannot declare the provider's liveliness token")]
-    Zenoh(#[source] zenoh::Error),
-}
+use super::config::{GpuSelection, ProviderConfig, ProviderError};
+use super::snapshot::{ClientSnapshot, DeviceSnapshot, ProviderCounters, ProviderSnapshot};
 
 enum DevicePool {
     Cuda { gpu: Gpu, pool: Pool<CudaBackend> },
@@ -161,88 +85,6 @@ struct Client {
     borrowed: u64,
     opened: u64,
     report: Option<(u64, ProcessReport)>,
-}
-
-/// Counters since start.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct ProviderCounters {
-    /// Blocks lent.
-    pub lent: u64,
-    /// Loans given back by living borrowers.
-    pub returned: u64,
-    /// Lent blocks opened by importers.
-    pub opened: u64,
-    /// Borrows refused (caps, unknown device).
-    pub borrow_refused: u64,
-    /// Opens refused (unknown or ended loan).
-    pub open_refused: u64,
-    /// Loans orphaned by a borrower's death.
-    pub orphaned: u64,
-    /// Orphaned loans taken back into the pool once nobody mapped them.
-    pub reclaimed: u64,
-    /// Malformed requests (connection dropped).
-    pub bad_requests: u64,
-    /// Connections refused by the access policy.
-    pub refused_connections: u64,
-}
-
-/// One device's pool, as reported.
-#[derive(Debug, Clone, Serialize)]
-pub struct DeviceSnapshot {
-    /// `cuda-<uuid>` or `host`.
-    pub device: String,
-    /// GPU name and ordinal (CUDA devices).
-    pub gpu: Option<(String, usize)>,
-    /// Its pool's counters: bytes allocated (`bytes`) and lent (`bytes_in_use`).
-    pub pool: PoolStats,
-    /// Live loans (lent to a living borrower).
-    pub loans: usize,
-    /// Orphaned loans still mapped by someone.
-    pub orphaned: usize,
-}
-
-/// One connected process, as reported.
-#[derive(Debug, Clone, Serialize)]
-pub struct ClientSnapshot {
-    /// Its session's random id.
-    pub client: String,
-    /// Program name.
-    pub program: String,
-    /// PID (0 when in another PID namespace) and UID, from `SO_PEERCRED`.
-    pub pid: i32,
-    /// UID.
-    pub uid: u32,
-    /// Connected since (ms since the Unix epoch).
-    pub since_ms: u64,
-    /// Blocks it holds on loan now.
-    pub loans: usize,
-    /// Lent blocks it maps now.
-    pub mapped: usize,
-    /// Blocks borrowed and opened since it connected.
-    pub borrowed_total: u64,
-    /// Opens since it connected.
-    pub opened_total: u64,
-    /// Its latest report (publishers, subscribers, paths, copies), if it sent one.
-    pub report: Option<ProcessReport>,
-    /// When that report came (ms since the Unix epoch).
-    pub reported_ms: Option<u64>,
-}
-
-/// Everything a provider can tell about itself (the plugin's admin space shows it).
-#[derive(Debug, Clone, Serialize)]
-pub struct ProviderSnapshot {
-    /// Id (hex) and socket.
-    pub provider: ProviderRef,
-    /// The kernel it serves.
-    pub boot_id: String,
-    /// Its pools.
-    pub devices: Vec<DeviceSnapshot>,
-    /// GPUs it could not use, and why.
-    pub unusable_gpus: Vec<String>,
-    /// Connected processes.
-    pub clients: Vec<ClientSnapshot>,
-    /// Counters.
-    pub counters: ProviderCounters,
 }
 
 struct State {
