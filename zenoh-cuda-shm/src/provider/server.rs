@@ -29,20 +29,28 @@ impl DevicePool {
         }
     }
 
-    fn lend(&self, size: usize) -> Result<AnyLoan, String> {
+    fn lend(&self, size: usize) -> Result<AnyLoan, LendError> {
         let class = match self {
             Self::Cuda { pool, .. } => pool.size_class(size),
             Self::Host(pool) => pool.size_class(size),
         };
         if class != Some(size) {
-            return Err(format!("{size} bytes is not a block size here (granularity differs?)"));
+            return Err(LendError::NotABlockSize(size));
         }
-        match self {
-            Self::Cuda { pool, .. } => pool.loan(size).map(AnyLoan::Cuda),
-            Self::Host(pool) => pool.loan(size).map(AnyLoan::Host),
-        }
-        .map_err(|e| crate::error::chain(&e))
+        Ok(match self {
+            Self::Cuda { pool, .. } => pool.loan(size).map(AnyLoan::Cuda)?,
+            Self::Host(pool) => pool.loan(size).map(AnyLoan::Host)?,
+        })
     }
+}
+
+/// Why a borrow was refused (its text goes back to the borrower).
+#[derive(Debug, thiserror::Error)]
+enum LendError {
+    #[error("{0} bytes is not a block size here (granularity differs?)")]
+    NotABlockSize(usize),
+    #[error("no block to lend")]
+    Loan(#[from] crate::pool::LoanError),
 }
 
 /// Holding the pool's loan keeps the block out of the provider's free lists.
@@ -404,7 +412,7 @@ fn borrow(sh: &Shared, id: u64, conn: &ControlConn, tag: u64, device: &str, size
     // May wait for a block to come back: outside the state lock.
     let block = match pool.lend(size) {
         Ok(b) => b,
-        Err(reason) => return refuse(reason, false),
+        Err(e) => return refuse(crate::error::chain(&e), false),
     };
     let loan = loop {
         let l = rand::random::<u64>();
