@@ -71,7 +71,7 @@ rm -rf .gpu-pack/wheels
 # benchmarks: `.gpu-pack/bench.tar.xz` and `.gpu-pack/wheels`.
 mkdir -p .gpu-pack
 rm -f .gpu-pack/*.tar.xz
-bench_bins=(zcs_pool_bench zcs_latency zcs_throughput zcs_zenoh_shm zcs_report)
+bench_bins=(zcs_pool_bench zcs_latency zcs_throughput zcs_zenoh_shm zcs_peer_bench zcs_report)
 (cd "$out" && tar -cf - --ignore-failed-read "${bench_bins[@]}" 2>/dev/null) | xz -T2 -6 > .gpu-pack/bench.tar.xz
 (cd "$out" && tar -cf - $(printf -- "--exclude=./%s " "${bench_bins[@]}") .) | xz -T2 -6 > .gpu-pack/tests.tar.xz
 # The ROS 2 GPU test's Python peer needs eclipse-zenoh and rosbags, and xxhash for
