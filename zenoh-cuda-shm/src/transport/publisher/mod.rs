@@ -261,7 +261,7 @@ pub enum DeclareError {
 }
 
 impl PublisherCore {
-    #[allow(clippy::too_many_arguments)] // one call site, in api.rs
+    #[allow(clippy::too_many_arguments)] // one call site, in api/
     pub(crate) fn new(
         session: &zenoh::Session,
         key: &str,

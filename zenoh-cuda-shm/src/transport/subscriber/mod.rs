@@ -231,7 +231,7 @@ pub(crate) struct SubscriberCore {
 }
 
 impl SubscriberCore {
-    #[allow(clippy::too_many_arguments)] // one call site, in api.rs
+    #[allow(clippy::too_many_arguments)] // one call site, in api/
     pub(crate) fn new(
         session: &zenoh::Session,
         key: &str,
