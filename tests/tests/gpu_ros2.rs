@@ -11,10 +11,12 @@
 //! attachment and the CDR (byte-exact against rosbags) of every frame. Frame rates of
 //! both paths are printed (`ROS2 <w>x<h> ...` lines) for the run's record (docs/runs/).
 //!
-//! Without a GPU: `SKIPPED gpu_ros2_...`, or with `ZCS_TEST_HOST_FALLBACK=1` the same
-//! flow on host-memory blocks at 1/8 of the resolution, checked on the CPU. With `ZCS_REQUIRE_GPU=1`, a missing GPU *or*
-//! a Python without `zenoh`, `rosbags` and `numpy` fails (set `ZCS_ROS2_PYTHON` to the
-//! interpreter to use; scripts/gpu-run.sh puts the carried wheels on PYTHONPATH).
+//! Without a GPU: `SKIPPED gpu_ros2_...`. The same flow on host-memory blocks (our
+//! publisher, our subscriber and the Python peer on one topic) runs in CI as
+//! `tests/python/test_ros2_peer.py::test_image_from_us_to_peer_and_our_subscriber`.
+//! With `ZCS_REQUIRE_GPU=1`, a missing GPU *or* a Python without `zenoh`, `rosbags` and
+//! `numpy` fails (set `ZCS_ROS2_PYTHON` to the interpreter to use; scripts/gpu-run.sh
+//! puts the carried wheels on PYTHONPATH).
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -24,7 +26,6 @@ use std::time::{Duration, Instant};
 use tensor_codec::cdr::{Header, Image, Time};
 use zcs_tests::{CHILD_ROLE_ENV, child_role, free_tcp_port, gpu_or_skip, gpu_required, watchdog_guard};
 use zenoh_cuda_shm::config::DeviceChoice;
-use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
 use zenoh_cuda_shm::cuda::{DeviceBlock, Kernels, sys};
 use zenoh_cuda_shm::ros2::attachment::now_ns;
 use zenoh_cuda_shm::ros2::names::gid_hex;
@@ -44,20 +45,18 @@ struct Params {
     height: u32,
     frames: u64,
     with_peer: bool,
-    /// Host-memory sessions and CPU checks (`ZCS_TEST_HOST_FALLBACK=1` without a GPU).
-    host: bool,
 }
 
 impl Params {
     fn encode(&self) -> String {
-        let (peer, host) = (u8::from(self.with_peer), u8::from(self.host));
-        format!("{} {} {} {} {peer} {host}", self.port, self.width, self.height, self.frames)
+        let peer = u8::from(self.with_peer);
+        format!("{} {} {} {} {peer}", self.port, self.width, self.height, self.frames)
     }
 
     fn decode(s: &str) -> Self {
         let v: Vec<u64> = s.split(' ').map(|x| x.parse().expect("param")).collect();
         let (port, width, height) = (v[0] as u16, v[1] as u32, v[2] as u32);
-        Params { port, width, height, frames: v[3], with_peer: v[4] == 1, host: v[5] == 1 }
+        Params { port, width, height, frames: v[3], with_peer: v[4] == 1 }
     }
 
     fn len(&self) -> usize {
@@ -76,10 +75,9 @@ fn session(p: &Params, listen: bool) -> GpuSession {
         set("listen/endpoints", "[\"tcp/127.0.0.1:0\"]".into());
         set("connect/endpoints", format!("[\"tcp/127.0.0.1:{}\"]", p.port));
     }
-    let device = if p.host { DeviceChoice::Host } else { DeviceChoice::Cuda };
     // Fewer blocks than a subscriber's lease limit (64): a subscriber that falls behind
     // slows the publisher down instead of being sent bytes past its limit.
-    let mut cfg = ZcsConfig { device, ..ZcsConfig::default() };
+    let mut cfg = ZcsConfig { device: DeviceChoice::Cuda, ..ZcsConfig::default() };
     cfg.pool.max_blocks = 32;
     GpuSession::open(c, cfg).wait().expect("open")
 }
@@ -115,7 +113,7 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 
 fn run_pub(p: Params) {
     let s = session(&p, false);
-    let kernels = s.gpu().map(|g| Kernels::load(g).expect("kernels"));
+    let kernels = Kernels::load(s.gpu().expect("CUDA session")).expect("kernels");
     let node = RosNode::new(&s, NodeOptions::new("gpu_camera").domain(0)).expect("node");
     let publisher = node.publisher::<Image<()>>(TOPIC, qos()).expect("publisher");
     wait_until("our subscriber on the zero-copy path", || publisher.channel().zero_copy_subscribers() >= 1);
@@ -126,15 +124,11 @@ fn run_pub(p: Params) {
     let t = Instant::now();
     for _ in 0..p.frames {
         let seq = publisher.next_seq();
-        let mut loan = publisher.loan(len).expect("loan");
-        match (&kernels, loan.device_ptr()) {
-            (Some(k), Some(ptr)) => {
-                // SAFETY: the loan owns ≥ len mapped bytes until `publish`, which orders the
-                // ready signal after this launch on the loan's stream.
-                unsafe { k.fill(loan.stream().expect("stream"), ptr, len as u64, seq as u64) }.expect("fill")
-            }
-            _ => fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seq as u64),
-        }
+        let loan = publisher.loan(len).expect("loan");
+        let ptr = loan.device_ptr().expect("CUDA loan");
+        // SAFETY: the loan owns ≥ len mapped bytes until `publish`, which orders the ready
+        // signal after this launch on the loan's stream.
+        unsafe { kernels.fill(loan.stream().expect("stream"), ptr, len as u64, seq as u64) }.expect("fill");
         let r = publisher.publish(&image(&p), loan).expect("publish");
         assert_eq!(r.seq, seq);
         assert_eq!(r.base, p.with_peer, "base-key copy only while the peer subscribes");
@@ -142,8 +136,7 @@ fn run_pub(p: Params) {
     let secs = t.elapsed().as_secs_f64();
     let st = publisher.stats();
     let expected = if p.with_peer { p.frames } else { 0 };
-    let d2h = if p.host { 0 } else { expected };
-    assert_eq!((st.base_puts, st.device_to_host), (expected, d2h));
+    assert_eq!((st.base_puts, st.device_to_host), (expected, expected));
     println!(
         "{{\"role\":\"pub\",\"frames\":{},\"fps\":{:.1},\"gid\":\"{}\"}}",
         p.frames,
@@ -172,10 +165,6 @@ fn run_sub(p: Params) {
         assert_eq!(sample.msg(), &Image { header: sample.msg().header.clone(), ..image(&p) });
         assert_eq!(sample.data_len(), p.len());
         let g = sample.gpu_sample().expect("channel sample");
-        if p.host {
-            assert_eq!(check_pattern(&sample.host_data().expect("host block"), 0, a.seq as u64), None);
-            continue;
-        }
         let gpu = s.gpu().expect("CUDA session");
         let (kernels, stream, counter) = dev.get_or_insert_with(|| {
             let k = Kernels::load(gpu).expect("kernels");
@@ -306,10 +295,7 @@ fn python_peer() -> Result<(String, PathBuf), String> {
 
 fn stream(test: &str, width: u32, height: u32, alone: u64, with_peer: u64) {
     let _w = watchdog_guard("gpu_ros2 stream", Duration::from_secs(540));
-    let host = std::env::var_os("ZCS_TEST_HOST_FALLBACK").is_some_and(|v| v == "1") && !gpu_required();
-    let (width, height, alone, with_peer) =
-        if host { (width / 8, height / 8, alone / 10, with_peer / 4) } else { (width, height, alone, with_peer) };
-    if !host && gpu_or_skip(test).is_none() {
+    if gpu_or_skip(test).is_none() {
         return;
     }
     let (py, script) = match python_peer() {
@@ -323,7 +309,7 @@ fn stream(test: &str, width: u32, height: u32, alone: u64, with_peer: u64) {
     // 1. Two processes of ours, zero-copy only (no ordinary subscriber: no copies).
     // The subscriber listens, the publisher connects.
     let port = free_tcp_port();
-    let p = Params { port, width, height, frames: alone, with_peer: false, host };
+    let p = Params { port, width, height, frames: alone, with_peer: false };
     let mut sub = child("sub", &p);
     json_line(&mut sub, "sub_ready");
     let mut publ = child("pub", &p);
@@ -335,7 +321,7 @@ fn stream(test: &str, width: u32, height: u32, alone: u64, with_peer: u64) {
     // 2. The same with the Python ROS peer subscribed: it gets CDR on the base key. The
     // peer listens; both of ours connect to it (and, by gossip, to each other).
     let port = free_tcp_port();
-    let p = Params { port, width, height, frames: with_peer, with_peer: true, host };
+    let p = Params { port, width, height, frames: with_peer, with_peer: true };
     let mut peer = spawn(
         Command::new(&py)
             .arg(&script)

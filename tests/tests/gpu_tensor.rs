@@ -269,22 +269,10 @@ fn publisher_child() {
     let go = session.zenoh().declare_subscriber(format!("{base}/go")).wait().unwrap();
     let publisher = Arc::new(session.declare_publisher(format!("{base}/t")).wait().unwrap());
     assert_eq!(publisher.backend(), BackendKind::CudaVmm);
-    let p = Arc::clone(&publisher);
-    let _pool = session
-        .zenoh()
-        .declare_queryable(format!("{base}/pool"))
-        .callback(move |q| {
-            let _ = q.reply(q.key_expr().clone(), p.pool_stats().blocks_in_use.to_string()).wait();
-        })
-        .wait()
-        .unwrap();
+    let _pool = tensor_support::serve_pool(&session, &base, &publisher);
     let kernels = Kernels::load(&gpu).unwrap();
     let stream = gpu.new_stream().unwrap();
-    let t = Instant::now();
-    while publisher.zero_copy_subscribers() < 1 {
-        assert!(t.elapsed() < IO, "the subscriber never reached the zero-copy path");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    tensor_support::wait_zero_copy_subscriber(&publisher, IO);
     let mut seq = 0;
     let mut next = |report: PutReport| {
         seq += 1;
@@ -549,12 +537,7 @@ fn gpu_tensors_and_dlpack_across_processes() {
     let cases = cases(gpu_ordinal);
     let imported = imported(gpu_ordinal);
     let n = cases.len() + imported.len();
-    let mut samples: Vec<GpuSample> = (0..n)
-        .map(|i| subscriber.recv_timeout(IO).unwrap_or_else(|e| panic!("message {i}: {e}; {:?}", subscriber.stats())))
-        .collect();
-    samples.sort_by_key(GpuSample::seq);
-    assert_eq!(samples.iter().map(GpuSample::seq).collect::<Vec<_>>(), (1..=n as u64).collect::<Vec<_>>());
-    let mut rest = samples.into_iter();
+    let mut rest = tensor_support::recv_in_order(&subscriber, n, IO).into_iter();
 
     // Outlives every export (the raw-stream export fences it in its deleter).
     let consumer_stream = gpu.new_stream().unwrap();
@@ -578,16 +561,8 @@ fn gpu_tensors_and_dlpack_across_processes() {
     drop(slow);
 
     // The lease: only the kept export holds the strided block once the rest is gone.
-    let alive = live_exports();
-    drop(exports);
-    assert_eq!(live_exports(), alive - (cases.len() - 1), "dropping an owner runs its deleter");
-    tensor_support::wait_blocks_in_use(&session, &base, 1, "while the export is alive", IO);
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(tensor_support::blocks_in_use(&session, &base, IO), 1, "the export keeps its lease");
-    delete_versioned_in_c(kept.expect("the strided case's export"));
-    assert_eq!(live_exports(), 0);
-    tensor_support::wait_blocks_in_use(&session, &base, 0, "after the deleter", IO);
-    println!("lease held by the DLPack export until the C consumer called its deleter, then released");
+    let kept = kept.expect("the strided case's export");
+    tensor_support::assert_export_keeps_lease(&session, &base, exports, kept, delete_versioned_in_c, IO);
 
     session.zenoh().put(format!("{base}/bye"), "bye").wait().unwrap();
     wait_child(child, "publisher child", IO);

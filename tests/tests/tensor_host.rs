@@ -15,7 +15,7 @@
 
 use std::cell::Cell;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use zcs_tests::{child_role, spawn_child, wait_child, watchdog_guard};
 use zenoh::Wait;
@@ -220,20 +220,8 @@ fn publisher_child() {
     let bye = session.zenoh().declare_subscriber(format!("{base}/bye")).wait().unwrap();
     let publisher = Arc::new(session.declare_publisher(format!("{base}/t")).wait().unwrap());
     assert_eq!(publisher.backend(), BackendKind::HostMemfd);
-    let p = Arc::clone(&publisher);
-    let _pool = session
-        .zenoh()
-        .declare_queryable(format!("{base}/pool"))
-        .callback(move |q| {
-            let _ = q.reply(q.key_expr().clone(), p.pool_stats().blocks_in_use.to_string()).wait();
-        })
-        .wait()
-        .unwrap();
-    let t = Instant::now();
-    while publisher.zero_copy_subscribers() < 1 {
-        assert!(t.elapsed() < IO, "the subscriber never reached the zero-copy path");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let _pool = tensor_support::serve_pool(&session, &base, &publisher);
+    tensor_support::wait_zero_copy_subscriber(&publisher, IO);
     refusals(&publisher);
     let mut seq = 0;
     let mut next = |report: zenoh_cuda_shm::PutReport| {
@@ -486,16 +474,7 @@ fn host_tensors_across_processes() {
     let subscriber = session.declare_subscriber(format!("{base}/t")).wait().unwrap();
     let child = spawn_child("child_entry", "publisher", &[(PORT_ENV, port.to_string()), (BASE_ENV, base.clone())]);
 
-    let mut samples: Vec<GpuSample> = (0..total_messages())
-        .map(|i| subscriber.recv_timeout(IO).unwrap_or_else(|e| panic!("message {i}: {e}; {:?}", subscriber.stats())))
-        .collect();
-    // Inline bytes and block descriptors travel on different keys: order by sequence.
-    samples.sort_by_key(GpuSample::seq);
-    assert_eq!(
-        samples.iter().map(GpuSample::seq).collect::<Vec<_>>(),
-        (1..=total_messages() as u64).collect::<Vec<_>>()
-    );
-    let mut rest = samples.into_iter();
+    let mut rest = tensor_support::recv_in_order(&subscriber, total_messages(), IO).into_iter();
 
     let cases = cases();
     let mut kept = None;
@@ -539,16 +518,8 @@ fn host_tensors_across_processes() {
     }
 
     // The lease: every sample is gone; only the kept export holds the strided block.
-    let exports_alive = live_exports();
-    drop(exports);
-    assert_eq!(live_exports(), exports_alive - (cases.len() - 1), "dropping an owner runs its deleter");
-    tensor_support::wait_blocks_in_use(&session, &base, 1, "while the export is alive", IO);
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(tensor_support::blocks_in_use(&session, &base, IO), 1, "the export keeps its lease");
-    delete_versioned_in_c(kept.expect("the strided block's export"));
-    assert_eq!(live_exports(), 0, "the C consumer's deleter call freed the export");
-    tensor_support::wait_blocks_in_use(&session, &base, 0, "after the deleter", IO);
-    println!("lease held by the DLPack export until the C consumer called its deleter, then released");
+    let kept = kept.expect("the strided block's export");
+    tensor_support::assert_export_keeps_lease(&session, &base, exports, kept, delete_versioned_in_c, IO);
 
     session.zenoh().put(format!("{base}/bye"), "bye").wait().unwrap();
     wait_child(child, "publisher child", Duration::from_secs(60));

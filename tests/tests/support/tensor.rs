@@ -1,10 +1,75 @@
 //! Helpers shared by the tensor tests (`tensor_host.rs`, `gpu_tensor.rs`), included
-//! with `#[path]` so each test binary compiles its own copy.
+//! with `#[path]` so each test binary compiles its own copy: the parts of the two
+//! tests that are the same on either backend (the publisher's pool queryable, the
+//! messages in sequence order, the lease a DLPack export keeps) and the values both
+//! build their cases from.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zenoh::Wait;
-use zenoh_cuda_shm::GpuSession;
+use zenoh_cuda_shm::dlpack::{ManagedTensorVersioned, live_exports};
+use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, GpuSubscriber};
+
+/// Answers `<base>/pool` with the number of `publisher`'s blocks in use (read by
+/// [`blocks_in_use`] in the subscriber's process), while the returned queryable lives.
+pub fn serve_pool(session: &GpuSession, base: &str, publisher: &Arc<GpuPublisher>) -> zenoh::query::Queryable<()> {
+    let p = Arc::clone(publisher);
+    session
+        .zenoh()
+        .declare_queryable(format!("{base}/pool"))
+        .callback(move |q| {
+            let _ = q.reply(q.key_expr().clone(), p.pool_stats().blocks_in_use.to_string()).wait();
+        })
+        .wait()
+        .unwrap()
+}
+
+/// Waits (at most `io`) until the subscriber of the test reads in place.
+pub fn wait_zero_copy_subscriber(publisher: &GpuPublisher, io: Duration) {
+    let t = Instant::now();
+    while publisher.zero_copy_subscribers() < 1 {
+        assert!(t.elapsed() < io, "the subscriber never reached the zero-copy path");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The next `n` samples, ordered by sequence number, which must be `1..=n`: inline
+/// bytes and block descriptors travel on different keys, so they may arrive out of
+/// order.
+pub fn recv_in_order(subscriber: &GpuSubscriber<flume::Receiver<GpuSample>>, n: usize, io: Duration) -> Vec<GpuSample> {
+    let mut samples: Vec<GpuSample> = (0..n)
+        .map(|i| subscriber.recv_timeout(io).unwrap_or_else(|e| panic!("message {i}: {e}; {:?}", subscriber.stats())))
+        .collect();
+    samples.sort_by_key(GpuSample::seq);
+    assert_eq!(samples.iter().map(GpuSample::seq).collect::<Vec<_>>(), (1..=n as u64).collect::<Vec<_>>());
+    samples
+}
+
+/// With every sample gone: dropping `exports` runs their deleters, `kept` alone still
+/// holds its block's lease (the publisher's pool, asked through [`serve_pool`], has one
+/// block in use), and the lease is released once the C consumer (`delete_in_c`) calls
+/// the kept export's deleter.
+pub fn assert_export_keeps_lease(
+    session: &GpuSession,
+    base: &str,
+    exports: Vec<ManagedTensorVersioned>,
+    kept: ManagedTensorVersioned,
+    delete_in_c: fn(ManagedTensorVersioned),
+    io: Duration,
+) {
+    let alive = live_exports();
+    let dropped = exports.len();
+    drop(exports);
+    assert_eq!(live_exports(), alive - dropped, "dropping an owner runs its deleter");
+    wait_blocks_in_use(session, base, 1, "while the export is alive", io);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(blocks_in_use(session, base, io), 1, "the export keeps its lease");
+    delete_in_c(kept);
+    assert_eq!(live_exports(), 0, "the C consumer's deleter call freed the export");
+    wait_blocks_in_use(session, base, 0, "after the deleter", io);
+    println!("lease held by the DLPack export until the C consumer called its deleter, then released");
+}
 
 /// The publisher's pool occupancy, asked through its `<base>/pool` queryable.
 pub fn blocks_in_use(session: &GpuSession, base: &str, io: Duration) -> usize {
