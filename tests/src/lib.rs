@@ -75,6 +75,30 @@ pub fn gpu_or_skip(test: &str) -> Option<Gpu> {
     }
 }
 
+/// Makes a missing second GPU (with peer access) a failure of the peer-GPU tests;
+/// `scripts/gpu-run.sh` sets it on machines with two GPUs or more.
+pub const REQUIRE_PEER_GPUS_ENV: &str = "ZCS_REQUIRE_PEER_GPUS";
+
+/// GPUs 0 and 1 when both are there and 1 can map 0's memory; `None` after printing
+/// `SKIPPED <test>: <reason>` (a panic under `ZCS_REQUIRE_PEER_GPUS=1`).
+pub fn two_gpus_or_skip(test: &str) -> Option<(Gpu, Gpu)> {
+    let required = std::env::var(REQUIRE_PEER_GPUS_ENV).is_ok_and(|v| v == "1");
+    let why = match (Gpu::open(0), Gpu::open(1)) {
+        (Ok(a), Ok(b)) => match zenoh_cuda_shm::cuda::Topology::probe() {
+            Ok(t) if t.can_access(1, 0) => return Some((a, b)),
+            Ok(_) => "GPU 1 has no peer access to GPU 0".to_owned(),
+            Err(e) => format!("cannot query peer access: {e}"),
+        },
+        (Err(e), _) | (_, Err(e)) => format!("needs two GPUs with peer access: {e}"),
+    };
+    if required || (gpu_required() && Gpu::open(1).is_ok()) {
+        panic!("{test}: two GPUs with peer access are required: {why}");
+    }
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+    None
+}
+
 /// The role this process was started for, if it is a child started by [`spawn_child`].
 pub fn child_role() -> Option<String> {
     std::env::var(CHILD_ROLE_ENV).ok()

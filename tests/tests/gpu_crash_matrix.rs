@@ -17,6 +17,16 @@ fn gpu_crash_matrix_subscriber_killed() {
     }
 }
 
+/// The subscriber cell on two GPUs: the victims run on GPU 1 and map the publisher's
+/// blocks on GPU 0 (`zero-copy-peer`). Needs two GPUs with peer access.
+#[test]
+fn gpu_crash_matrix_peer_subscriber_killed() {
+    const TEST: &str = "gpu_crash_matrix_peer_subscriber_killed";
+    if zcs_tests::two_gpus_or_skip(TEST).is_some() {
+        crash::subscriber_killed_on(Mode::Cuda, TEST, 1);
+    }
+}
+
 #[test]
 fn gpu_crash_matrix_publisher_killed() {
     const TEST: &str = "gpu_crash_matrix_publisher_killed";

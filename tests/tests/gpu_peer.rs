@@ -10,14 +10,13 @@
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use zcs_tests::{child_role, free_tcp_port, gpu_required, loopback_zenoh_config, spawn_child, watchdog_guard};
+use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, spawn_child, two_gpus_or_skip, watchdog_guard};
 use zenoh_cuda_shm::config::{DeviceChoice, PeerGpus};
+use zenoh_cuda_shm::cuda::DeviceBlock;
 use zenoh_cuda_shm::cuda::kernels::Kernels;
-use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, Topology};
 use zenoh_cuda_shm::{GpuPublisher, GpuSession, Path, ZcsConfig};
 
 const PREFIX: &str = "zcs-test/peer";
-const REQUIRE_ENV: &str = "ZCS_REQUIRE_PEER_GPUS";
 const ENV_PORT: &str = "ZCS_TEST_PORT";
 const ENV_ORDINAL: &str = "ZCS_TEST_ORDINAL";
 const ENV_KEY: &str = "ZCS_TEST_KEY";
@@ -27,26 +26,6 @@ const ENV_MODE: &str = "ZCS_TEST_MODE";
 const MIB: usize = 1 << 20;
 /// Message sizes, cycled: above the inline threshold, one to several blocks' classes.
 const SIZES: [usize; 4] = [MIB, 3 * MIB + 7, 32 * MIB, 64 * MIB];
-
-/// GPUs 0 and 1 when both are there and 1 can map 0's memory; `None` after printing
-/// `SKIPPED <test>: <reason>` (a panic under `ZCS_REQUIRE_PEER_GPUS=1`).
-fn two_gpus_or_skip(test: &str) -> Option<(Gpu, Gpu)> {
-    let required = std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1");
-    let why = match (Gpu::open(0), Gpu::open(1)) {
-        (Ok(a), Ok(b)) => match Topology::probe() {
-            Ok(t) if t.can_access(1, 0) => return Some((a, b)),
-            Ok(_) => "GPU 1 has no peer access to GPU 0".to_owned(),
-            Err(e) => format!("cannot query peer access: {e}"),
-        },
-        (Err(e), _) | (_, Err(e)) => format!("needs two GPUs with peer access: {e}"),
-    };
-    if required || (gpu_required() && Gpu::open(1).is_ok()) {
-        panic!("{test}: two GPUs with peer access are required: {why}");
-    }
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
-    None
-}
 
 fn config(ordinal: usize) -> ZcsConfig {
     ZcsConfig { device: DeviceChoice::Cuda, gpu_ordinal: ordinal, ..ZcsConfig::default() }

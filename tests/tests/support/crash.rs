@@ -52,6 +52,8 @@ use zenoh_cuda_shm::{GpuLoan, GpuPublisher, GpuSample, GpuSession, GpuSubscriber
 /// Iterations per cell.
 pub const ITERS_ENV: &str = "ZCS_CRASH_ITERS";
 const MODE_ENV: &str = "ZCS_CRASH_MODE";
+/// The GPU a victim subscriber opens its session on (CUDA; default 0, the publisher's).
+const GPU_ENV: &str = "ZCS_CRASH_GPU";
 const PORT_ENV: &str = "ZCS_CRASH_PORT";
 const KEY_ENV: &str = "ZCS_CRASH_KEY";
 const SEED_ENV: &str = "ZCS_CRASH_SEED";
@@ -111,9 +113,13 @@ fn fds_per_block(mode: Mode) -> u64 {
 fn session(mode: Mode, port: u16, listen: bool) -> GpuSession {
     let (l, c) = if listen { (Some(port), None) } else { (None, Some(port)) };
     let device = mode.device();
-    GpuSession::open(loopback_zenoh_config(l, c, Some(KEY_ROOT)), ZcsConfig { device, ..Default::default() })
-        .wait()
-        .expect("open session")
+    let gpu_ordinal = std::env::var(GPU_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    GpuSession::open(
+        loopback_zenoh_config(l, c, Some(KEY_ROOT)),
+        ZcsConfig { device, gpu_ordinal, ..Default::default() },
+    )
+    .wait()
+    .expect("open session")
 }
 
 /// Fills loans: on the CPU (host), or with the fill kernel on the loan's stream (CUDA).
@@ -423,6 +429,12 @@ fn drain_holding(
 /// subscriber process is killed at random moments; a second subscriber in this
 /// process must see every message, intact and in order.
 pub fn subscriber_killed(mode: Mode, test: &'static str) {
+    subscriber_killed_on(mode, test, 0);
+}
+
+/// [`subscriber_killed`] with the victims on GPU `victim_gpu` (CUDA): on another GPU than
+/// the publisher's (0), they map its blocks over NVLink or PCIe (`zero-copy-peer`).
+pub fn subscriber_killed_on(mode: Mode, test: &'static str, victim_gpu: usize) {
     const TEST: &str = "subscriber killed";
     let _l = serial();
     let n = iterations();
@@ -472,6 +484,7 @@ pub fn subscriber_killed(mode: Mode, test: &'static str) {
                 (KEY_ENV, key.clone()),
                 (SEED_ENV, rng.next().to_string()),
                 (MODE_ENV, mode.name().to_owned()),
+                (GPU_ENV, victim_gpu.to_string()),
             ],
         );
         let t = Instant::now();
