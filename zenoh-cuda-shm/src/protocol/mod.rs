@@ -28,7 +28,15 @@ pub const CHANNEL_CHUNK: &str = "@zcs";
 /// Key for bytes meant for GPU-aware subscribers that cannot take the zero-copy path
 /// (other host, other GPU, handshake not finished): `<key>/@zcs/b`.
 pub fn bytes_key(key: &str) -> String {
-    format!("{key}/{CHANNEL_CHUNK}/b")
+    format!("{key}{BYTES_SUFFIX}")
+}
+
+/// What [`bytes_key`] appends to the user's key.
+const BYTES_SUFFIX: &str = "/@zcs/b";
+
+/// The user's key of a [`bytes_key`] (`<key>/@zcs/b` → `<key>`); other keys as they are.
+pub fn key_of_bytes_key(key: &str) -> &str {
+    key.strip_suffix(BYTES_SUFFIX).unwrap_or(key)
 }
 
 #[cfg(test)]

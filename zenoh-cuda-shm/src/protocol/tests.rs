@@ -122,3 +122,10 @@ fn keys() {
     assert_eq!(bytes_key("a/b"), "a/b/@zcs/b");
     assert_eq!(Group::cuda_device(&crate::cuda::GpuUuid([0xab; 16])), format!("cuda-{}", "ab".repeat(16)));
 }
+
+#[test]
+fn a_bytes_key_leads_back_to_its_key() {
+    assert_eq!(bytes_key("a/b"), format!("a/b/{CHANNEL_CHUNK}/b"));
+    assert_eq!(key_of_bytes_key(&bytes_key("a/b")), "a/b");
+    assert_eq!(key_of_bytes_key("a/b"), "a/b");
+}

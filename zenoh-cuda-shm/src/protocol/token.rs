@@ -23,6 +23,19 @@ impl Group {
         }
         s
     }
+
+    /// The GPU a device chunk names ([`Group::cuda_device`]'s form), if it names one.
+    pub fn cuda_uuid(device: &str) -> Option<crate::cuda::GpuUuid> {
+        let hex = device.strip_prefix("cuda-")?;
+        if hex.len() != 32 {
+            return None;
+        }
+        let mut uuid = [0u8; 16];
+        for (i, b) in uuid.iter_mut().enumerate() {
+            *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(crate::cuda::GpuUuid(uuid))
+    }
 }
 
 pub(super) fn valid_chunk(s: &str) -> bool {

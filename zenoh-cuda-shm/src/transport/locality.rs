@@ -5,7 +5,7 @@
 //! comes from its own host.
 
 use crate::config::PeerGpus;
-use crate::cuda::{GpuUuid, Topology};
+use crate::cuda::Topology;
 use crate::protocol::Group;
 
 /// What a CUDA subscriber knows for peer decisions: its GPU, what its process sees of
@@ -36,30 +36,26 @@ impl Locality {
     }
 }
 
-/// The GPU a group's device chunk names (`cuda-<32 hex digits>`), if it names one.
-pub(crate) fn cuda_uuid(device: &str) -> Option<GpuUuid> {
-    let hex = device.strip_prefix("cuda-")?;
-    if hex.len() != 32 {
-        return None;
+/// Why processes of groups `ours` and `theirs` cannot share a block as it is: another
+/// host, or another device; `None` for the same group.
+pub(crate) fn apart(ours: &Group, theirs: &Group) -> Option<String> {
+    if ours.boot_id != theirs.boot_id {
+        Some("on another host".to_owned())
+    } else if ours.device != theirs.device {
+        Some(format!("on another device ({} there, {} here)", theirs.device, ours.device))
+    } else {
+        None
     }
-    let mut uuid = [0u8; 16];
-    for (i, b) in uuid.iter_mut().enumerate() {
-        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(GpuUuid(uuid))
 }
 
 /// The subscriber's decision for a publisher of group `theirs`; `ours` is the
 /// subscriber's group and `peer` its view of the host's GPUs (CUDA subscribers only).
 pub(crate) fn decide(ours: &Group, theirs: &Group, peer: Option<&PeerView>) -> Locality {
+    let Some(other_device) = apart(ours, theirs) else { return Locality::Same };
     if ours.boot_id != theirs.boot_id {
-        return Locality::Bytes("on another host".to_owned());
+        return Locality::Bytes(other_device);
     }
-    if ours.device == theirs.device {
-        return Locality::Same;
-    }
-    let other_device = format!("on another device ({} there, {} here)", theirs.device, ours.device);
-    let (Some(view), Some(uuid)) = (peer, cuda_uuid(&theirs.device)) else {
+    let (Some(view), Some(uuid)) = (peer, Group::cuda_uuid(&theirs.device)) else {
         // A host-memory publisher or subscriber, or a GPU we do not model.
         return Locality::Bytes(other_device);
     };
@@ -86,13 +82,14 @@ pub(crate) fn decide(ours: &Group, theirs: &Group, peer: Option<&PeerView>) -> L
 pub(crate) fn accepts(publisher: &Group, subscriber: &Group) -> bool {
     publisher == subscriber
         || (publisher.boot_id == subscriber.boot_id
-            && cuda_uuid(&publisher.device).is_some()
-            && cuda_uuid(&subscriber.device).is_some())
+            && Group::cuda_uuid(&publisher.device).is_some()
+            && Group::cuda_uuid(&subscriber.device).is_some())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cuda::GpuUuid;
 
     const BOOT: &str = "0f5e9d3c-1111-2222-3333-444455556666";
 
@@ -194,9 +191,9 @@ mod tests {
 
     #[test]
     fn device_chunks_parse_to_uuids_or_nothing() {
-        assert_eq!(cuda_uuid(&Group::cuda_device(&uuid(0x5c))), Some(uuid(0x5c)));
+        assert_eq!(Group::cuda_uuid(&Group::cuda_device(&uuid(0x5c))), Some(uuid(0x5c)));
         for bad in ["host", "cuda-", "cuda-00", &format!("cuda-{}", "g".repeat(32)), &format!("cuda-{}", "0".repeat(34))] {
-            assert_eq!(cuda_uuid(bad), None, "{bad}");
+            assert_eq!(Group::cuda_uuid(bad), None, "{bad}");
         }
     }
 }

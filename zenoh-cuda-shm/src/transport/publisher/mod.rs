@@ -162,13 +162,8 @@ pub(crate) struct Shared {
 
 /// Why a publisher and a subscriber are not on the zero-copy path, from their groups.
 pub(crate) fn path_reason(ours: &Group, theirs: &Group) -> String {
-    if ours.boot_id != theirs.boot_id {
-        "on another host".to_owned()
-    } else if ours.device != theirs.device {
-        format!("on another device ({} there, {} here)", theirs.device, ours.device)
-    } else {
-        "same device, handshake not complete or failed".to_owned()
-    }
+    crate::transport::locality::apart(ours, theirs)
+        .unwrap_or_else(|| "same device, handshake not complete or failed".to_owned())
 }
 
 /// Result of one put, for callers and tests.

@@ -272,7 +272,7 @@ fn take_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
     let path = if h.from_block { Path::CpuBytes } else { Path::Inline };
     let (publisher, seq) = (h.publisher, h.seq);
     let info = SampleInfo {
-        key: publisher_key(sample.key_expr().as_str()).to_owned(),
+        key: protocol::key_of_bytes_key(sample.key_expr().as_str()).to_owned(),
         publisher,
         seq,
         timestamp_ns: h.timestamp_ns,
@@ -335,10 +335,4 @@ fn take_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
             order.cv.notify_all();
         }
     }
-}
-
-/// The publisher's key of a sample that came on our bytes channel (`<key>/@zcs/b`): the
-/// key a zero-copy sample of the same publisher carries.
-fn publisher_key(channel_key: &str) -> &str {
-    channel_key.strip_suffix(&format!("/{}/b", crate::protocol::CHANNEL_CHUNK)).unwrap_or(channel_key)
 }
