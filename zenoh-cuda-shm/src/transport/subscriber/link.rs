@@ -55,12 +55,15 @@ pub(super) fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str, mut opened:
         let link = match conn.and_then(|c| handshake(sh, c, t)) {
             Ok(link) => link,
             Err(e) => {
-                inc(&sh.counters.handshake_failures);
                 let why = crate::error::chain(&e);
                 tracing::info!(publisher = %crate::transport::Id(t.instance), why, "no zero-copy path to this publisher; receiving bytes");
-                if let Some(e) = sh.state.locked().pubs.get_mut(&t.instance) {
+                // The reason is in place before the failure is counted: whoever sees the
+                // count can read why.
+                let mut st = sh.state.locked();
+                if let Some(e) = st.pubs.get_mut(&t.instance) {
                     e.why = Some(format!("handshake failed: {why}"));
                 }
+                inc(&sh.counters.handshake_failures);
                 return;
             }
         };
