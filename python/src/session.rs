@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use zenoh::Wait;
+use zenoh_cuda_shm::config::PeerGpus;
 use zenoh_cuda_shm::{GpuSession, ZcsConfig};
 
 use crate::publisher::{PubState, Publisher};
@@ -105,13 +106,40 @@ impl Session {
 
     /// Declares a subscriber on a key expression, delivering through a FIFO queue of
     /// `capacity` samples (a full queue holds back delivery, as Zenoh's default handler).
-    #[pyo3(signature = (key, capacity = 256))]
-    fn declare_subscriber(&self, py: Python<'_>, key: String, capacity: usize) -> PyResult<Subscriber> {
+    /// `peer_gpus` (`"in_place"`, `"copy"` or `"off"`) overrides the session's choice for
+    /// publishers on another GPU of this host.
+    #[pyo3(signature = (key, capacity = 256, peer_gpus = None))]
+    fn declare_subscriber(
+        &self,
+        py: Python<'_>,
+        key: String,
+        capacity: usize,
+        peer_gpus: Option<&str>,
+    ) -> PyResult<Subscriber> {
         if capacity == 0 {
             return Err(PyValueError::new_err("capacity must be at least 1"));
         }
+        let peer_gpus = match peer_gpus {
+            None => None,
+            Some("in_place") => Some(PeerGpus::InPlace),
+            Some("copy") => Some(PeerGpus::Copy),
+            Some("off") => Some(PeerGpus::Off),
+            Some(other) => {
+                return Err(PyValueError::new_err(format!(
+                    "peer_gpus must be \"in_place\", \"copy\" or \"off\", not {other:?}"
+                )));
+            }
+        };
         let s = self.state.get()?;
-        let sub = py.detach(|| s.declare_subscriber(key.clone()).fifo(capacity).wait()).map_err(|e| zcs_err(&e))?;
+        let sub = py
+            .detach(|| {
+                let b = s.declare_subscriber(key.clone()).fifo(capacity);
+                match peer_gpus {
+                    Some(mode) => b.peer_gpus(mode).wait(),
+                    None => b.wait(),
+                }
+            })
+            .map_err(|e| zcs_err(&e))?;
         let state = Arc::new(SubState::new(sub, key));
         self.state.adopt(Arc::downgrade(&state) as Weak<dyn Closable>);
         Ok(Subscriber { state })

@@ -126,6 +126,15 @@ def test_timeouts(host_session, key):
             sub.recv(timeout=bad)
 
 
+def test_peer_gpus_choice(host_session, key):
+    # Accepted on any session (it only matters for publishers on another GPU)...
+    for mode in ("in_place", "copy", "off"):
+        host_session.declare_subscriber(key + "/" + mode, peer_gpus=mode)
+    # ...and a misspelt one is refused by name, not ignored.
+    with pytest.raises(ValueError, match='peer_gpus must be "in_place", "copy" or "off"'):
+        host_session.declare_subscriber(key, peer_gpus="in-place")
+
+
 def test_closed_objects(port, key):
     s = zcs.open({"device": "host"}, zenoh=zenoh_config(listen=port))
     pub = s.declare_publisher(key)

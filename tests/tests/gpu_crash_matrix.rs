@@ -18,7 +18,8 @@ fn gpu_crash_matrix_subscriber_killed() {
 }
 
 /// The subscriber cell on two GPUs: the victims run on GPU 1 and map the publisher's
-/// blocks on GPU 0 (`zero-copy-peer`). Needs two GPUs with peer access.
+/// blocks on GPU 0 (`zero-copy-peer`); device memory is checked on both GPUs after every
+/// kill. Needs two GPUs with peer access.
 #[test]
 fn gpu_crash_matrix_peer_subscriber_killed() {
     const TEST: &str = "gpu_crash_matrix_peer_subscriber_killed";
@@ -32,6 +33,17 @@ fn gpu_crash_matrix_publisher_killed() {
     const TEST: &str = "gpu_crash_matrix_publisher_killed";
     if zcs_tests::gpu_or_skip(TEST).is_some() {
         crash::publisher_killed(Mode::Cuda, TEST);
+    }
+}
+
+/// The publisher cell on two GPUs: the victims publish from GPU 1 and this process's
+/// subscriber on GPU 0 maps their blocks (`zero-copy-peer`); device memory is checked on
+/// both GPUs after every kill. Needs two GPUs with peer access.
+#[test]
+fn gpu_crash_matrix_peer_publisher_killed() {
+    const TEST: &str = "gpu_crash_matrix_peer_publisher_killed";
+    if zcs_tests::two_gpus_or_skip(TEST).is_some() {
+        crash::publisher_killed_on(Mode::Cuda, TEST, 1);
     }
 }
 

@@ -1,6 +1,6 @@
 //! Peer GPUs on one host: a publisher on GPU 0, subscribers in other processes on GPU 1
-//! (its blocks mapped over NVLink or PCIe, read in place) and on GPU 0 (the block
-//! itself), every byte checked on the subscriber's GPU.
+//! (its blocks mapped over NVLink or PCIe, read in place or copied onto GPU 1 on
+//! arrival) and on GPU 0 (the block itself), every byte checked on the subscriber's GPU.
 //!
 //! Needs two GPUs with peer access: otherwise each test prints `SKIPPED <name>: <reason>`
 //! (a failure under `ZCS_REQUIRE_PEER_GPUS=1`, which the GPU run sets on machines with
@@ -23,6 +23,8 @@ const ENV_KEY: &str = "ZCS_TEST_KEY";
 const ENV_COUNT: &str = "ZCS_TEST_COUNT";
 const ENV_PATH: &str = "ZCS_TEST_PATH";
 const ENV_MODE: &str = "ZCS_TEST_MODE";
+/// A file the subscriber creates once it has checked every message (and holds them).
+const ENV_DONE: &str = "ZCS_TEST_DONE";
 const MIB: usize = 1 << 20;
 /// Message sizes, cycled: above the inline threshold, one to several blocks' classes.
 const SIZES: [usize; 4] = [MIB, 3 * MIB + 7, 32 * MIB, 64 * MIB];
@@ -80,6 +82,11 @@ fn publish(p: &GpuPublisher, kernels: &Kernels, count: u64, slow: Option<Duratio
     }
 }
 
+/// A subscriber's environment for `peer_gpus: copy`.
+fn copy_mode() -> (&'static str, String) {
+    ("ZCS_PEER_GPUS", "copy".to_owned())
+}
+
 fn wait_ok(mut child: Child, what: &str, limit: Duration) {
     let t = Instant::now();
     loop {
@@ -96,8 +103,8 @@ fn wait_ok(mut child: Child, what: &str, limit: Duration) {
 }
 
 #[test]
-fn gpu_peer_subscribers_on_both_gpus_read_every_byte_in_place() {
-    const TEST: &str = "gpu_peer_subscribers_on_both_gpus_read_every_byte_in_place";
+fn gpu_peer_subscribers_on_both_gpus_read_every_byte() {
+    const TEST: &str = "gpu_peer_subscribers_on_both_gpus_read_every_byte";
     let Some((gpu0, _gpu1)) = two_gpus_or_skip(TEST) else { return };
     let _w = watchdog_guard(TEST, Duration::from_secs(180));
     let (port, key, n) = (free_tcp_port(), format!("{PREFIX}/both"), 40);
@@ -105,10 +112,12 @@ fn gpu_peer_subscribers_on_both_gpus_read_every_byte_in_place() {
     let p = session.declare_publisher(&key).wait().unwrap();
     let kernels = Kernels::load(&gpu0).unwrap();
     let peer = subscriber(port, &key, 1, n, Path::ZeroCopyPeer, "check", &[]);
+    let copy = subscriber(port, &key, 1, n, Path::PeerCopy, "check", &[copy_mode()]);
     let same = subscriber(port, &key, 0, n, Path::ZeroCopy, "check", &[]);
-    wait_until("two zero-copy subscribers", Duration::from_secs(60), || p.zero_copy_subscribers() == 2);
+    wait_until("three zero-copy subscribers", Duration::from_secs(60), || p.zero_copy_subscribers() == 3);
     publish(&p, &kernels, n, None);
     wait_ok(peer, "the subscriber on GPU 1", Duration::from_secs(120));
+    wait_ok(copy, "the copying subscriber on GPU 1", Duration::from_secs(120));
     wait_ok(same, "the subscriber on GPU 0", Duration::from_secs(120));
     let s = p.stats();
     assert_eq!(s.copies_out, 0, "nobody needed bytes: {s:?}");
@@ -126,10 +135,44 @@ fn gpu_peer_reads_wait_for_a_slow_producer_on_the_other_gpu() {
     let kernels = Kernels::load(&gpu0).unwrap();
     // The subscriber also reads each message unordered, on a stream without the wait:
     // that read must see unfinished data, or the ordered one proves nothing.
+    // The copying subscriber's copy must wait as well: its unordered read sees the
+    // copy's target before the copy.
     let peer = subscriber(port, &key, 1, n, Path::ZeroCopyPeer, "ordered", &[]);
-    wait_until("the zero-copy subscriber", Duration::from_secs(60), || p.zero_copy_subscribers() == 1);
+    let copy = subscriber(port, &key, 1, n, Path::PeerCopy, "ordered", &[copy_mode()]);
+    wait_until("the zero-copy subscribers", Duration::from_secs(60), || p.zero_copy_subscribers() == 2);
     publish(&p, &kernels, n, Some(Duration::from_millis(300)));
     wait_ok(peer, "the subscriber on GPU 1", Duration::from_secs(120));
+    wait_ok(copy, "the copying subscriber on GPU 1", Duration::from_secs(120));
+}
+
+/// `peer_gpus: copy`: every message is copied onto GPU 1 as it arrives and the
+/// publisher's lease goes back then: with the subscriber holding every sample, the
+/// publisher's pool is whole, and the samples still read right.
+#[test]
+fn gpu_peer_copy_releases_the_publishers_blocks_while_samples_are_held() {
+    const TEST: &str = "gpu_peer_copy_releases_the_publishers_blocks_while_samples_are_held";
+    let Some((gpu0, gpu1)) = two_gpus_or_skip(TEST) else { return };
+    let _w = watchdog_guard(TEST, Duration::from_secs(180));
+    let (port, key, n) = (free_tcp_port(), format!("{PREFIX}/copy-held"), 12);
+    let free1 = gpu1.mem_info().unwrap().0;
+    let done = std::env::temp_dir().join(format!("zcs-peer-copy-{}-{port}", std::process::id()));
+    let session = GpuSession::open(loopback_zenoh_config(Some(port), None, Some(PREFIX)), config(0)).wait().unwrap();
+    let p = session.declare_publisher(&key).wait().unwrap();
+    let kernels = Kernels::load(&gpu0).unwrap();
+    let done_env = (ENV_DONE, done.display().to_string());
+    let mut holder = subscriber(port, &key, 1, n, Path::PeerCopy, "hold", &[copy_mode(), done_env]);
+    wait_until("the zero-copy subscriber", Duration::from_secs(60), || p.zero_copy_subscribers() == 1);
+    publish(&p, &kernels, n, None);
+    wait_until("the subscriber holding every message, checked", Duration::from_secs(60), || done.exists());
+    assert!(holder.try_wait().unwrap().is_none(), "the holder exited early");
+    // Each lease went back once its copy completed, though every sample is still held.
+    wait_until("every lease back", Duration::from_secs(5), || p.pool_stats().blocks_in_use == 0);
+    assert_eq!(p.stats().copies_out, 0, "{:?}", p.stats());
+    holder.kill().unwrap();
+    let _ = holder.wait();
+    let _ = std::fs::remove_file(&done);
+    // Its copies on GPU 1 went with it.
+    wait_until("GPU 1's memory back", Duration::from_secs(10), || gpu1.mem_info().unwrap().0 + (64 << 20) >= free1);
 }
 
 #[test]
@@ -262,7 +305,14 @@ fn child_entry() {
                 let why = sub.bytes_reason(publisher).unwrap_or_default();
                 assert!(why.contains("peer GPUs are off"), "{why}");
             }
+            if want_path == Path::PeerCopy.to_string() {
+                let st = sub.stats();
+                assert_eq!((st.peer_copy, st.zero_copy), (count, 0), "{st:?}");
+            }
             println!("peer-sub on GPU {ordinal}: {count} messages by {want_path}, every byte checked");
+            if let Ok(done) = std::env::var(ENV_DONE) {
+                std::fs::write(done, b"checked").unwrap();
+            }
             if mode == "hold" {
                 // Held until the parent kills this process.
                 std::thread::sleep(Duration::from_secs(120));
@@ -285,6 +335,7 @@ fn child_entry() {
 fn peer_gpus_configuration_parses() {
     let cfg = ZcsConfig::from_json5("{ peer_gpus: 'off' }").unwrap();
     assert_eq!(cfg.peer_gpus, PeerGpus::Off);
+    assert_eq!(ZcsConfig::from_json5("{ peer_gpus: 'copy' }").unwrap().peer_gpus, PeerGpus::Copy);
     assert_eq!(ZcsConfig::default().peer_gpus, PeerGpus::InPlace);
     assert!(ZcsConfig::from_json5("{ peer_gpus: 'copy_always' }").is_err());
 }

@@ -56,6 +56,12 @@ pub enum PeerGpus {
     /// PCIe, where the driver reports peer access (default); bytes otherwise.
     #[default]
     InPlace,
+    /// Map the publisher's blocks as for `in_place`, and copy each message into a block
+    /// on this GPU on arrival, on the subscriber's own stream (ordered after the
+    /// publisher's ready signal, no host wait); the publisher's lease is released as
+    /// soon as that copy completes. For data read many times, or held long: reads are
+    /// local, and the publisher's pool is not held by this subscriber.
+    Copy,
     /// Never map another GPU's blocks: bytes from publishers on other GPUs.
     Off,
 }
@@ -258,8 +264,15 @@ impl ZcsConfig {
         if let Ok(v) = std::env::var("ZCS_PEER_GPUS") {
             self.peer_gpus = match v.as_str() {
                 "in_place" => PeerGpus::InPlace,
+                "copy" => PeerGpus::Copy,
                 "off" => PeerGpus::Off,
-                _ => return Err(ConfigError::Env { var: "ZCS_PEER_GPUS", value: v, why: "expected in_place or off" }),
+                _ => {
+                    return Err(ConfigError::Env {
+                        var: "ZCS_PEER_GPUS",
+                        value: v,
+                        why: "expected in_place, copy or off",
+                    });
+                }
             };
         }
         if let Ok(v) = std::env::var("ZCS_SOCKET_DIR") {

@@ -9,7 +9,7 @@ use crate::pool::{BlockKey, Fence as PoolFence};
 use crate::signal::SignalError;
 use crate::sync::Unpoisoned;
 use crate::transport::medium::Imported;
-use crate::transport::subscriber::{Link, Shared, SubMedium};
+use crate::transport::subscriber::{Link, PeerCopy, Shared, SubMedium};
 
 /// How a sample reached this subscriber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -30,6 +30,11 @@ pub enum Path {
     /// Device pointers and DLPack exports are this subscriber's GPU's, the device that
     /// can read them. No copy was made.
     ZeroCopyPeer,
+    /// Copied once, on arrival, from the publisher's block on another GPU of this host
+    /// into a block of this subscriber's GPU, on the subscriber's stream
+    /// (`peer_gpus: copy`). The publisher's lease went back when the copy completed;
+    /// reads are local.
+    PeerCopy,
 }
 
 impl std::fmt::Display for Path {
@@ -37,6 +42,7 @@ impl std::fmt::Display for Path {
         f.write_str(match self {
             Self::ZeroCopy => "zero-copy",
             Self::ZeroCopyPeer => "zero-copy-peer",
+            Self::PeerCopy => "peer-copy",
             Self::Inline => "inline",
             Self::CpuBytes => "cpu-bytes",
             Self::Plain => "plain",
@@ -94,8 +100,56 @@ impl Drop for ZeroCopy {
     }
 }
 
+/// A message copied onto this GPU from a peer GPU's block (`peer_gpus: copy`). Reads
+/// wait for the copy on their stream; the block goes back to the subscriber's copier
+/// once this is gone and they have completed.
+pub(crate) struct Copied {
+    /// The block and the fence after the copy; `None` only inside `drop`, which takes it.
+    copy: Option<PeerCopy>,
+    len: usize,
+    /// The publisher's link and block: a block whose publisher died before it was ready
+    /// was copied unfinished, and reads of it are refused.
+    link: Arc<Link>,
+    key: BlockKey,
+    fences: Mutex<Vec<Box<dyn PoolFence>>>,
+    sub: Arc<Shared>,
+}
+
+impl Copied {
+    pub(crate) fn new(copy: PeerCopy, len: usize, link: Arc<Link>, key: BlockKey, sub: Arc<Shared>) -> Self {
+        Self { copy: Some(copy), len, link, key, fences: Mutex::new(Vec::new()), sub }
+    }
+
+    /// Orders work enqueued on `stream` after the copy; the block's device address.
+    fn begin(&self, stream: &Stream) -> Result<u64, ReadError> {
+        if self.link.died_unready(self.key) {
+            return Err(ReadError::PublisherDied);
+        }
+        let copy = self.copy.as_ref().expect("taken by drop only");
+        copy.done.order(stream)?;
+        Ok(copy.block.device_ptr())
+    }
+}
+
+impl Drop for Copied {
+    fn drop(&mut self) {
+        let Some(PeerCopy { block, done }) = self.copy.take() else { return };
+        let mut fences = std::mem::take(self.fences.get_mut().unwrap_or_else(|p| p.into_inner()));
+        fences.push(Box::new(done));
+        let sub = Arc::clone(&self.sub);
+        self.sub.defer(
+            fences,
+            Box::new(move || match &sub.copier {
+                Some(c) => c.recycle(block),
+                None => drop(block),
+            }),
+        );
+    }
+}
+
 pub(crate) enum Body {
     ZeroCopy(ZeroCopy),
+    Copied(Copied),
     Bytes(zenoh::bytes::ZBytes),
 }
 
@@ -161,6 +215,7 @@ impl GpuSample {
     pub fn len(&self) -> usize {
         match &self.0.body {
             Body::ZeroCopy(z) => z.len,
+            Body::Copied(c) => c.len,
             Body::Bytes(b) => b.len(),
         }
     }
@@ -186,6 +241,7 @@ impl GpuSample {
                 }
                 Imported::Cuda(_) => None,
             },
+            Body::Copied(_) => None,
         }
     }
 
@@ -233,6 +289,16 @@ impl GpuSample {
                 }
                 Imported::Host(_) => unreachable!("a CUDA subscriber imports device blocks only"),
             },
+            Body::Copied(c) => Ok(DeviceRead {
+                ptr: c.begin(stream)?,
+                len: c.len,
+                stream: Arc::clone(stream),
+                gpu: gpu.clone(),
+                sink: Some(&c.fences),
+                sub: &self.0.sub,
+                staged: None,
+                ended: false,
+            }),
             Body::Bytes(bytes) => {
                 let host = bytes.to_bytes();
                 let staged = crate::cuda::DeviceBlock::allocate(gpu, host.len().max(1))?;
@@ -361,6 +427,7 @@ impl GpuSample {
                 }
                 Imported::Host(_) => Ok(None),
             },
+            Body::Copied(c) => c.begin(stream).map(Some),
             Body::Bytes(_) => Ok(None),
         }
     }
@@ -372,6 +439,10 @@ impl GpuSample {
         match &self.0.body {
             Body::ZeroCopy(z) => {
                 z.fences.locked().push(fence);
+                None
+            }
+            Body::Copied(c) => {
+                c.fences.locked().push(fence);
                 None
             }
             Body::Bytes(_) => Some(fence),

@@ -38,10 +38,14 @@
 //! zcs_latency --backend cuda --zenohd bin/zenohd --plugin libzenoh_plugin_cuda_shm.so
 //! zcs_latency --backend cuda --spin-us 200          # subscribers busy-poll (`spin_us`)
 //! zcs_latency --backend cuda --pong-gpu 1           # two GPUs: the peer path
+//! zcs_latency --backend cuda --pong-gpu 1 --peer-copy   # two GPUs: one copy on arrival
 //! ```
 //!
 //! With `--pong-gpu 1` the pong runs on another GPU than the ping's: its zero-copy row
 //! is `zero-copy-peer`, the ping's blocks mapped for the pong's GPU over NVLink or PCIe.
+//! Adding `--peer-copy`, the pong's subscriber has `peer_gpus: copy`: each block is
+//! copied onto the pong's GPU on arrival and the ready point is that copy's completion
+//! (row `peer-copy`); the cpu-bytes rows, the same as without it, are left out.
 //!
 //! With `--spin-us`, every session of ours on both sides has that `spin_us` (its
 //! subscribers poll before sleeping) and the rows of ours are named `…-spin`; the
@@ -58,11 +62,11 @@ use zcs_bench::latency::{Plan, row};
 use zcs_bench::now_ns;
 use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, recv_msg, send_msg, spawn_child_bin};
 use zenoh::Wait;
-use zenoh_cuda_shm::config::{DeviceChoice, ProviderMode};
+use zenoh_cuda_shm::config::{DeviceChoice, PeerGpus, ProviderMode};
 use zenoh_cuda_shm::cuda::{DeviceBlock, sys};
 use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
 use zenoh_cuda_shm::provider::{GpuSelection, Provider, ProviderClient, ProviderConfig};
-use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, GpuSubscriber, ZcsConfig};
+use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, GpuSubscriber, Path, ZcsConfig};
 
 #[derive(Parser, Debug)]
 #[command(about = "zenoh-cuda-shm publish→subscriber-ready latency, ping-pong across two processes (JSON lines)")]
@@ -92,6 +96,10 @@ struct Args {
     /// blocks mapped over NVLink or PCIe (row `zero-copy-peer`).
     #[arg(long, default_value_t = 0)]
     pong_gpu: usize,
+    /// With `--pong-gpu`: the pong copies each block onto its GPU on arrival
+    /// (`peer_gpus: copy`, row `peer-copy`); no cpu-bytes rows.
+    #[arg(long)]
+    peer_copy: bool,
 }
 
 /// Where the blocks come from.
@@ -162,6 +170,7 @@ const BACKEND_ENV: &str = "ZCS_LAT_BACKEND";
 const PROVIDER_ENV: &str = "ZCS_LAT_PROVIDER";
 const SPIN_ENV: &str = "ZCS_LAT_SPIN_US";
 const PONG_GPU_ENV: &str = "ZCS_LAT_PONG_GPU";
+const PEER_COPY_ENV: &str = "ZCS_LAT_PEER_COPY";
 /// zenohd's port, which the pong connects to as well: a peer does not relay another
 /// node's liveliness tokens, so the pong must see the router's provider itself.
 const ROUTER_PORT_ENV: &str = "ZCS_LAT_ROUTER_PORT";
@@ -251,8 +260,11 @@ fn pong() {
     let reply_base = Arc::new(z.declare_publisher(REPLY_BASE_KEY).wait().expect("reply publisher"));
     let reply_zc = Arc::new(session.declare_publisher(REPLY_ZC_KEY).wait().expect("zero-copy reply publisher"));
 
-    // Zero-copy path: read on our stream, synchronise (the ready-signal wait passed).
-    let zc = session.declare_subscriber(ZC_KEY).wait().expect("zero-copy subscriber");
+    // Zero-copy path: read on our stream, synchronise (the ready-signal wait passed, or
+    // with `--peer-copy` the copy onto this GPU completed).
+    let peer_copy = std::env::var_os(PEER_COPY_ENV).is_some();
+    let zc = session.declare_subscriber(ZC_KEY);
+    let zc = if peer_copy { zc.peer_gpus(PeerGpus::Copy) } else { zc }.wait().expect("zero-copy subscriber");
     let r = Arc::clone(&reply_zc);
     let gpu = session.gpu().cloned();
     std::thread::Builder::new()
@@ -260,6 +272,8 @@ fn pong() {
         .spawn(move || {
             let stream = gpu.as_ref().map(|g| g.new_stream().expect("stream"));
             while let Ok(s) = zc.recv() {
+                // A row must measure the path it is named after.
+                assert!(!peer_copy || s.path() == Path::PeerCopy, "peer-copy row, {} sample", s.path());
                 match (&gpu, &stream) {
                     (Some(gpu), Some(stream)) => {
                         let read = s.read(stream).expect("read");
@@ -481,6 +495,10 @@ fn main() {
         (SPIN_ENV, args.spin_us.to_string()),
         (PONG_GPU_ENV, args.pong_gpu.to_string()),
     ];
+    assert!(!args.peer_copy || args.pong_gpu != 0, "--peer-copy needs --pong-gpu on another GPU");
+    if args.peer_copy {
+        env.push((PEER_COPY_ENV, "1".to_owned()));
+    }
     if lent {
         env.push((PROVIDER_ENV, "1".to_owned()));
     }
@@ -517,11 +535,14 @@ fn main() {
         let before = zc_pub.stats().copies_out;
         let rtt = args.plan.rounds(|| block_round(&zc_pub, &replies_zc, PATH_ZC, size));
         let copies = zc_pub.stats().copies_out - before;
-        let peer = if args.pong_gpu != 0 { "-peer" } else { "" };
-        let path = format!("{}{peer}{spin}", lender.row());
+        let path = match (args.peer_copy, args.pong_gpu != 0) {
+            (true, _) => format!("peer-copy{spin}"),
+            (false, true) => format!("{}-peer{spin}", lender.row()),
+            (false, false) => format!("{}{spin}", lender.row()),
+        };
         row(&path, &backend, size, &rtt, json!({"ready": ready, "copies_out_with_warmup": copies, "blocks": blocks}));
     }
-    if let Some(p) = &cpu_pub {
+    if let Some(p) = cpu_pub.as_ref().filter(|_| !args.peer_copy) {
         for &size in &args.plan.sizes {
             if size >= ZENOH_MAX_MESSAGE {
                 // Zenoh drops a message above its receive limit: no reply would come.

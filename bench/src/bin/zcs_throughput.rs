@@ -35,6 +35,7 @@
 //! zcs_throughput --backend cuda                    # H100/H200: every row (~3 min)
 //! zcs_throughput --backend host --frames 50        # CI smoke, no GPU: memfd blocks vs plain bytes
 //! zcs_throughput --backend cuda --sub-gpu 1 --paths zero-copy   # two GPUs: zero-copy-peer
+//! zcs_throughput --backend cuda --sub-gpu 1 --peer-copy --paths zero-copy   # peer-copy
 //! ```
 
 use std::sync::Arc;
@@ -53,7 +54,7 @@ use zcs_tests::{
 };
 use zenoh::Wait;
 use zenoh::bytes::ZBytes;
-use zenoh_cuda_shm::config::DeviceChoice;
+use zenoh_cuda_shm::config::{DeviceChoice, PeerGpus};
 use zenoh_cuda_shm::cuda::kernels::fill_pattern;
 use zenoh_cuda_shm::cuda::pinned::PinnedPool;
 use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
@@ -107,6 +108,10 @@ struct Args {
     /// the frames over NVLink or PCIe (row `zero-copy-peer`).
     #[arg(long, default_value_t = 0)]
     sub_gpu: usize,
+    /// With `--sub-gpu`: the subscribers copy each frame onto their GPU on arrival
+    /// (`peer_gpus: copy`, row `peer-copy`).
+    #[arg(long)]
+    peer_copy: bool,
 }
 
 const PREFIX: &str = "zcs-tput";
@@ -116,16 +121,28 @@ const BACKEND_ENV: &str = "ZCS_TPUT_BACKEND";
 const PATH_ENV: &str = "ZCS_TPUT_PATH";
 const KEY_ENV: &str = "ZCS_TPUT_KEY";
 const SUB_GPU_ENV: &str = "ZCS_TPUT_SUB_GPU";
+const PEER_COPY_ENV: &str = "ZCS_TPUT_PEER_COPY";
 /// `--sub-gpu`, set once by `main` (the parent) or read from the environment (a child).
 static SUB_GPU: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+/// `--peer-copy`, likewise.
+static PEER_COPY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 fn sub_gpu() -> usize {
     *SUB_GPU.get_or_init(|| std::env::var(SUB_GPU_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(0))
 }
 
-/// A row's path: `zero-copy` is `zero-copy-peer` when the subscribers are on another GPU.
+fn peer_copy() -> bool {
+    *PEER_COPY.get_or_init(|| std::env::var(PEER_COPY_ENV).is_ok_and(|v| v == "true"))
+}
+
+/// A row's path: `zero-copy` is `zero-copy-peer` when the subscribers are on another GPU,
+/// `peer-copy` when they copy each frame onto it.
 fn row_path(route: Route) -> &'static str {
-    if route == Route::ZeroCopy && sub_gpu() != 0 { "zero-copy-peer" } else { route.name() }
+    match (route, sub_gpu() != 0, peer_copy()) {
+        (Route::ZeroCopy, true, true) => "peer-copy",
+        (Route::ZeroCopy, true, false) => "zero-copy-peer",
+        _ => route.name(),
+    }
 }
 const WARMUP_ENV: &str = "ZCS_TPUT_WARMUP";
 const IO: Duration = Duration::from_secs(60);
@@ -295,7 +312,8 @@ impl ChildEnv {
     /// Our session: CUDA for `zero-copy` on the cuda backend, else host memory.
     fn gpu_session(&self) -> GpuSession {
         let device = device_choice(self.cuda && self.route == Route::ZeroCopy);
-        let cfg = ZcsConfig { gpu_ordinal: sub_gpu(), ..zcs_config(device) };
+        let peer_gpus = if peer_copy() { PeerGpus::Copy } else { PeerGpus::InPlace };
+        let cfg = ZcsConfig { gpu_ordinal: sub_gpu(), peer_gpus, ..zcs_config(device) };
         GpuSession::from_zenoh(self.zenoh(), cfg).wait().expect("open the subscriber session")
     }
 }
@@ -385,7 +403,8 @@ fn sub_child() {
                 r
             });
             let st = sub.stats();
-            (rep.zero_copy, rep.cpu_bytes) = (st.zero_copy, st.cpu_bytes);
+            // Frames that came over the link, read in place or copied on arrival.
+            (rep.zero_copy, rep.cpu_bytes) = (st.zero_copy + st.peer_copy, st.cpu_bytes);
             let _ = tx.send(rep);
         });
         keep.push(Box::new(session));
@@ -462,7 +481,7 @@ fn first_child() {
         if any.is_none() {
             (any, first_path) = (Some((us, us - waited_us(&s))), s.path().to_string());
         }
-        if s.path() == Path::ZeroCopy {
+        if matches!(s.path(), Path::ZeroCopy | Path::ZeroCopyPeer | Path::PeerCopy) {
             break Some((us, us - waited_us(&s), recv_us - waited_us(&s)));
         }
         before += 1;
@@ -641,6 +660,7 @@ impl Children {
             (KEY_ENV, key.to_owned()),
             (WARMUP_ENV, warmup.to_string()),
             (SUB_GPU_ENV, sub_gpu().to_string()),
+            (PEER_COPY_ENV, peer_copy().to_string()),
         ];
         let mut procs = Vec::new();
         for _ in 0..n {
@@ -912,6 +932,8 @@ fn main() {
     }
     let args = Args::parse();
     SUB_GPU.set(args.sub_gpu).expect("set once, before any child starts");
+    assert!(!args.peer_copy || args.sub_gpu != 0, "--peer-copy needs --sub-gpu on another GPU");
+    PEER_COPY.set(args.peer_copy).expect("set once, before any child starts");
     let cuda = match args.backend.as_str() {
         "cuda" => true,
         "host" => false,

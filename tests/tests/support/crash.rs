@@ -163,6 +163,40 @@ fn gpu_free(s: &GpuSession) -> Option<usize> {
     s.gpu().map(|g| g.mem_info().expect("cuMemGetInfo").0)
 }
 
+/// The victims' GPU where it is not this process's session's (cells on two GPUs), with
+/// its free memory before the first victim: after each kill it must be back there too.
+struct VictimGpu {
+    gpu: zenoh_cuda_shm::cuda::Gpu,
+    base_free: usize,
+    settle: Duration,
+}
+
+impl VictimGpu {
+    fn open(mode: Mode, ordinal: usize) -> Option<Self> {
+        (mode == Mode::Cuda && ordinal != 0).then(|| {
+            let gpu = zenoh_cuda_shm::cuda::Gpu::open(ordinal).expect("the victims' GPU");
+            let base_free = gpu.mem_info().expect("cuMemGetInfo").0;
+            Self { gpu, base_free, settle: Duration::ZERO }
+        })
+    }
+
+    /// Waits until the victims' GPU has its memory back (the dead victim's context, and
+    /// its blocks once nobody maps them).
+    fn wait_back(&mut self) {
+        let (gpu, base) = (&self.gpu, self.base_free);
+        let t = wait_until("the victims' GPU memory back to the baseline", IO, || {
+            gpu.mem_info().expect("cuMemGetInfo").0 + GPU_SLACK >= base
+        });
+        self.settle = self.settle.max(t);
+    }
+
+    fn report(v: &Option<Self>) -> String {
+        v.as_ref().map_or(String::new(), |v| {
+            format!("; the victims' GPU {} back within {:.1} ms", v.gpu.ordinal(), v.settle.as_secs_f64() * 1e3)
+        })
+    }
+}
+
 fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Duration {
     let t = Instant::now();
     while !f() {
@@ -468,6 +502,7 @@ pub fn subscriber_killed_on(mode: Mode, test: &'static str, victim_gpu: usize) {
     let per_block = fds_per_block(mode);
     let (base_free, base_pool_bytes) = (gpu_free(&pub_session), publisher.pool_stats().bytes);
     let mut gpu_settle = Duration::ZERO;
+    let mut victim_dev = VictimGpu::open(mode, victim_gpu);
 
     let (mut reclaims, mut reaps, mut settle) = (Vec::with_capacity(n), Vec::with_capacity(n), Duration::ZERO);
     let (mut unseen, mut handshaking, mut while_ready, mut held_at_kill, mut over_target) = (0, 0, 0, 0u64, 0);
@@ -541,6 +576,9 @@ pub fn subscriber_killed_on(mode: Mode, test: &'static str, victim_gpu: usize) {
             });
             gpu_settle = gpu_settle.max(t.elapsed());
         }
+        if let Some(v) = &mut victim_dev {
+            v.wait_back();
+        }
     }
     // The survivor is still served after all of it.
     for _ in 0..10 {
@@ -561,7 +599,7 @@ pub fn subscriber_killed_on(mode: Mode, test: &'static str, victim_gpu: usize) {
          kills); pool whole after the kill: p50 {:.2} ms, \
          p99 {:.2} ms, max {:.2} ms ({over_target} over {} ms); victim reaped after p50 {:.2} ms, max {:.2} ms; \
          resources back within {:.1} ms \
-         (Zenoh's idle workers retired {:.1} s after the last kill); survivor received {seq} messages, all checked{}",
+         (Zenoh's idle workers retired {:.1} s after the last kill); survivor received {seq} messages, all checked{}{}",
         mode.name(),
         t_all.elapsed().as_secs_f64(),
         pct(&reclaims, 50.0),
@@ -575,7 +613,8 @@ pub fn subscriber_killed_on(mode: Mode, test: &'static str, victim_gpu: usize) {
         base_free.map_or(String::new(), |_| format!(
             "; device memory back within {:.1} ms of each kill",
             gpu_settle.as_secs_f64() * 1e3
-        ))
+        )),
+        VictimGpu::report(&victim_dev)
     );
     let _ = TEST;
     assert!(while_ready > 0 && unseen + handshaking > 0, "the kill window must cover every phase");
@@ -585,6 +624,12 @@ pub fn subscriber_killed_on(mode: Mode, test: &'static str, victim_gpu: usize) {
 /// pieces) and puts continuously and is killed at random moments; this process
 /// subscribes, checks every sample, and must drop each dead publisher's imports.
 pub fn publisher_killed(mode: Mode, test: &'static str) {
+    publisher_killed_on(mode, test, 0);
+}
+
+/// [`publisher_killed`] with the victims on GPU `victim_gpu` (CUDA): on another GPU than
+/// this subscriber's (0), it maps their blocks over NVLink or PCIe (`zero-copy-peer`).
+pub fn publisher_killed_on(mode: Mode, test: &'static str, victim_gpu: usize) {
     const TEST: &str = "publisher killed";
     let _l = serial();
     let n = iterations();
@@ -596,18 +641,22 @@ pub fn publisher_killed(mode: Mode, test: &'static str) {
     let sub: Arc<Sub> = Arc::new(sub_session.declare_subscriber(key.clone()).wait().expect("subscriber"));
     let (stop, got) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
     let drainer = drain(Arc::clone(&sub), false, Arc::clone(&stop), Arc::clone(&got));
+    let victim_pub = |rng: &mut Rng| {
+        spawn_child(
+            "child_entry",
+            "victim-pub",
+            &[
+                (PORT_ENV, port.to_string()),
+                (KEY_ENV, key.clone()),
+                (SEED_ENV, rng.next().to_string()),
+                (MODE_ENV, mode.name().to_owned()),
+                (GPU_ENV, victim_gpu.to_string()),
+            ],
+        )
+    };
     // Warm up: one victim that delivers, then dies, so Zenoh's lazily started runtimes
     // and the subscriber's threads are part of the baseline.
-    let victim = spawn_child(
-        "child_entry",
-        "victim-pub",
-        &[
-            (PORT_ENV, port.to_string()),
-            (KEY_ENV, key.clone()),
-            (SEED_ENV, rng.next().to_string()),
-            (MODE_ENV, mode.name().to_owned()),
-        ],
-    );
+    let victim = victim_pub(&mut rng);
     wait_until("the warm-up publisher's first messages", IO, || got.load(Ordering::Acquire) > 5);
     kill(victim);
     wait_until("the subscriber to forget the warm-up publisher", IO, || sub.publishers().is_empty());
@@ -617,6 +666,7 @@ pub fn publisher_killed(mode: Mode, test: &'static str) {
     let no_blocks = || 0;
     let base_free = gpu_free(&sub_session);
     let mut gpu_settle = Duration::ZERO;
+    let mut victim_dev = VictimGpu::open(mode, victim_gpu);
 
     let (mut silent, mut delivering, mut settle, mut forget) = (0, 0, Duration::ZERO, Vec::with_capacity(n));
     for i in 0..n {
@@ -625,16 +675,7 @@ pub fn publisher_killed(mode: Mode, test: &'static str) {
             eprintln!("{TEST}: iteration {i}, kill at {kill_at:?}");
         }
         let before = got.load(Ordering::Acquire);
-        let victim = spawn_child(
-            "child_entry",
-            "victim-pub",
-            &[
-                (PORT_ENV, port.to_string()),
-                (KEY_ENV, key.clone()),
-                (SEED_ENV, rng.next().to_string()),
-                (MODE_ENV, mode.name().to_owned()),
-            ],
-        );
+        let victim = victim_pub(&mut rng);
         std::thread::sleep(kill_at);
         let killed = Instant::now();
         kill(victim);
@@ -657,6 +698,9 @@ pub fn publisher_killed(mode: Mode, test: &'static str) {
             });
             gpu_settle = gpu_settle.max(t.elapsed());
         }
+        if let Some(v) = &mut victim_dev {
+            v.wait_back();
+        }
     }
     let idle = back_to_baseline(&base, 0, &no_blocks, 0, true, "end of the cell");
     stop.store(true, Ordering::Relaxed);
@@ -666,7 +710,7 @@ pub fn publisher_killed(mode: Mode, test: &'static str) {
         "{test} ({}): {n} kills in {:.1} s ({silent} before the victim delivered anything, {delivering} while \
          delivering); {} messages received, all checked ({refused} reads refused: publisher died before its \
          ready signal); dead publisher forgotten after p50 {:.1} ms, max \
-         {:.1} ms; resources back within {:.1} ms (Zenoh's idle workers retired {:.1} s after the last kill){}",
+         {:.1} ms; resources back within {:.1} ms (Zenoh's idle workers retired {:.1} s after the last kill){}{}",
         mode.name(),
         t_all.elapsed().as_secs_f64(),
         got.load(Ordering::Acquire),
@@ -677,10 +721,17 @@ pub fn publisher_killed(mode: Mode, test: &'static str) {
         base_free.map_or(String::new(), |_| format!(
             "; device memory back within {:.1} ms of each kill",
             gpu_settle.as_secs_f64() * 1e3
-        ))
+        )),
+        VictimGpu::report(&victim_dev)
     );
     let _ = TEST;
     assert!(delivering > 0 && silent > 0, "the kill window must cover both phases");
+    if victim_dev.is_some() {
+        // On two GPUs the cell is about the peer path: it must have been taken.
+        let zero_copy = sub.stats().zero_copy;
+        println!("{test}: {zero_copy} messages read in place over the link from the victims' GPU");
+        assert!(zero_copy > 0, "no message came over the peer path");
+    }
 }
 
 /// How often a client of the relay cell retries the router once it is gone: from

@@ -247,7 +247,7 @@ impl GpuSession {
     /// Declares a subscriber on a key expression (wildcards allowed). Without a
     /// handler it delivers through a FIFO channel of 256 samples (Zenoh's default).
     pub fn declare_subscriber(&self, key: impl Into<String>) -> SubscriberBuilder<Fifo> {
-        SubscriberBuilder { session: self.clone(), key: key.into(), handler: Fifo(256) }
+        SubscriberBuilder { session: self.clone(), key: key.into(), handler: Fifo(256), peer_gpus: None }
     }
 
     /// A handle on the same Zenoh session and GPU whose subscribers use `plain_listen`

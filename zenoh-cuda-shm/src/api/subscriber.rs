@@ -5,6 +5,7 @@ use std::future::{IntoFuture, Ready, ready};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::PeerGpus;
 use crate::cuda::Topology;
 use crate::sample::{GpuSample, Path, SampleInfo};
 use crate::transport::locality::PeerView;
@@ -28,17 +29,38 @@ pub struct SubscriberBuilder<H> {
     pub(super) session: GpuSession,
     pub(super) key: String,
     pub(super) handler: H,
+    /// This subscriber's choice for publishers on other GPUs (the session's otherwise).
+    pub(super) peer_gpus: Option<PeerGpus>,
 }
 
 impl<H> SubscriberBuilder<H> {
     /// Delivers samples to `f`.
     pub fn callback(self, f: impl Fn(GpuSample) + Send + Sync + 'static) -> SubscriberBuilder<Callback> {
-        SubscriberBuilder { session: self.session, key: self.key, handler: Callback(Box::new(f)) }
+        SubscriberBuilder {
+            session: self.session,
+            key: self.key,
+            handler: Callback(Box::new(f)),
+            peer_gpus: self.peer_gpus,
+        }
     }
 
     /// Delivers samples through a FIFO channel of `capacity`.
     pub fn fifo(self, capacity: usize) -> SubscriberBuilder<Fifo> {
-        SubscriberBuilder { session: self.session, key: self.key, handler: Fifo(capacity.max(1)) }
+        SubscriberBuilder {
+            session: self.session,
+            key: self.key,
+            handler: Fifo(capacity.max(1)),
+            peer_gpus: self.peer_gpus,
+        }
+    }
+
+    /// How this subscriber reads from publishers on another GPU of this host, in place of
+    /// the session's `peer_gpus`: [`PeerGpus::Copy`] for data read many times or held
+    /// long (one copy onto this GPU on arrival, the publisher's lease released once it
+    /// completes), [`PeerGpus::InPlace`] to read over the link, [`PeerGpus::Off`] for bytes.
+    pub fn peer_gpus(mut self, mode: PeerGpus) -> Self {
+        self.peer_gpus = Some(mode);
+        self
     }
 
     fn core(&self, deliver: Box<dyn Fn(GpuSample) + Send + Sync>) -> Result<SubscriberCore, DeclareError> {
@@ -49,7 +71,7 @@ impl<H> SubscriberBuilder<H> {
         };
         // What this process sees of the host's GPUs, for publishers on other GPUs.
         let peer = s.gpu.as_ref().and_then(|g| match Topology::probe() {
-            Ok(topology) => Some(PeerView { ordinal: g.ordinal(), topology, mode: s.cfg.peer_gpus }),
+            Ok(topology) => Some(PeerView { ordinal: g.ordinal(), topology, mode: self.peer_gpus.unwrap_or(s.cfg.peer_gpus) }),
             Err(e) => {
                 tracing::warn!(error = %crate::error::Chain(&e), "cannot query the host's GPUs; publishers on other GPUs send bytes");
                 None
@@ -149,6 +171,10 @@ impl<H> GpuSubscriber<H> {
             Path::ZeroCopyPeer => {
                 Some("the publisher's block, on another GPU of this host, read in place over NVLink or PCIe".to_owned())
             }
+            Path::PeerCopy => Some(
+                "the publisher's block, on another GPU of this host, copied onto this GPU on arrival (peer_gpus: copy)"
+                    .to_owned(),
+            ),
             Path::Plain => Some("a plain Zenoh publisher, not one of ours".to_owned()),
             Path::Inline => Some("a small message, carried whole (the publisher's inline_threshold)".to_owned()),
             Path::CpuBytes => Some(self.bytes_reason(info.publisher).unwrap_or_else(|| {

@@ -37,6 +37,12 @@ impl Fence {
     pub fn wait(&self) -> Result<(), CudaError> {
         self.ev.synchronize().map_err(wrap("cuEventSynchronize"))
     }
+
+    /// Makes work enqueued on `stream` after this call wait until the GPU has passed the
+    /// fence (`cuStreamWaitEvent`: the host does not wait).
+    pub fn order(&self, stream: &CudaStream) -> Result<(), CudaError> {
+        stream.wait(&self.ev).map_err(wrap("cuStreamWaitEvent"))
+    }
 }
 
 /// An interprocess CUDA event: exported as a 64-byte handle by its creator, opened by

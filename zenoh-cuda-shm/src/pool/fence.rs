@@ -18,3 +18,11 @@ impl Fence for crate::cuda::Fence {
         }
     }
 }
+
+/// One fence awaited by several releases (a copy that frees one block and makes another
+/// readable).
+impl<F: Fence + Sync> Fence for std::sync::Arc<F> {
+    fn is_complete(&self) -> bool {
+        F::is_complete(self)
+    }
+}

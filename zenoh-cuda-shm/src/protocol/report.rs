@@ -47,7 +47,8 @@ pub struct SubscriberReport {
     pub device: String,
     /// Each publisher of ours it knows of, and its path.
     pub publishers: Vec<PathReport>,
-    /// Samples delivered zero-copy.
+    /// Samples delivered over the zero-copy link: read in place, or copied onto the
+    /// subscriber's GPU on arrival (`peer-copy`).
     pub zero_copy: u64,
     /// Samples delivered as bytes (copied).
     pub cpu_bytes: u64,
@@ -65,7 +66,9 @@ pub struct SubscriberReport {
 pub struct PathReport {
     /// The other end's instance id.
     pub peer: u64,
-    /// `zero-copy` or `bytes`.
+    /// `zero-copy`, `zero-copy-peer` (another GPU's block read over the link),
+    /// `peer-copy` (copied onto the subscriber's GPU on arrival; seen from the
+    /// subscriber only) or `bytes`.
     pub path: String,
     /// Why not zero-copy (another host, another device, a failed handshake), if known.
     pub reason: Option<String>,

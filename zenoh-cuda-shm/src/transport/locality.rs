@@ -158,6 +158,17 @@ mod tests {
     }
 
     #[test]
+    fn peer_gpus_copy_maps_the_block_like_in_place() {
+        // The copy onto our GPU is made from the mapped block: it needs the same access.
+        let mut v = nvlink_pair();
+        v.mode = PeerGpus::Copy;
+        assert_eq!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v)), Locality::Peer);
+        let mut v = view(1, &[0xa0, 0xa1], &[]);
+        v.mode = PeerGpus::Copy;
+        assert!(matches!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v)), Locality::Bytes(r) if r.contains("no peer access")));
+    }
+
+    #[test]
     fn peer_gpus_off_in_the_configuration_gets_bytes() {
         let mut v = nvlink_pair();
         v.mode = PeerGpus::Off;

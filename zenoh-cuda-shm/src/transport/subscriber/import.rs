@@ -14,7 +14,7 @@ use crate::host::HostBlock;
 use crate::ipc::{Frame, RecvError, SendError};
 use crate::pool::BlockKey;
 use crate::protocol::{self, Descriptor, Reply, Request};
-use crate::sample::{Body, GpuSample, Path, SampleInfo, ZeroCopy};
+use crate::sample::{Body, Copied, GpuSample, Path, SampleInfo, ZeroCopy};
 use crate::sync::Unpoisoned;
 use crate::transport::medium::{Imported, Mapped, Opened};
 
@@ -124,7 +124,7 @@ pub(super) fn on_block(
         let g = awaited.entry(d.block.id).or_insert(0);
         *g = (*g).max(d.block.generation);
     }
-    let info = SampleInfo {
+    let mut info = SampleInfo {
         key: link.key.clone(),
         publisher: d.publisher,
         seq: d.seq,
@@ -132,10 +132,47 @@ pub(super) fn on_block(
         path: if link.peer { Path::ZeroCopyPeer } else { Path::ZeroCopy },
         meta: d.meta,
     };
+    let (offset, len) = (d.offset as usize, d.len as usize);
+    if link.peer
+        && let Some(copied) = copy_on_arrival(sh, link, &imported, d.block, offset, len)
+    {
+        info.path = Path::PeerCopy;
+        let sample = GpuSample::new(info, Body::Copied(copied), sh.medium.clone(), Arc::clone(sh));
+        return deliver_routed(sh, link, sample, &sh.counters.peer_copy);
+    }
     // A duplicate is dropped at once, which releases its lease.
-    let zc = ZeroCopy::new(imported, d.block, d.offset as usize, d.len as usize, Arc::clone(link), Arc::clone(sh));
+    let zc = ZeroCopy::new(imported, d.block, offset, len, Arc::clone(link), Arc::clone(sh));
     let sample = GpuSample::new(info, Body::ZeroCopy(zc), sh.medium.clone(), Arc::clone(sh));
     deliver_routed(sh, link, sample, &sh.counters.zero_copy);
+}
+
+/// `peer_gpus: copy`: enqueues the copy of a peer GPU's block onto ours and the release
+/// of its lease once the copy completes. `None` where this subscriber reads in place, or
+/// where the copy could not be made (the sample is then read in place, and says so).
+fn copy_on_arrival(
+    sh: &Arc<Shared>,
+    link: &Arc<Link>,
+    imported: &Imported,
+    key: BlockKey,
+    offset: usize,
+    len: usize,
+) -> Option<Copied> {
+    let (Some(copier), Imported::Cuda(block), Some(signals)) = (&sh.copier, imported, &link.signals) else {
+        return None;
+    };
+    // SAFETY: `offset + len` lies within the block (checked above), mapped for this GPU
+    // by `imported`, which the lease's release below keeps until the copy is done.
+    match unsafe { copier.copy(signals, key, block.device_ptr() + offset as u64, len) } {
+        Ok(copy) => {
+            let done: Box<dyn crate::pool::Fence> = Box::new(Arc::clone(&copy.done));
+            sh.release_after(Arc::clone(link), key, imported.clone(), vec![done]);
+            Some(Copied::new(copy, len, Arc::clone(link), key, Arc::clone(sh)))
+        }
+        Err(e) => {
+            sh.bad_input.warn("cannot copy a message onto this GPU; reading it in place", &crate::error::chain(&e));
+            None
+        }
+    }
 }
 
 fn import(

@@ -8,12 +8,14 @@
 //! | `link.rs` | the link thread per publisher: what it routes, received in order |
 //! | `import.rs` | descriptors verified, blocks imported and cached |
 //! | `order.rs` | bytes merged with routed messages in sequence order, exactly once, losses counted |
+//! | `peer_copy.rs` | `peer_gpus: copy`: messages from another GPU copied onto ours on arrival |
 
 mod discovery;
 mod handshake;
 mod import;
 mod link;
 mod order;
+mod peer_copy;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,7 +29,7 @@ use zenoh::sample::SampleKind;
 use super::RateLimitedWarn;
 use super::locality::PeerView;
 use super::medium::Imported;
-use crate::config::PlainListen;
+use crate::config::{PeerGpus, PlainListen};
 use crate::cuda::Gpu;
 use crate::ipc::ControlConn;
 use crate::pool::recycler::{Job, Recycler, RecyclerHandle};
@@ -39,12 +41,17 @@ use crate::sync::Unpoisoned;
 
 use discovery::{publisher_appeared, publisher_vanished};
 use order::{Order, Seen, on_bytes};
+pub(crate) use peer_copy::{PeerCopier, PeerCopy};
 
 /// Counters of one subscriber. All monotonic.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SubscriberStats {
-    /// Samples delivered on the zero-copy path.
+    /// Samples delivered on the zero-copy path (the block read in place, on this GPU or
+    /// over the link from another).
     pub zero_copy: u64,
+    /// Samples from a publisher on another GPU copied onto this subscriber's GPU as they
+    /// arrived (`peer_gpus: copy`).
+    pub peer_copy: u64,
     /// Samples delivered as inline bytes.
     pub inline: u64,
     /// Samples delivered as bytes copied out of a block.
@@ -85,6 +92,7 @@ pub struct SubscriberStats {
 #[derive(Default)]
 struct Counters {
     zero_copy: AtomicU64,
+    peer_copy: AtomicU64,
     inline: AtomicU64,
     cpu_bytes: AtomicU64,
     plain: AtomicU64,
@@ -211,6 +219,8 @@ pub(crate) struct Shared {
     /// What this process sees of the host's GPUs (CUDA subscribers): decides whether
     /// a publisher on another GPU is read in place.
     peer: Option<PeerView>,
+    /// Copies messages from publishers on other GPUs onto ours (`peer_gpus: copy`).
+    pub(crate) copier: Option<PeerCopier>,
     /// For writing a dead publisher's ready signals (CUDA). Created with the subscriber,
     /// not when needed: creating a stream blocks while another of our streams waits on
     /// a signal that never comes (measured on an H200, driver 580), which is exactly
@@ -251,6 +261,12 @@ impl SubscriberCore {
         // What is not needed to see the publishers already there and start handshaking
         // with them comes after: their handshakes run meanwhile, on their link threads.
         let (mut recycler, releaser) = Recycler::prepare(Duration::from_secs(3600));
+        let copier = match (&medium, peer.as_ref().map(|p| p.mode)) {
+            (SubMedium::Cuda(gpu), Some(PeerGpus::Copy)) => {
+                Some(PeerCopier::new(gpu).map_err(crate::signal::SignalError::from)?)
+            }
+            _ => None,
+        };
         let shared = Arc::new(Shared {
             key: key.to_owned(),
             instance,
@@ -269,6 +285,7 @@ impl SubscriberCore {
             closed: AtomicBool::new(false),
             providers,
             peer,
+            copier,
             release_stream: ReleaseStream::default(),
         });
         let s = Arc::clone(&shared);
@@ -320,6 +337,7 @@ impl SubscriberCore {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         SubscriberStats {
             zero_copy: l(&c.zero_copy),
+            peer_copy: l(&c.peer_copy),
             inline: l(&c.inline),
             cpu_bytes: l(&c.cpu_bytes),
             plain: l(&c.plain),
@@ -364,6 +382,7 @@ impl SubscriberCore {
                     .map(|(i, e)| protocol::PathReport {
                         peer: *i,
                         path: match &e.link {
+                            Some(l) if e.live() && l.peer && sh.copier.is_some() => "peer-copy",
                             Some(l) if e.live() && l.peer => "zero-copy-peer",
                             _ if e.live() => "zero-copy",
                             _ => "bytes",
@@ -380,7 +399,9 @@ impl SubscriberCore {
                 instance: sh.instance,
                 device: sh.group.device.clone(),
                 publishers,
-                zero_copy: l(&c.zero_copy),
+                // The report's format predates `peer-copy`: such samples, which came over
+                // the link as well, count with those read in place.
+                zero_copy: l(&c.zero_copy) + l(&c.peer_copy),
                 cpu_bytes: l(&c.cpu_bytes),
                 bad_descriptors: l(&c.bad_descriptors),
                 import_failures: l(&c.import_failures),

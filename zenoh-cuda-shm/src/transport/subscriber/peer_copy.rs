@@ -1,0 +1,90 @@
+//! `peer_gpus: copy`: a message from a publisher on another GPU of this host is copied
+//! into a block of this subscriber's GPU as it arrives, on the subscriber's own stream,
+//! after the publisher's ready signal; the publisher's lease goes back as soon as the
+//! copy completes, and reads of the sample are local.
+//!
+//! The local blocks are recycled: a sample's block comes back once its last clone is
+//! gone and every read of it has completed, and serves a later copy of no greater size.
+
+use std::sync::{Arc, Mutex};
+
+use crate::cuda::{CudaError, DeviceBlock, Fence, Gpu, Stream, copy};
+use crate::pool::BlockKey;
+use crate::signal::{ReadySignals, SignalError};
+use crate::sync::Unpoisoned;
+
+/// Local blocks kept for later copies once their samples are gone; more are freed.
+const KEEP: usize = 8;
+
+/// One subscriber's copies from peer GPUs: its stream and its recycled blocks.
+pub(crate) struct PeerCopier {
+    gpu: Gpu,
+    stream: Stream,
+    /// Blocks whose samples are gone, oldest first. Its lock also keeps each message's
+    /// wait, copy and fence together on the stream when several links copy at once.
+    free: Mutex<Vec<DeviceBlock>>,
+}
+
+/// A message copied onto this GPU: the block and the fence after the copy (awaited by
+/// the publisher's lease and by the local block's reads).
+pub(crate) struct PeerCopy {
+    pub(crate) block: DeviceBlock,
+    pub(crate) done: Arc<Fence>,
+}
+
+impl PeerCopier {
+    pub(super) fn new(gpu: &Gpu) -> Result<Self, CudaError> {
+        Ok(Self { gpu: gpu.clone(), stream: gpu.new_stream()?, free: Mutex::new(Vec::new()) })
+    }
+
+    /// Enqueues, on the subscriber's stream: the wait for the publisher's ready signal
+    /// of `key`, then the copy of `len` bytes at `src` (the publisher's block as mapped
+    /// for this GPU) into a local block. Returns at once; `done` completes with the copy.
+    ///
+    /// # Safety
+    /// `src..src + len` is mapped for this GPU and stays mapped until `done` completes.
+    pub(super) unsafe fn copy(
+        &self,
+        signals: &ReadySignals,
+        key: BlockKey,
+        src: u64,
+        len: usize,
+    ) -> Result<PeerCopy, SignalError> {
+        let mut free = self.free.locked();
+        // The smallest free block that holds the message, else a new one.
+        let fit = free.iter().enumerate().filter(|(_, b)| b.size() >= len).min_by_key(|(_, b)| b.size()).map(|(i, _)| i);
+        let block = match fit {
+            Some(i) => free.remove(i),
+            None => DeviceBlock::allocate(&self.gpu, len)?,
+        };
+        signals.wait(&self.stream, key.id, key.generation)?;
+        // SAFETY: `block` is ours, of ≥ len bytes, read by no one until `done`; the caller
+        // guarantees the source range until then.
+        if let Err(e) = unsafe { copy::device_to_device(&self.stream, block.device_ptr(), src, len) } {
+            free.push(block);
+            return Err(e.into());
+        }
+        let done = match Fence::record(&self.gpu, &self.stream) {
+            Ok(f) => f,
+            Err(e) => {
+                // Without a fence nobody knows when the copy ends: the block is not
+                // reused before the stream has passed it.
+                copy::wait(&self.stream)?;
+                free.push(block);
+                return Err(e.into());
+            }
+        };
+        Ok(PeerCopy { block, done: Arc::new(done) })
+    }
+
+    /// Takes back a block whose sample is gone and whose reads have completed.
+    pub(crate) fn recycle(&self, block: DeviceBlock) {
+        let mut free = self.free.locked();
+        free.push(block);
+        if free.len() > KEEP {
+            let oldest = free.remove(0);
+            drop(free);
+            drop(oldest);
+        }
+    }
+}
