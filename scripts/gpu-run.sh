@@ -33,9 +33,17 @@ if [ -d .gpu-pack/ros-wheels ]; then
 fi
 fail=0
 # ZCS_GPU_PART=tests or bench runs one half (each fits one device call); default: all.
+# ZCS_GPU_PART=peer (two GPUs): the peer-GPU benchmark rows with their same-GPU anchors.
+# ZCS_GPU_TESTS="a b": only the test binaries whose names contain one of these words.
 part=${ZCS_GPU_PART:-all}
 want() { [ "$part" = all ] || [ "$part" = "$1" ]; }
+picked() {
+  [ -z "${ZCS_GPU_TESTS:-}" ] && return 0
+  for w in $ZCS_GPU_TESTS; do case "$1" in *"$w"*) return 0;; esac; done
+  return 1
+}
 want tests && for t in .gpu-bin/test-*; do
+  picked "$t" || continue
   echo "== $t" | tee -a "$out/gpu-tests.log"
   args="--test-threads=1"
   case "$t" in *gpu*) args="$args --nocapture";; esac
@@ -61,7 +69,15 @@ if want bench && [ -x .gpu-bin/zcs_latency ]; then
 fi
 # Peer GPUs: the same latency rows with the pong on GPU 1 (blocks read over NVLink or
 # PCIe), next to the same-GPU rows of this run.
-if want bench && [ -x .gpu-bin/zcs_latency ] && [ "$gpus" -ge 2 ]; then
+if want peer && [ -x .gpu-bin/zcs_latency ]; then
+  echo "== zcs_latency (same-GPU anchors)" | tee -a "$out/bench.log"
+  timeout 300 .gpu-bin/zcs_latency --backend cuda --sizes 4KiB,64KiB,1MiB,8MiB,32MiB,256MiB,1GiB \
+    >"$out/zcs_latency.jsonl" 2>>"$out/bench.log" || { echo "FAILED: zcs_latency" | tee -a "$out/bench.log"; fail=1; }
+  echo "== zcs_throughput (same-GPU anchors)" | tee -a "$out/bench.log"
+  timeout 200 .gpu-bin/zcs_throughput --backend cuda --paths zero-copy,cpu-bytes --subscribers 1 --first-subs 0 \
+    >"$out/zcs_throughput.jsonl" 2>>"$out/bench.log" || { echo "FAILED: zcs_throughput" | tee -a "$out/bench.log"; fail=1; }
+fi
+if { want bench || want peer; } && [ -x .gpu-bin/zcs_latency ] && [ "$gpus" -ge 2 ]; then
   echo "== zcs_latency --pong-gpu 1" | tee -a "$out/bench.log"
   timeout 300 .gpu-bin/zcs_latency --backend cuda --pong-gpu 1 --sizes 4KiB,64KiB,1MiB,8MiB,32MiB,256MiB,1GiB \
     >"$out/zcs_latency_peer.jsonl" 2>>"$out/bench.log" || { echo "FAILED: zcs_latency --pong-gpu 1" | tee -a "$out/bench.log"; fail=1; }
