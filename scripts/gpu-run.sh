@@ -34,16 +34,17 @@ fi
 fail=0
 # ZCS_GPU_PART=tests or bench runs one half (each fits one device call); default: all.
 # ZCS_GPU_PART=peer (two GPUs): the peer-GPU benchmark rows with their same-GPU anchors.
-# ZCS_GPU_TESTS="a b": only the test binaries whose names contain one of these words.
+# ZCS_GPU_TESTS="gpu_peer demo python …": only these test targets (the name after the
+# last "-" of .gpu-bin/test-*), `demo` and `python` for those two.
 part=${ZCS_GPU_PART:-all}
 want() { [ "$part" = all ] || [ "$part" = "$1" ]; }
 picked() {
   [ -z "${ZCS_GPU_TESTS:-}" ] && return 0
-  for w in $ZCS_GPU_TESTS; do case "$1" in *"$w"*) return 0;; esac; done
+  for w in $ZCS_GPU_TESTS; do [ "$w" = "$1" ] && return 0; done
   return 1
 }
 want tests && for t in .gpu-bin/test-*; do
-  picked "$t" || continue
+  picked "${t##*-}" || continue
   echo "== $t" | tee -a "$out/gpu-tests.log"
   args="--test-threads=1"
   case "$t" in *gpu*) args="$args --nocapture";; esac
@@ -51,7 +52,7 @@ want tests && for t in .gpu-bin/test-*; do
     echo "FAILED: $t" | tee -a "$out/gpu-tests.log"; fail=1
   fi
 done
-if want tests && [ -x .gpu-bin/zcs_demo ]; then
+if want tests && picked demo && [ -x .gpu-bin/zcs_demo ]; then
   echo "== demo" | tee -a "$out/demo.log"
   timeout 120 .gpu-bin/zcs_demo -n 200 -s 33554432 >>"$out/demo.log" 2>&1 || { echo "FAILED: demo" | tee -a "$out/demo.log"; fail=1; }
 fi
@@ -138,7 +139,7 @@ if ls .gpu-pack/wheels/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --target .gpu-py .gpu-pack/wheels/*.whl 2>>"$out/python-tests.log" \
     || python3 -m zipfile -e .gpu-pack/wheels/*.whl .gpu-py
   export PYTHONPATH="$PWD/.gpu-py${PYTHONPATH:+:$PYTHONPATH}" XLA_PYTHON_CLIENT_PREALLOCATE=false
-  if want tests; then
+  if want tests && picked python; then
     echo "== python GPU tests" | tee -a "$out/python-tests.log"
     if python3 -c "import pytest" 2>/dev/null; then
       pyt=(python3 -m pytest -q -p no:cacheprovider python/tests/gpu -s)
