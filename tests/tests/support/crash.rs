@@ -164,7 +164,7 @@ fn gpu_free(s: &GpuSession) -> Option<usize> {
 }
 
 /// The victims' GPU where it is not this process's session's (cells on two GPUs), with
-/// its free memory before the first victim: after each kill it must be back there too.
+/// its free memory at the start of the cell: after each kill it must be back there too.
 struct VictimGpu {
     gpu: zenoh_cuda_shm::cuda::Gpu,
     base_free: usize,
@@ -471,6 +471,9 @@ pub fn subscriber_killed(mode: Mode, test: &'static str) {
 pub fn subscriber_killed_on(mode: Mode, test: &'static str, victim_gpu: usize) {
     const TEST: &str = "subscriber killed";
     let _l = serial();
+    // Before any baseline: a context of this process on that GPU opens descriptors and
+    // starts threads of the driver.
+    let mut victim_dev = VictimGpu::open(mode, victim_gpu);
     let n = iterations();
     let _w = watchdog_guard(test, Duration::from_secs(60 + 3 * n as u64));
     let t_all = Instant::now();
@@ -502,7 +505,6 @@ pub fn subscriber_killed_on(mode: Mode, test: &'static str, victim_gpu: usize) {
     let per_block = fds_per_block(mode);
     let (base_free, base_pool_bytes) = (gpu_free(&pub_session), publisher.pool_stats().bytes);
     let mut gpu_settle = Duration::ZERO;
-    let mut victim_dev = VictimGpu::open(mode, victim_gpu);
 
     let (mut reclaims, mut reaps, mut settle) = (Vec::with_capacity(n), Vec::with_capacity(n), Duration::ZERO);
     let (mut unseen, mut handshaking, mut while_ready, mut held_at_kill, mut over_target) = (0, 0, 0, 0u64, 0);
@@ -632,6 +634,9 @@ pub fn publisher_killed(mode: Mode, test: &'static str) {
 pub fn publisher_killed_on(mode: Mode, test: &'static str, victim_gpu: usize) {
     const TEST: &str = "publisher killed";
     let _l = serial();
+    // Before any baseline: a context of this process on that GPU opens descriptors and
+    // starts threads of the driver.
+    let mut victim_dev = VictimGpu::open(mode, victim_gpu);
     let n = iterations();
     let _w = watchdog_guard(test, Duration::from_secs(60 + 3 * n as u64));
     let t_all = Instant::now();
@@ -666,7 +671,6 @@ pub fn publisher_killed_on(mode: Mode, test: &'static str, victim_gpu: usize) {
     let no_blocks = || 0;
     let base_free = gpu_free(&sub_session);
     let mut gpu_settle = Duration::ZERO;
-    let mut victim_dev = VictimGpu::open(mode, victim_gpu);
 
     let (mut silent, mut delivering, mut settle, mut forget) = (0, 0, Duration::ZERO, Vec::with_capacity(n));
     for i in 0..n {
