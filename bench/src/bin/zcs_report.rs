@@ -64,6 +64,11 @@ const ZERO_COPY: &str = "zero-copy";
 const ZERO_COPY_PROVIDER: &str = "zero-copy-provider";
 const ZERO_COPY_ZENOHD: &str = "zero-copy-zenohd";
 const PLAIN: &str = "zenoh-plain";
+const ZERO_COPY_PEER: &str = "zero-copy-peer";
+const PEER_COPY: &str = "peer-copy";
+/// `zcs_peer_bench`: GPU 1 reading GPU 0's block in place, and the raw peer copy.
+const PEER_READ: &str = "zero-copy-peer-read";
+const PEER_COPY_RAW: &str = "peer-copy-raw";
 
 /// Whether a path is ours, not Zenoh's own (`zenoh-plain`, `zenoh-shm`, `zenoh-pinned`, …).
 fn is_ours(path: &str) -> bool {
@@ -85,6 +90,11 @@ const GOAL_FIRST_US: f64 = 1000.0;
 const GOAL_PROVIDER_RATIO: f64 = 1.1;
 /// torch.multiprocessing round trip ÷ ours, at least.
 const GOAL_TORCH_RATIO: f64 = 10.0;
+/// Zero-copy to a peer GPU ÷ on the same GPU, p50, at most.
+const GOAL_PEER_RATIO: f64 = 1.2;
+/// The in-place read across the link ÷ the raw peer copy's bandwidth, at least, from
+/// `COPY_SIZE` up (below it launch and host timing dominate both).
+const GOAL_PEER_READ: f64 = 0.8;
 
 // ---------------------------------------------------------------------------------
 // Reading a run
@@ -277,6 +287,13 @@ struct TputRow {
     cells: BTreeMap<(u64, u64), TputCell>,
 }
 
+/// A `zcs_peer_bench` row, per size: (p50 µs, p99 µs).
+#[derive(Debug, Clone)]
+struct PeerRow {
+    path: String,
+    cells: BTreeMap<u64, (f64, Option<f64>)>,
+}
+
 /// A pool micro-benchmark, per size: (p50 ns, p99 ns, n).
 #[derive(Debug, Clone)]
 struct PoolRow {
@@ -293,6 +310,7 @@ struct Data {
     throughput: Vec<TputRow>,
     first: Vec<Record>,
     pool: Vec<PoolRow>,
+    peer: Vec<PeerRow>,
     /// Setup rows (`*-setup`, `device`).
     setups: Vec<Record>,
     /// Rows a benchmark printed for an error (`*-error`).
@@ -420,6 +438,15 @@ fn aggregate(records: &[Record], warnings: &mut Vec<String>) -> Data {
                     || TputRow { path: path.clone(), cells: BTreeMap::new() },
                 );
                 insert_once(&mut row.cells, (size, subs), cell, &format!("throughput `{path}`"), warnings);
+            }
+            "peer-bandwidth" => {
+                let (Some(size), Some(p50)) = (size, r.num("p50_us")) else {
+                    warnings.push(missing("size or p50_us"));
+                    continue;
+                };
+                let row =
+                    row_mut(&mut d.peer, |x| x.path == path, || PeerRow { path: path.clone(), cells: BTreeMap::new() });
+                insert_once(&mut row.cells, size, (p50, r.num("p99_us")), &format!("peer `{path}`"), warnings);
             }
             "first-message" => d.first.push(r.clone()),
             "device" => d.setups.push(r.clone()),
@@ -586,7 +613,8 @@ fn goal_copy(d: &Data) -> Goal {
     let best = d
         .latency
         .iter()
-        .filter(|r| !r.anchor && !r.path.starts_with(ZERO_COPY) && r.path != PLAIN)
+        // `peer-copy` is one copy between GPUs of the zero-copy link, not a copy path.
+        .filter(|r| !r.anchor && !r.path.starts_with(ZERO_COPY) && r.path != PLAIN && r.path != PEER_COPY)
         .filter_map(|r| r.cells.get(&COPY_SIZE).map(|c| (r.path.as_str(), c.p50)))
         .min_by(|a, b| a.1.total_cmp(&b.1));
     let Some((path, copy)) = best else {
@@ -595,6 +623,68 @@ fn goal_copy(d: &Data) -> Goal {
     let ratio = copy / zc.p50;
     let measured = format!("`{path}` {} µs ÷ `zero-copy` {} µs = {}", fmt_num(copy), fmt_num(zc.p50), fmt_ratio(ratio));
     Goal::new(goal, &target, measured, Status::of(&[ratio >= GOAL_COPY_RATIO]))
+}
+
+/// Zero-copy to a subscriber on another GPU ÷ on the same GPU, p50 (RTT/2), at every size
+/// both rows have.
+fn goal_peer_latency(d: &Data) -> Goal {
+    let goal = "Zero-copy to a peer GPU ÷ same GPU, p50, one way = RTT/2";
+    let target = format!("≤ {GOAL_PEER_RATIO}× at every size");
+    let (Some(same), Some(peer)) = (d.lat(ZERO_COPY, false), d.lat(ZERO_COPY_PEER, false)) else {
+        return Goal::not_measured(goal, &target, "needs `zero-copy` and `zero-copy-peer` rows");
+    };
+    let (mut parts, mut checks) = (Vec::new(), Vec::new());
+    for (&size, p) in &peer.cells {
+        if let Some(s) = same.cells.get(&size) {
+            let ratio = p.p50 / s.p50;
+            checks.push(ratio <= GOAL_PEER_RATIO);
+            parts.push(format!("{} {}", human_size(size), fmt_ratio(ratio)));
+        }
+    }
+    if checks.is_empty() {
+        return Goal::not_measured(goal, &target, "`zero-copy` and `zero-copy-peer` share no size");
+    }
+    Goal::new(goal, &target, parts.join(", "), Status::of(&checks))
+}
+
+/// The in-place read across the link as a share of the raw peer copy's bandwidth (the
+/// copy's p50 ÷ the read's), judged from `COPY_SIZE` up and shown at every size.
+fn goal_peer_read(d: &Data) -> Goal {
+    let goal = "In-place read across the link ÷ raw peer copy, bandwidth at p50";
+    let target = format!("≥ {:.0} % from {}", GOAL_PEER_READ * 100.0, human_size(COPY_SIZE));
+    let find = |path: &str| d.peer.iter().find(|r| r.path == path);
+    let (Some(read), Some(raw)) = (find(PEER_READ), find(PEER_COPY_RAW)) else {
+        return Goal::not_measured(goal, &target, "needs `zero-copy-peer-read` and `peer-copy-raw` rows");
+    };
+    let (mut parts, mut checks) = (Vec::new(), Vec::new());
+    for (&size, &(read_us, _)) in &read.cells {
+        if let Some(&(raw_us, _)) = raw.cells.get(&size) {
+            let share = raw_us / read_us;
+            if size >= COPY_SIZE {
+                checks.push(share >= GOAL_PEER_READ);
+            }
+            parts.push(format!("{} {:.0} %", human_size(size), share * 100.0));
+        }
+    }
+    if checks.is_empty() {
+        return Goal::not_measured(goal, &target, "no size from 32 MiB in both rows");
+    }
+    Goal::new(goal, &target, parts.join(", "), Status::of(&checks))
+}
+
+/// 4K RGBA frames to one subscriber on another GPU, read in place or copied on arrival.
+fn goal_4k_peer(d: &Data) -> Goal {
+    let goal = "4K RGBA msgs/s to 1 subscriber on a peer GPU";
+    let target = format!("≥ {}", fmt_num(GOAL_4K_ONE));
+    let rows: Vec<(&str, f64)> = [ZERO_COPY_PEER, PEER_COPY]
+        .into_iter()
+        .filter_map(|p| d.tput(p, FRAME_4K_RGBA, 1).map(|c| (p, c.msgs)))
+        .collect();
+    if rows.is_empty() {
+        return Goal::not_measured(goal, &target, "no 4K RGBA `zero-copy-peer` or `peer-copy` row");
+    }
+    let measured = rows.iter().map(|(p, m)| format!("`{p}` {}", fmt_num(*m))).collect::<Vec<_>>().join(", ");
+    Goal::new(goal, &target, measured, Status::of(&rows.iter().map(|r| r.1 >= GOAL_4K_ONE).collect::<Vec<_>>()))
 }
 
 fn goal_4k(d: &Data, subs: u64, min: f64) -> Goal {
@@ -685,6 +775,9 @@ fn goals(d: &Data) -> Vec<Goal> {
         goal_provider(d),
         goal_4k(d, 1, GOAL_4K_ONE),
         goal_4k(d, 4, GOAL_4K_FOUR),
+        goal_peer_latency(d),
+        goal_peer_read(d),
+        goal_4k_peer(d),
         goal_first(d),
         goal_vs(d, "torch-mp-ipc-hold", "Round trip vs torch.multiprocessing, tensors kept (hold)", &torch, |r| {
             r >= GOAL_TORCH_RATIO
@@ -918,6 +1011,32 @@ fn anchors_section(out: &mut String, d: &Data) {
     let _ = writeln!(out, "{DASH_LEGEND} \"no payload\": the transport's floor (a tiny tuple).\n");
 }
 
+/// `zcs_peer_bench`: reads and copies across the link between two GPUs.
+fn peer_section(out: &mut String, d: &Data) {
+    if d.peer.is_empty() {
+        return;
+    }
+    out.push_str("## Reading across peer GPUs (`zcs_peer_bench`)\n\n");
+    let sizes: BTreeSet<u64> = d.peer.iter().flat_map(|r| r.cells.keys().copied()).collect();
+    let mut header = vec!["Path, µs p50 / p99 (GB/s at p50)".to_owned()];
+    header.extend(sizes.iter().map(|&s| size_header(s)));
+    let table: Vec<Vec<String>> = d
+        .peer
+        .iter()
+        .map(|r| {
+            let mut row = vec![format!("`{}`", r.path)];
+            row.extend(sizes.iter().map(|&s| {
+                r.cells.get(&s).map_or("—".into(), |&(p50, p99)| {
+                    format!("{} ({})", pair(p50, p99), fmt_num(s as f64 / p50 / 1e3))
+                })
+            }));
+            row
+        })
+        .collect();
+    md_table(out, &header, &table);
+    let _ = writeln!(out, "{DASH_LEGEND}\n");
+}
+
 fn d2d_section(out: &mut String, d: &Data) {
     out.push_str("## Device-to-device copy (the physical reference)\n\n");
     if d.d2d.is_empty() {
@@ -1126,6 +1245,7 @@ fn report_md(run: &Run, d: &Data, goals: &[Goal]) -> String {
     out.push_str("Plots: `latency.png` (one way p50 against size, log-log), `throughput.png` (msgs/s per path).\n\n");
     latency_section(&mut out, d);
     anchors_section(&mut out, d);
+    peer_section(&mut out, d);
     d2d_section(&mut out, d);
     throughput_section(&mut out, d);
     first_section(&mut out, d);
@@ -1608,6 +1728,31 @@ mod tests {
                 assert!(x.measured.starts_with("not measured"), "{}", x.measured);
             }
         }
+    }
+
+    #[test]
+    fn peer_goals_and_peer_copy_is_not_a_copy_path() {
+        let lat = r#"{"bench":"latency","path":"zero-copy","size":33554432,"one_way_p50_us":24.0}
+{"bench":"latency","path":"zero-copy-peer","size":33554432,"one_way_p50_us":26.0}
+{"bench":"latency","path":"peer-copy","size":33554432,"one_way_p50_us":60.0}
+{"bench":"latency","path":"cpu-bytes","size":33554432,"one_way_p50_us":18000.0}"#;
+        let peer = r#"{"bench":"peer-bandwidth","path":"zero-copy-peer-read","size":1048576,"p50_us":25.0}
+{"bench":"peer-bandwidth","path":"peer-copy-raw","size":1048576,"p50_us":11.0}
+{"bench":"peer-bandwidth","path":"zero-copy-peer-read","size":33554432,"p50_us":110.0}
+{"bench":"peer-bandwidth","path":"peer-copy-raw","size":33554432,"p50_us":94.0}"#;
+        let (_, d, warnings) = data_of(&[("zcs_latency.jsonl", lat), ("zcs_peer_bench.jsonl", peer)]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert!(goal_copy(&d).measured.starts_with("`cpu-bytes`"), "{}", goal_copy(&d).measured);
+        assert_eq!(goal_peer_latency(&d).status, Status::Met);
+        // Judged from 32 MiB only: 85 % there, 44 % at 1 MiB (shown, not judged).
+        let read = goal_peer_read(&d);
+        assert_eq!(read.status, Status::Met);
+        assert!(read.measured.contains("1 MiB 44 %") && read.measured.contains("32 MiB 85 %"), "{}", read.measured);
+        let slow = lat.replace("\"one_way_p50_us\":26.0", "\"one_way_p50_us\":30.0");
+        let (_, d, _) = data_of(&[("zcs_latency.jsonl", &slow)]);
+        assert_eq!(goal_peer_latency(&d).status, Status::NotMet);
+        assert_eq!(goal_peer_read(&d).status, Status::NotMeasured);
+        assert_eq!(goal_4k_peer(&d).status, Status::NotMeasured);
     }
 
     #[test]
