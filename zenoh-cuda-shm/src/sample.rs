@@ -268,54 +268,41 @@ impl GpuSample {
     /// stream, the legacy default stream included.
     pub fn read(&self, stream: &Stream) -> Result<DeviceRead<'_>, ReadError> {
         let SubMedium::Cuda(gpu) = &self.0.medium else { return Err(ReadError::NoGpu) };
-        match &self.0.body {
-            Body::ZeroCopy(z) => match &z.block {
-                Imported::Cuda(b) => {
-                    if z.link.died_unready(z.key) {
-                        return Err(ReadError::PublisherDied);
-                    }
-                    let signals = z.link.signals.as_ref().expect("CUDA links carry a signal block");
-                    signals.wait(stream, z.key.id, z.key.generation)?;
-                    Ok(DeviceRead {
-                        ptr: b.device_ptr() + z.offset as u64,
-                        len: z.len,
-                        stream: Arc::clone(stream),
-                        gpu: gpu.clone(),
-                        sink: Some(&z.fences),
-                        sub: &self.0.sub,
-                        staged: None,
-                        ended: false,
-                    })
-                }
-                Imported::Host(_) => unreachable!("a CUDA subscriber imports device blocks only"),
-            },
-            Body::Copied(c) => Ok(DeviceRead {
-                ptr: c.begin(stream)?,
-                len: c.len,
-                stream: Arc::clone(stream),
-                gpu: gpu.clone(),
-                sink: Some(&c.fences),
-                sub: &self.0.sub,
-                staged: None,
-                ended: false,
-            }),
-            Body::Bytes(bytes) => {
+        let (ptr, sink, staged) = match (self.begin_detached_read(stream)?, self.fences()) {
+            // A block read in place, or this GPU's copy of one: the reads' fences go
+            // with the sample's.
+            (Some(ptr), Some(sink)) => (ptr, Some(sink), None),
+            _ => {
+                let Body::Bytes(bytes) = &self.0.body else {
+                    unreachable!("a CUDA subscriber's blocks are device blocks")
+                };
                 let host = bytes.to_bytes();
                 let staged = crate::cuda::DeviceBlock::allocate(gpu, host.len().max(1))?;
                 // SAFETY: `staged` has ≥ len bytes and is owned by the read, which keeps it
                 // until its reads on `stream` are fenced.
                 unsafe { copy::host_to_device(stream, staged.device_ptr(), &host) }?;
-                Ok(DeviceRead {
-                    ptr: staged.device_ptr(),
-                    len: host.len(),
-                    stream: Arc::clone(stream),
-                    gpu: gpu.clone(),
-                    sink: None,
-                    sub: &self.0.sub,
-                    staged: Some(staged),
-                    ended: false,
-                })
+                (staged.device_ptr(), None, Some(staged))
             }
+        };
+        Ok(DeviceRead {
+            ptr,
+            len: self.len(),
+            stream: Arc::clone(stream),
+            gpu: gpu.clone(),
+            sink,
+            sub: &self.0.sub,
+            staged,
+            ended: false,
+        })
+    }
+
+    /// The fences that the sample's lease (or its copy's block) waits for; `None` for
+    /// bytes samples, which hold neither.
+    fn fences(&self) -> Option<&Mutex<Vec<Box<dyn PoolFence>>>> {
+        match &self.0.body {
+            Body::ZeroCopy(z) => Some(&z.fences),
+            Body::Copied(c) => Some(&c.fences),
+            Body::Bytes(_) => None,
         }
     }
 }
@@ -404,13 +391,14 @@ impl GpuSample {
         }
     }
 
-    /// For a device block read in place: makes work enqueued on `stream` after this call
-    /// wait for the publisher's ready signal, and returns the device address of the first
-    /// payload byte. The address stays mapped while this sample or a clone of it is alive.
-    /// A reader that outlives its borrow keeps a clone and, after its last read, hands a
-    /// fence to [`GpuSample::hold_lease_until`] so that the lease outlives the reads.
+    /// For a device block read in place (or this GPU's copy of a peer GPU's block): makes
+    /// work enqueued on `stream` after this call wait for the publisher's ready signal (or
+    /// the copy), and returns the device address of the first payload byte. The address
+    /// stays mapped while this sample or a clone of it is alive. A reader that outlives its
+    /// borrow keeps a clone and, after its last read, hands a fence to
+    /// [`GpuSample::hold_lease_until`] so that the lease (or the copy) outlives the reads.
     ///
-    /// `Ok(None)` for samples that are not device blocks read in place (bytes paths).
+    /// `Ok(None)` for samples that are not device blocks (bytes paths).
     pub(crate) fn begin_detached_read(&self, stream: &Stream) -> Result<Option<u64>, ReadError> {
         if !matches!(self.0.medium, SubMedium::Cuda(_)) {
             return Err(ReadError::NoGpu);
@@ -436,16 +424,12 @@ impl GpuSample {
     /// once the last clone is gone: the release then waits for it on the subscriber's
     /// releaser. Hands the fence back for samples that hold no lease.
     pub(crate) fn hold_lease_until(&self, fence: Box<dyn PoolFence>) -> Option<Box<dyn PoolFence>> {
-        match &self.0.body {
-            Body::ZeroCopy(z) => {
-                z.fences.locked().push(fence);
+        match self.fences() {
+            Some(fences) => {
+                fences.locked().push(fence);
                 None
             }
-            Body::Copied(c) => {
-                c.fences.locked().push(fence);
-                None
-            }
-            Body::Bytes(_) => Some(fence),
+            None => Some(fence),
         }
     }
 
