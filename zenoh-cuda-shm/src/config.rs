@@ -135,6 +135,14 @@ pub struct ZcsConfig {
     /// meanwhile does not wait for a sleeping thread to wake. Costs a busy core for
     /// that long after each message; for latency-critical consumers with cores to spare.
     pub spin_us: u64,
+    /// With the `zenoh-shm` feature: the size of a Zenoh shared-memory pool (POSIX,
+    /// registered with CUDA) that this session's publishers copy out into, so that Zenoh
+    /// peers of this host with shared memory on (plain Zenoh subscribers, our subscribers
+    /// that take bytes) receive those copies by reference instead of through a socket.
+    /// 0 (default): off. A message that does not fit takes the usual staging copy. The
+    /// ROS 2 publisher's CDR copy does not use it yet. Opening a session with a non-zero
+    /// size fails in a build without the feature.
+    pub zenoh_shm_out_bytes: u64,
 }
 
 impl Default for ZcsConfig {
@@ -154,6 +162,7 @@ impl Default for ZcsConfig {
             provider_discovery_ms: 300,
             peer_gpus: PeerGpus::InPlace,
             spin_us: 0,
+            zenoh_shm_out_bytes: 0,
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Host-side operating-system calls: sealed memfd blocks and the kernel boot id.
+//! Host-side operating-system calls: sealed memfd blocks, the kernel boot id, and which
+//! mapping of this process holds an address.
 //!
 //! Like [`crate::cuda::sys`] for the driver, this is the one place with raw `libc`
 //! calls for memory; the safe owner above them is [`HostBlock`].
@@ -133,6 +134,30 @@ pub fn boot_id() -> io::Result<String> {
         return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unexpected boot_id {id:?}")));
     }
     Ok(id.to_ascii_lowercase())
+}
+
+/// A mapping of this process, from `/proc/self/maps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// First address.
+    pub start: usize,
+    /// Length in bytes.
+    pub len: usize,
+    /// The mapped file's path (empty for anonymous memory).
+    pub path: String,
+}
+
+/// The mapping of this process that holds address `p`, if any.
+pub fn mapping_of(p: *const u8) -> io::Result<Option<Mapping>> {
+    let p = p as usize;
+    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    Ok(maps.lines().find_map(|line| {
+        // start-end perms offset dev inode path
+        let mut fields = line.split_whitespace();
+        let (a, b) = fields.next()?.split_once('-')?;
+        let (start, end) = (usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?);
+        (start <= p && p < end).then(|| Mapping { start, len: end - start, path: fields.nth(4).unwrap_or("").to_owned() })
+    }))
 }
 
 /// Whether process `pid` has exited (no `/proc/<pid>`, or a zombie waiting to be

@@ -69,6 +69,7 @@ pub use tensor::{HostTensor, OwnedTensor, TensorPublishError, TensorReadError, T
 /// The tensor metadata crate ([`tensor_codec::TensorMeta`], [`tensor_codec::DType`], …).
 pub use tensor_codec;
 pub use transport::publisher::{DeclareError, PublisherStats, PutError, PutReport};
+pub use transport::shm_out::ShmOutError;
 pub use transport::subscriber::SubscriberStats;
 
 /// The repository's README: its Rust example is compiled and run as a doc test (on host

@@ -67,6 +67,7 @@ use zenoh::shm::{
 use zenoh_cuda_shm::cuda::kernels::fill_pattern;
 use zenoh_cuda_shm::cuda::pinned::HostRegistration;
 use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
+use zenoh_cuda_shm::host::{Mapping, mapping_of};
 use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
 
 #[derive(Parser, Debug)]
@@ -176,20 +177,6 @@ fn round_up(n: usize, to: usize) -> usize {
 // SHM segments: the publisher's pool and the registrations with CUDA
 // ---------------------------------------------------------------------------------
 
-/// The `mmap`ed range of this process that holds address `p`, from `/proc/self/maps`:
-/// `(start, len, path)`.
-fn mapping_of(p: *const u8) -> Option<(usize, usize, String)> {
-    let p = p as usize;
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    maps.lines().find_map(|line| {
-        // start-end perms offset dev inode path
-        let mut fields = line.split_whitespace();
-        let (a, b) = fields.next()?.split_once('-')?;
-        let (a, b) = (usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?);
-        (a <= p && p < b).then(|| (a, b - a, fields.nth(4).unwrap_or("").to_owned()))
-    })
-}
-
 /// The Zenoh SHM segment mappings this process has seen payloads in, each registered
 /// with CUDA (whole mapping, once) when there is a GPU to register them with. Without
 /// one (`--backend host`, `--pageable`) the lookup still runs, so a host run checks it.
@@ -224,7 +211,8 @@ impl Segments {
         if self.seen(bytes) {
             return;
         }
-        let (start, len, path) = mapping_of(bytes.as_ptr()).expect("an SHM payload outside every mapping");
+        let Mapping { start, len, path } =
+            mapping_of(bytes.as_ptr()).expect("/proc/self/maps").expect("an SHM payload outside every mapping");
         assert!(
             path.starts_with("/dev/shm/") && path.ends_with(".zenoh"),
             "the payload's mapping is {path:?}, not a Zenoh SHM segment (/dev/shm/*.zenoh)"

@@ -72,6 +72,7 @@ impl PublisherBuilder {
             s.cfg.congestion,
             Duration::from_millis(s.cfg.lease_wait_ms),
             provider.as_ref().map(|c| c.provider().clone()),
+            s.shm_out.clone(),
         )?;
         let report = core.reporter();
         self.session.report(Box::new(move |out| report().map(|p| out.publishers.push(p)).is_some()));

@@ -10,6 +10,7 @@ use crate::cuda::{Gpu, ProbeError};
 use crate::pool::BackendKind;
 use crate::protocol::Group;
 use crate::provider::{NoProvider, ProviderClient, ProviderWatch};
+use crate::transport::shm_out::ShmOut;
 
 use super::*;
 
@@ -35,6 +36,9 @@ pub enum OpenError {
     /// `provider: required` was configured and no host provider could be used.
     #[error("provider: required was configured, and no host provider can be used")]
     NoProvider(#[source] NoProvider),
+    /// `zenoh_shm_out_bytes` is set and its pool cannot be made.
+    #[error("the Zenoh shared-memory pool for copies out (zenoh_shm_out_bytes)")]
+    ShmOut(#[source] crate::ShmOutError),
 }
 
 pub(super) struct SessionInner {
@@ -49,6 +53,8 @@ pub(super) struct SessionInner {
     pub(super) watch: Option<Arc<ProviderWatch>>,
     /// What this session reports to its provider (shared with `with_plain_listen`).
     pub(super) reports: Arc<Mutex<Reports>>,
+    /// The Zenoh SHM pool its publishers copy out into (`zenoh_shm_out_bytes`).
+    pub(super) shm_out: Option<Arc<ShmOut>>,
 }
 
 /// A Zenoh session with a GPU (or host-memory) block provider. Cheap to clone.
@@ -108,6 +114,10 @@ impl OpenBuilder {
             (None, Some(why)) => tracing::info!(why = %why, "zenoh-cuda-shm: no GPU path, using host memory blocks"),
             (None, None) => {}
         }
+        let shm_out = match usize::try_from(cfg.zenoh_shm_out_bytes).unwrap_or(usize::MAX) {
+            0 => None,
+            bytes => Some(Arc::new(ShmOut::new(bytes, gpu.as_ref()).map_err(OpenError::ShmOut)?)),
+        };
         let providers = Arc::new(crate::provider::Providers::new(rand::random::<u64>() | 1));
         let watch = match cfg.provider {
             ProviderMode::Off => None,
@@ -153,6 +163,7 @@ impl OpenBuilder {
             providers,
             watch,
             reports: Arc::default(),
+            shm_out,
         });
         if let Some(endpoints) = dials {
             warn_if_unreached(Arc::downgrade(&inner), endpoints);
@@ -265,6 +276,7 @@ impl GpuSession {
             providers: Arc::clone(&s.providers),
             watch: s.watch.clone(),
             reports: Arc::clone(&s.reports),
+            shm_out: s.shm_out.clone(),
         }))
     }
 }

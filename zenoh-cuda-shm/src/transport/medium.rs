@@ -14,6 +14,7 @@ use crate::pool::{
     BlockKey, BlockMemory, CapabilityKey, CudaBackend, HolderId, HostBackend, LeaseError, Pool, PoolStats, Published,
 };
 use crate::signal::{ReadySignals, SignalError};
+use crate::transport::shm_out::ShmOut;
 
 /// What a publisher allocates from.
 pub(crate) enum PubMedium {
@@ -78,30 +79,59 @@ impl PubMedium {
         }
     }
 
-    /// Copies `len` bytes at `offset` of a published block out as a Zenoh payload. For
-    /// device memory the copy goes into pinned staging, ordered after the block's ready
-    /// signal on a stream of its own, and waited for; the staging buffer becomes the
-    /// payload without another copy.
-    pub(crate) fn copy_out(&self, p: &PublishedAny, offset: usize, len: usize) -> Result<ZBytes, SignalError> {
-        match (self, p) {
+    /// Copies `len` bytes at `offset` of a published block out as a Zenoh payload, into
+    /// a buffer of `shm` where it has room (then also `true`). For device memory the copy
+    /// is ordered after the block's ready signal on a stream of its own, and waited for;
+    /// without an SHM buffer it goes into pinned staging, which becomes the payload
+    /// without another copy.
+    pub(crate) fn copy_out(
+        &self,
+        p: &PublishedAny,
+        offset: usize,
+        len: usize,
+        shm: Option<&ShmOut>,
+    ) -> Result<(ZBytes, bool), SignalError> {
+        #[cfg(feature = "zenoh-shm")]
+        if let Some(mut buf) = shm.and_then(|s| s.buffer(len)) {
+            match (self, p) {
+                (Self::Cuda { signals, copy_stream, .. }, PublishedAny::Cuda(p)) => {
+                    let key = p.key();
+                    signals.wait(copy_stream, key.id, key.generation)?;
+                    // SAFETY: the block is held by `p` (mapped, ≥ offset+len bytes) and
+                    // nothing writes it once published; `buf` is ours until the copy,
+                    // which this call waits for, is done.
+                    unsafe { crate::cuda::copy::device_to_host(copy_stream, p.addr() + offset as u64, &mut buf[..]) }?;
+                }
+                (Self::Host { .. }, PublishedAny::Host(p)) => buf.copy_from_slice(host_range(p, offset, len)),
+                _ => unreachable!("a publisher's blocks come from its own medium"),
+            }
+            return Ok((ZBytes::from(buf), true));
+        }
+        #[cfg(not(feature = "zenoh-shm"))]
+        let _ = shm;
+        let bytes = match (self, p) {
             (Self::Cuda { signals, copy_stream, staging, .. }, PublishedAny::Cuda(p)) => {
                 let key = p.key();
                 signals.wait(copy_stream, key.id, key.generation)?;
                 // SAFETY: the block is held by `p` (mapped, ≥ offset+len bytes: the caller
                 // passes the loaned range) and nothing writes it once published.
                 let buf = unsafe { staging.copy_from_device(p.addr() + offset as u64, len, copy_stream) }?;
-                Ok(ZBytes::from(bytes::Bytes::from_owner(buf)))
+                ZBytes::from(bytes::Bytes::from_owner(buf))
             }
-            (Self::Host { .. }, PublishedAny::Host(p)) => {
-                let block = p.memory().block();
-                // SAFETY: the block is mapped with `size()` bytes, held by `p`, and
-                // published: no writer touches it any more.
-                let whole = unsafe { std::slice::from_raw_parts(block.as_ptr(), block.size()) };
-                Ok(ZBytes::from(whole[offset..offset + len].to_vec()))
-            }
+            (Self::Host { .. }, PublishedAny::Host(p)) => ZBytes::from(host_range(p, offset, len).to_vec()),
             _ => unreachable!("a publisher's blocks come from its own medium"),
-        }
+        };
+        Ok((bytes, false))
     }
+}
+
+/// `len` bytes at `offset` of a published host block (the caller passes the loaned range).
+fn host_range(p: &Published<HostBackend>, offset: usize, len: usize) -> &[u8] {
+    let block = p.memory().block();
+    // SAFETY: the block is mapped with `size()` bytes, held by `p` for the borrow, and
+    // published: no writer touches it any more.
+    let whole = unsafe { std::slice::from_raw_parts(block.as_ptr(), block.size()) };
+    &whole[offset..offset + len]
 }
 
 /// A published block of either medium.

@@ -10,7 +10,9 @@
 //! 3. **bytes** on the plain `<key>` when Zenoh reports a subscriber there (plain Zenoh
 //!    or ROS nodes).
 //!
-//! The device→host copy for 2 and 3 happens once, and only when 2 or 3 is needed.
+//! The device→host copy for 2 and 3 happens once, and only when 2 or 3 is needed; with
+//! `zenoh_shm_out_bytes` (feature `zenoh-shm`) it lands in Zenoh's shared memory
+//! (`shm_out.rs`).
 //! Routed frames go out in sequence order with the routing decision; a subscriber's
 //! link thread merges them with bytes from Zenoh by sequence number and delivers every
 //! sequence number of a publisher at most once (`docs/protocol.md`).
@@ -29,6 +31,7 @@ pub(crate) use step;
 pub(crate) mod locality;
 pub(crate) mod medium;
 pub mod publisher;
+pub mod shm_out;
 pub mod subscriber;
 
 use crate::sync::Unpoisoned;

@@ -27,6 +27,7 @@ use zenoh::sample::SampleKind;
 
 use super::RateLimitedWarn;
 use super::medium::PubMedium;
+use super::shm_out::ShmOut;
 use crate::config::Congestion;
 use crate::host::HostBlock;
 use crate::ipc::{AccessPolicy, ControlConn, ControlListener, SocketName};
@@ -48,6 +49,9 @@ pub struct PublisherStats {
     pub copies_out: u64,
     /// Bytes copied out.
     pub copied_bytes: u64,
+    /// Of `copies_out`, those that went into a Zenoh shared-memory buffer
+    /// (`zenoh_shm_out_bytes`); the others went through pinned staging.
+    pub shm_out: u64,
     /// Puts of bytes on the plain key.
     pub plain_puts: u64,
     /// Puts of bytes on `<key>/@zcs/b` for GPU-aware subscribers off the zero-copy path.
@@ -94,6 +98,7 @@ struct Counters {
     leases: AtomicU64,
     copies_out: AtomicU64,
     copied_bytes: AtomicU64,
+    shm_out: AtomicU64,
     plain_puts: AtomicU64,
     aware_bytes_puts: AtomicU64,
     lease_limited: AtomicU64,
@@ -158,6 +163,8 @@ pub(crate) struct Shared {
     probe_token: u64,
     /// The host provider our blocks may be lent by (named in `Welcome`).
     provider: Option<protocol::ProviderRef>,
+    /// The session's Zenoh SHM pool for copies out, if it has one.
+    pub(crate) shm_out: Option<Arc<ShmOut>>,
 }
 
 /// Why a publisher and a subscriber are not on the zero-copy path, from their groups.
@@ -268,6 +275,7 @@ impl PublisherCore {
         congestion: Congestion,
         lease_wait: Duration,
         provider: Option<protocol::ProviderRef>,
+        shm_out: Option<Arc<ShmOut>>,
     ) -> Result<Self, DeclareError> {
         let ke = KeyExpr::try_from(key.to_owned()).map_err(|source| DeclareError::Key { key: key.into(), source })?;
         // Verbatim chunks are concrete (e.g. the ROS channel `<base>/@zcs_ros2`); only our
@@ -301,6 +309,7 @@ impl PublisherCore {
             bad_input: RateLimitedWarn::new(Duration::from_secs(5)),
             probe,
             provider,
+            shm_out,
             probe_token,
         });
 
@@ -442,6 +451,7 @@ impl PublisherCore {
             leases: l(&c.leases),
             copies_out: l(&c.copies_out),
             copied_bytes: l(&c.copied_bytes),
+            shm_out: l(&c.shm_out),
             plain_puts: l(&c.plain_puts),
             aware_bytes_puts: l(&c.aware_bytes_puts),
             lease_limited: l(&c.lease_limited),

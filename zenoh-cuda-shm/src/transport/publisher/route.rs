@@ -191,8 +191,11 @@ impl PublisherCore {
         let to_plain = self.plain_matching();
         let copied_out = to_plain || aware_need_bytes;
         if copied_out {
-            let bytes = sh.medium.copy_out(&published, 0, len)?;
+            let (bytes, in_shm) = sh.medium.copy_out(&published, 0, len, sh.shm_out.as_deref())?;
             inc(&c.copies_out);
+            if in_shm {
+                inc(&c.shm_out);
+            }
             c.copied_bytes.fetch_add(len as u64, Ordering::Relaxed);
             let tag = sh.medium.capability_key().bytes_tag(sh.instance, seq, len as u64);
             let header = BytesHeader { publisher: sh.instance, seq, timestamp_ns: ts, from_block: true, tag, meta };

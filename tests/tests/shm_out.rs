@@ -1,0 +1,132 @@
+//! Copies out into Zenoh's shared memory (`zenoh_shm_out_bytes`, feature `zenoh-shm`): a
+//! plain Zenoh subscriber in another process, shared memory on, receives our publisher's
+//! messages as SHM buffers (by reference, not through the socket), every byte checked;
+//! a message larger than the pool still arrives, copied out the usual way. On host
+//! memory blocks (CI) and, with a GPU, on CUDA blocks (`SKIPPED` without one).
+//!
+//! Built with `--features zenoh-shm` only, in a cargo invocation of its own
+//! (`scripts/test.sh`): the feature changes `zenoh::FEATURES` for everything built with it.
+
+use std::time::{Duration, Instant};
+
+use zcs_tests::{Mode, child_role, free_tcp_port, gpu_or_skip, loopback_zenoh_config, spawn_child, watchdog_guard};
+use zenoh::Wait;
+use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern, fill_pattern};
+use zenoh_cuda_shm::{GpuPublisher, GpuSession, ShmOutError, ZcsConfig};
+
+const PREFIX: &str = "zcs-test/shm-out";
+const ENV_PORT: &str = "ZCS_TEST_PORT";
+const ENV_KEY: &str = "ZCS_TEST_KEY";
+const MIB: usize = 1 << 20;
+const POOL: u64 = 16 << 20;
+/// Above the inline threshold (64 KiB); the last one is larger than the pool.
+const SIZES: [usize; 5] = [256 << 10, MIB, 3 * MIB + 7, 5 * MIB, 24 * MIB];
+
+/// Peers on loopback with Zenoh's shared memory on, and its own copying of large
+/// ordinary payloads into SHM off: only the buffers our publisher fills travel that way.
+fn zenoh_config(listen: Option<u16>, connect: Option<u16>) -> zenoh::Config {
+    let mut c = loopback_zenoh_config(listen, connect, Some(PREFIX));
+    for (key, value) in [
+        ("transport/shared_memory/enabled", "true"),
+        ("transport/shared_memory/transport_optimization/enabled", "false"),
+    ] {
+        c.insert_json5(key, value).unwrap_or_else(|e| panic!("zenoh config {key} = {value}: {e}"));
+    }
+    c
+}
+
+fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < limit, "{what} within {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Puts message `seq` (1-based) of `SIZES`, filled with the pattern of `seq`.
+fn publish(p: &GpuPublisher, kernels: Option<&Kernels>, seq: u64) {
+    let len = SIZES[seq as usize - 1];
+    let mut loan = p.loan(len).unwrap();
+    match kernels {
+        Some(k) => {
+            let stream = loan.stream().unwrap().clone();
+            // SAFETY: the loan owns ≥ len mapped bytes; `put` orders its signal after this.
+            unsafe { k.fill(&stream, loan.device_ptr().unwrap(), len as u64, seq) }.unwrap();
+        }
+        None => fill_pattern(loan.as_mut_slice().unwrap(), 0, seq),
+    }
+    let r = p.put(loan).unwrap();
+    assert_eq!(r.seq, seq);
+    assert!(r.plain, "message {seq}: no plain subscriber matched");
+}
+
+fn run(mode: Mode, test: &'static str) {
+    let _w = watchdog_guard(test, Duration::from_secs(120));
+    let (port, key) = (free_tcp_port(), format!("{PREFIX}/{}/{}", mode.name(), std::process::id()));
+    let cfg = ZcsConfig { device: mode.device(), zenoh_shm_out_bytes: POOL, ..ZcsConfig::default() };
+    let session = GpuSession::open(zenoh_config(Some(port), None), cfg).wait().unwrap();
+    let kernels = session.gpu().map(|g| Kernels::load(g).unwrap());
+    let p = session.declare_publisher(&key).wait().unwrap();
+    let mut child = spawn_child("child_entry", "plain-sub", &[(ENV_PORT, port.to_string()), (ENV_KEY, key.clone())]);
+    wait_until("the plain subscriber", Duration::from_secs(30), || p.plain_subscribers());
+    for seq in 1..=SIZES.len() as u64 {
+        publish(&p, kernels.as_ref(), seq);
+    }
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "the plain subscriber did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "the plain subscriber failed: {status}");
+    let s = p.stats();
+    // Every message copied out once; all but the one larger than the pool into SHM.
+    assert_eq!((s.copies_out, s.shm_out), (SIZES.len() as u64, SIZES.len() as u64 - 1), "{s:?}");
+}
+
+#[test]
+fn zenoh_shm_out_host_blocks_reach_a_plain_subscriber_by_reference() {
+    run(Mode::Host, "zenoh_shm_out_host_blocks_reach_a_plain_subscriber_by_reference");
+}
+
+#[test]
+fn gpu_zenoh_shm_out_reaches_a_plain_subscriber_by_reference() {
+    const TEST: &str = "gpu_zenoh_shm_out_reaches_a_plain_subscriber_by_reference";
+    if gpu_or_skip(TEST).is_some() {
+        run(Mode::Cuda, TEST);
+    }
+}
+
+#[test]
+fn a_pool_that_cannot_be_made_fails_the_open_with_its_reason() {
+    let cfg = ZcsConfig { device: Mode::Host.device(), zenoh_shm_out_bytes: u64::MAX, ..ZcsConfig::default() };
+    let err = GpuSession::open(zenoh_config(None, None), cfg).wait().expect_err("an impossible pool");
+    let source = std::error::Error::source(&err).and_then(|e| e.downcast_ref::<ShmOutError>());
+    assert!(matches!(source, Some(ShmOutError::Segment { .. })), "{err:?}");
+}
+
+/// Entry point of the child process; ignored in normal runs.
+#[test]
+#[ignore = "entry point of the child process started by the tests above"]
+fn child_entry() {
+    let Some(role) = child_role() else { return };
+    assert_eq!(role, "plain-sub");
+    let _w = watchdog_guard("plain-sub", Duration::from_secs(90));
+    let env = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} unset"));
+    let port: u16 = env(ENV_PORT).parse().unwrap();
+    let z = zenoh::open(zenoh_config(None, Some(port))).wait().unwrap();
+    let sub = z.declare_subscriber(env(ENV_KEY)).wait().unwrap();
+    for (i, &len) in SIZES.iter().enumerate() {
+        let seq = i as u64 + 1;
+        let s = sub.recv_timeout(Duration::from_secs(30)).unwrap().unwrap_or_else(|| panic!("message {seq}"));
+        let payload = s.payload();
+        let by_reference = payload.as_shm().is_some();
+        assert_eq!(by_reference, len as u64 <= POOL, "message {seq} ({len} bytes): SHM {by_reference}");
+        let bytes = payload.to_bytes();
+        assert_eq!(bytes.len(), len, "message {seq}");
+        assert_eq!(check_pattern(&bytes, 0, seq), None, "message {seq}: wrong bytes");
+    }
+    println!("plain-sub: {} messages, every byte checked, all but the largest by reference", SIZES.len());
+}
