@@ -36,6 +36,17 @@ for line in sys.stdin:
         shutil.copy2(m["executable"], sys.argv[1] + "/" + name)
         print(name)
 ' "$out"
+# Copies out into Zenoh's shared memory: the feature changes zenoh::FEATURES, so its test
+# has a cargo invocation of its own (as in scripts/test.sh).
+cargo test --profile gpu -p zcs-shm-tests --features zenoh-shm --test shm_out --no-run --message-format=json 2>/dev/null \
+  | python3 -c '
+import json, shutil, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "shm_out":
+        shutil.copy2(m["executable"], sys.argv[1] + "/test-tests-shm_out")
+        print("test-tests-shm_out")
+' "$out"
 cargo build --profile gpu -p zcs-bench --bins -p zcs-examples --examples --message-format=json 2>/dev/null \
   | python3 -c '
 import json, shutil, sys

@@ -6,7 +6,7 @@
 #      crates.io by scripts/zenohd.sh (cached per machine), and in the static bridge;
 #      zenohd refusing a plugin built with other zenoh features (scripts/plugin-mismatch.sh);
 #      then, in a cargo invocation of its own, the copies out into Zenoh's shared memory
-#      (tests/shm_out.rs, feature zenoh-shm);
+#      (tests/zenoh-shm/tests/shm_out.rs, feature zenoh-shm; a package without the plugin);
 #   2. the CDR cross-check against an independent implementation (rosbags, PyPI), and
 #      the ROS 2 examples against an independent rmw_zenoh peer (tests/python);
 #   3. the Python package: built (dev profile, same target dir: nothing of the workspace
@@ -33,7 +33,7 @@ cargo test --workspace --locked 2>&1 | tee "$log"
 echo "== copies out into Zenoh's shared memory (feature zenoh-shm, a cargo invocation of its own)"
 # Zenoh's `shared-memory` changes zenoh::FEATURES for everything this invocation builds,
 # the plugin included: it must not share an invocation with the plugin's tests.
-cargo test --locked -p zcs-tests --features zenoh-shm --test shm_out 2>&1 | tee -a "$log"
+cargo test --locked -p zcs-shm-tests --features zenoh-shm --test shm_out 2>&1 | tee -a "$log"
 
 echo "== CDR cross-check against rosbags"
 python3 -m pip install -q --disable-pip-version-check -r tensor-codec/python/requirements.txt

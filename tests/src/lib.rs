@@ -210,6 +210,24 @@ pub fn loopback_zenoh_config(listen: Option<u16>, connect: Option<u16>, block_pr
     c
 }
 
+/// [`loopback_zenoh_config`] with Zenoh's shared memory on (for builds with Zenoh's
+/// `shared-memory` feature) and its own copying of large ordinary payloads into SHM off,
+/// so that only buffers a process allocated in SHM travel by reference.
+pub fn loopback_shm_zenoh_config(
+    listen: Option<u16>,
+    connect: Option<u16>,
+    block_prefix: Option<&str>,
+) -> zenoh::Config {
+    let mut c = loopback_zenoh_config(listen, connect, block_prefix);
+    for (key, value) in [
+        ("transport/shared_memory/enabled", "true"),
+        ("transport/shared_memory/transport_optimization/enabled", "false"),
+    ] {
+        c.insert_json5(key, value).unwrap_or_else(|e| panic!("zenoh config {key} = {value}: {e}"));
+    }
+    c
+}
+
 /// Aborts the process if the returned guard is still alive after `limit`: a hung test
 /// must fail, not stall CI. Dropping the guard disarms it, so tests that run one after
 /// another in a process cannot be aborted by an earlier test's limit.

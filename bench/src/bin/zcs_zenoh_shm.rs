@@ -56,7 +56,7 @@ use zcs_bench::frames::{CHILD_LIMIT, DRAIN_IDLE, FRAME_4K_RGBA, FRAME_1080P_RGB,
 use zcs_bench::latency::{Plan, Samples, row};
 use zcs_bench::{cpu_secs, now_ns, parse_stamp, stamp};
 use zcs_tests::{
-    child_role, free_tcp_port, loopback_zenoh_config, parse_size, percentile, recv_msg, send_msg, spawn_child_bin,
+    child_role, free_tcp_port, loopback_shm_zenoh_config, parse_size, percentile, recv_msg, send_msg, spawn_child_bin,
     wait_child, watchdog_guard,
 };
 use zenoh::Wait;
@@ -159,14 +159,7 @@ struct SubReport {
 /// Peer on loopback TCP as every benchmark here, with Zenoh's SHM transport on and its
 /// implicit copying of large ordinary payloads into SHM off.
 fn zenoh_config(listen: Option<u16>, connect: Option<u16>) -> zenoh::Config {
-    let mut c = loopback_zenoh_config(listen, connect, Some(PREFIX));
-    for (key, value) in [
-        ("transport/shared_memory/enabled", "true"),
-        ("transport/shared_memory/transport_optimization/enabled", "false"),
-    ] {
-        c.insert_json5(key, value).unwrap_or_else(|e| panic!("zenoh config {key} = {value}: {e}"));
-    }
-    c
+    loopback_shm_zenoh_config(listen, connect, Some(PREFIX))
 }
 
 fn round_up(n: usize, to: usize) -> usize {

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use zcs_tests::{Mode, child_role, free_tcp_port, gpu_or_skip, loopback_zenoh_config, spawn_child, watchdog_guard};
+use zcs_tests::{Mode, child_role, free_tcp_port, gpu_or_skip, loopback_shm_zenoh_config, spawn_child, watchdog_guard};
 use zenoh::Wait;
 use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern, fill_pattern};
 use zenoh_cuda_shm::{GpuPublisher, GpuSession, ShmOutError, ZcsConfig};
@@ -22,17 +22,8 @@ const POOL: u64 = 16 << 20;
 /// Above the inline threshold (64 KiB); the last one is larger than the pool.
 const SIZES: [usize; 5] = [256 << 10, MIB, 3 * MIB + 7, 5 * MIB, 24 * MIB];
 
-/// Peers on loopback with Zenoh's shared memory on, and its own copying of large
-/// ordinary payloads into SHM off: only the buffers our publisher fills travel that way.
 fn zenoh_config(listen: Option<u16>, connect: Option<u16>) -> zenoh::Config {
-    let mut c = loopback_zenoh_config(listen, connect, Some(PREFIX));
-    for (key, value) in [
-        ("transport/shared_memory/enabled", "true"),
-        ("transport/shared_memory/transport_optimization/enabled", "false"),
-    ] {
-        c.insert_json5(key, value).unwrap_or_else(|e| panic!("zenoh config {key} = {value}: {e}"));
-    }
-    c
+    loopback_shm_zenoh_config(listen, connect, Some(PREFIX))
 }
 
 fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
