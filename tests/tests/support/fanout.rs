@@ -1166,7 +1166,6 @@ struct Fanout {
     subs: usize,
     n: u64,
     sizes: Vec<usize>,
-    window: usize,
     cpu_every: u64,
     gpu_batch: u64,
 }
@@ -1175,6 +1174,16 @@ struct FanoutResult {
     published: Vec<PubFigures>,
     reports: Vec<PubFigures>,
     subs: Vec<SubFigures>,
+}
+
+/// Runs a fan-out case, alone and under a watchdog of `limit`, and asserts that every
+/// subscriber received every message zero-copy.
+fn fanout(test: &'static str, mode: Mode, f: &Fanout, limit: Duration) -> FanoutResult {
+    let _serial = serial();
+    let _wd = watchdog_guard(test, limit);
+    let r = run_fanout(test, mode, f);
+    assert_fanout(test, f, &r);
+    r
 }
 
 /// `pubs` publishers to `subs` subscribers on one key, all zero-copy.
@@ -1193,7 +1202,7 @@ fn run_fanout(test: &'static str, mode: Mode, f: &Fanout) -> FanoutResult {
             plain_token: None,
             expect_zero_copy: Some(f.subs),
             expect_no_copy: true,
-            window: f.window,
+            window: WINDOW,
         })
     };
     let sub_params = enc(&SubParams {
@@ -1271,55 +1280,43 @@ fn assert_fanout(test: &str, f: &Fanout, r: &FanoutResult) {
 
 /// One publisher, one subscriber, sizes that change from message to message.
 pub fn one_to_one(mode: Mode, test: &'static str) {
-    let _serial = serial();
-    let _wd = watchdog_guard(test, Duration::from_secs(120));
     let f = Fanout {
         pubs: 1,
         subs: 1,
         n: pick(mode, 500, 50),
         sizes: pick(mode, vec![2 * MIB, 8 * MIB, 3 * MIB + 5], vec![MIB, 3 * MIB + 5]),
-        window: WINDOW,
         cpu_every: pick(mode, 25, 10),
         gpu_batch: 1,
     };
-    let r = run_fanout(test, mode, &f);
-    assert_fanout(test, &f, &r);
+    let r = fanout(test, mode, &f, Duration::from_secs(120));
     assert_eq!(r.published[0].copies_out, 0);
 }
 
 /// One publisher, three subscribers: one lease per subscriber per message.
 pub fn one_to_three(mode: Mode, test: &'static str) {
-    let _serial = serial();
-    let _wd = watchdog_guard(test, Duration::from_secs(120));
     let f = Fanout {
         pubs: 1,
         subs: 3,
         n: pick(mode, 300, 30),
         sizes: pick(mode, vec![8 * MIB], vec![MIB + 3]),
-        window: WINDOW,
         cpu_every: pick(mode, 50, 10),
         gpu_batch: 1,
     };
-    let r = run_fanout(test, mode, &f);
-    assert_fanout(test, &f, &r);
+    fanout(test, mode, &f, Duration::from_secs(120));
 }
 
 /// Three publishers publishing at once, one subscriber: each publisher's sequence
 /// complete and in order, each with its own lengths.
 pub fn three_to_one(mode: Mode, test: &'static str) {
-    let _serial = serial();
-    let _wd = watchdog_guard(test, Duration::from_secs(120));
     let f = Fanout {
         pubs: 3,
         subs: 1,
         n: pick(mode, 300, 30),
         sizes: pick(mode, vec![4 * MIB], vec![MIB + 1]),
-        window: WINDOW,
         cpu_every: pick(mode, 50, 10),
         gpu_batch: 1,
     };
-    let r = run_fanout(test, mode, &f);
-    assert_fanout(test, &f, &r);
+    fanout(test, mode, &f, Duration::from_secs(120));
 }
 
 /// Two GPU-aware subscribers and a plain Zenoh subscriber on one key: the aware ones
@@ -1454,20 +1451,16 @@ pub fn relay_chain_of_three(mode: Mode, test: &'static str) {
 /// one checked by the check kernel. CUDA only: on host memory the CPU checks alone
 /// would take minutes of CI's two cores, and the host fan-out tests cover that path.
 pub fn volume_10k_messages_1_to_64_mib(test: &'static str) {
-    let _serial = serial();
-    let _wd = watchdog_guard(test, Duration::from_secs(170));
     let f = Fanout {
         pubs: 1,
         subs: 1,
         n: 10_000,
         sizes: vec![MIB, 4 * MIB, 16 * MIB, 64 * MIB],
-        window: WINDOW,
         // 625 ≡ 1 (mod 4): the CPU-checked messages cycle through every size.
         cpu_every: 625,
         gpu_batch: 32,
     };
-    let r = run_fanout(test, Mode::Cuda, &f);
-    assert_fanout(test, &f, &r);
+    let r = fanout(test, Mode::Cuda, &f, Duration::from_secs(170));
     let (s, p) = (&r.subs[0], &r.published[0]);
     println!(
         "{test}: {} messages, {:.1} GB: subscriber {:.0} msgs/s ({:.1} GB/s), publisher {:.0} msgs/s; every message checked on the GPU, {} on the CPU",
