@@ -81,9 +81,9 @@ impl PubMedium {
 
     /// Copies `len` bytes at `offset` of a published block out as a Zenoh payload, into
     /// a buffer of `shm` where it has room (then also `true`). For device memory the copy
-    /// is ordered after the block's ready signal on a stream of its own, and waited for;
-    /// without an SHM buffer it goes into pinned staging, which becomes the payload
-    /// without another copy.
+    /// is ordered after the block's ready signal on a stream of its own (one wait, either
+    /// way), and waited for; without an SHM buffer it goes into pinned staging, which
+    /// becomes the payload without another copy.
     pub(crate) fn copy_out(
         &self,
         p: &PublishedAny,
@@ -91,12 +91,14 @@ impl PubMedium {
         len: usize,
         shm: Option<&ShmOut>,
     ) -> Result<(ZBytes, bool), SignalError> {
+        if let (Self::Cuda { signals, copy_stream, .. }, PublishedAny::Cuda(p)) = (self, p) {
+            let key = p.key();
+            signals.wait(copy_stream, key.id, key.generation)?;
+        }
         #[cfg(feature = "zenoh-shm")]
         if let Some(mut buf) = shm.and_then(|s| s.buffer(len)) {
             match (self, p) {
-                (Self::Cuda { signals, copy_stream, .. }, PublishedAny::Cuda(p)) => {
-                    let key = p.key();
-                    signals.wait(copy_stream, key.id, key.generation)?;
+                (Self::Cuda { copy_stream, .. }, PublishedAny::Cuda(p)) => {
                     // SAFETY: the block is held by `p` (mapped, ≥ offset+len bytes) and
                     // nothing writes it once published; `buf` is ours until the copy,
                     // which this call waits for, is done.
@@ -110,9 +112,7 @@ impl PubMedium {
         #[cfg(not(feature = "zenoh-shm"))]
         let _ = shm;
         let bytes = match (self, p) {
-            (Self::Cuda { signals, copy_stream, staging, .. }, PublishedAny::Cuda(p)) => {
-                let key = p.key();
-                signals.wait(copy_stream, key.id, key.generation)?;
+            (Self::Cuda { copy_stream, staging, .. }, PublishedAny::Cuda(p)) => {
                 // SAFETY: the block is held by `p` (mapped, ≥ offset+len bytes: the caller
                 // passes the loaned range) and nothing writes it once published.
                 let buf = unsafe { staging.copy_from_device(p.addr() + offset as u64, len, copy_stream) }?;
