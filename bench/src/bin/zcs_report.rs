@@ -589,18 +589,24 @@ fn goal_provider(d: &Data) -> Goal {
             "needs `zero-copy` and `zero-copy-zenohd` or `zero-copy-provider` rows",
         );
     };
+    match p50_ratios(lent, own, GOAL_PROVIDER_RATIO) {
+        Some((parts, checks)) => Goal::new(goal, &target, format!("`{}`: {parts}", lent.path), Status::of(&checks)),
+        None => Goal::not_measured(goal, &target, "no size in both rows"),
+    }
+}
+
+/// `row` ÷ `base`, p50 (RTT/2), at every size both have: the ratios in words, and
+/// whether each is at most `max`; `None` if they share no size.
+fn p50_ratios(row: &LatRow, base: &LatRow, max: f64) -> Option<(String, Vec<bool>)> {
     let (mut parts, mut checks) = (Vec::new(), Vec::new());
-    for (&size, l) in &lent.cells {
-        if let Some(o) = own.cells.get(&size) {
-            let ratio = l.p50 / o.p50;
-            checks.push(ratio <= GOAL_PROVIDER_RATIO);
+    for (&size, r) in &row.cells {
+        if let Some(b) = base.cells.get(&size) {
+            let ratio = r.p50 / b.p50;
+            checks.push(ratio <= max);
             parts.push(format!("{} {}", human_size(size), fmt_ratio(ratio)));
         }
     }
-    if checks.is_empty() {
-        return Goal::not_measured(goal, &target, "no size in both rows");
-    }
-    Goal::new(goal, &target, format!("`{}`: {}", lent.path, parts.join(", ")), Status::of(&checks))
+    (!checks.is_empty()).then(|| (parts.join(", "), checks))
 }
 
 /// The best copy path at 32 MiB ÷ zero-copy at 32 MiB (p50, RTT/2).
@@ -633,18 +639,10 @@ fn goal_peer_latency(d: &Data) -> Goal {
     let (Some(same), Some(peer)) = (d.lat(ZERO_COPY, false), d.lat(ZERO_COPY_PEER, false)) else {
         return Goal::not_measured(goal, &target, "needs `zero-copy` and `zero-copy-peer` rows");
     };
-    let (mut parts, mut checks) = (Vec::new(), Vec::new());
-    for (&size, p) in &peer.cells {
-        if let Some(s) = same.cells.get(&size) {
-            let ratio = p.p50 / s.p50;
-            checks.push(ratio <= GOAL_PEER_RATIO);
-            parts.push(format!("{} {}", human_size(size), fmt_ratio(ratio)));
-        }
+    match p50_ratios(peer, same, GOAL_PEER_RATIO) {
+        Some((parts, checks)) => Goal::new(goal, &target, parts, Status::of(&checks)),
+        None => Goal::not_measured(goal, &target, "`zero-copy` and `zero-copy-peer` share no size"),
     }
-    if checks.is_empty() {
-        return Goal::not_measured(goal, &target, "`zero-copy` and `zero-copy-peer` share no size");
-    }
-    Goal::new(goal, &target, parts.join(", "), Status::of(&checks))
 }
 
 /// The in-place read across the link as a share of the raw peer copy's bandwidth (the
