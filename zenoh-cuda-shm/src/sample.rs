@@ -35,6 +35,10 @@ pub enum Path {
     /// (`peer_gpus: copy`). The publisher's lease went back when the copy completed;
     /// reads are local.
     PeerCopy,
+    /// Read in place from host memory: the publisher's block lives on a GPU of this host
+    /// and this subscriber maps host memory only (no CUDA), so the publisher copied it
+    /// once, device→host, into a shared host block that every such subscriber reads.
+    HostBlock,
 }
 
 impl std::fmt::Display for Path {
@@ -43,6 +47,7 @@ impl std::fmt::Display for Path {
             Self::ZeroCopy => "zero-copy",
             Self::ZeroCopyPeer => "zero-copy-peer",
             Self::PeerCopy => "peer-copy",
+            Self::HostBlock => "host-block",
             Self::Inline => "inline",
             Self::CpuBytes => "cpu-bytes",
             Self::Plain => "plain",

@@ -350,6 +350,12 @@ impl GpuPublisher {
         self.core.shared.medium.stats()
     }
 
+    /// The counters of the host blocks a CUDA publisher copies its messages into for
+    /// subscribers of its host without CUDA; `None` until the first of them connects.
+    pub fn host_pool_stats(&self) -> Option<PoolStats> {
+        self.core.shared.host_pool_stats()
+    }
+
     /// GPU-ready subscriber connections (on the zero-copy path).
     pub fn zero_copy_subscribers(&self) -> usize {
         self.core.ready_count()

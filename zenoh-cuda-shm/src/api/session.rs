@@ -101,7 +101,7 @@ impl OpenBuilder {
         let boot_id = crate::host::boot_id().map_err(OpenError::BootId)?;
         let device = match &gpu {
             Some(g) => Group::cuda_device(&g.uuid()),
-            None => "host".to_owned(),
+            None => Group::HOST.to_owned(),
         };
         if let Some(g) = &gpu
             && let Err(e) = crate::cuda::warm_import_path(g)

@@ -175,6 +175,11 @@ impl<H> GpuSubscriber<H> {
                 "the publisher's block, on another GPU of this host, copied onto this GPU on arrival (peer_gpus: copy)"
                     .to_owned(),
             ),
+            Path::HostBlock => Some(
+                "the publisher's block, on a GPU of this host, copied once into shared host memory for this \
+                 process, which has no GPU of its own"
+                    .to_owned(),
+            ),
             Path::Plain => Some("a plain Zenoh publisher, not one of ours".to_owned()),
             Path::Inline => Some("a small message, carried whole (the publisher's inline_threshold)".to_owned()),
             Path::CpuBytes => Some(self.bytes_reason(info.publisher).unwrap_or_else(|| {

@@ -43,6 +43,23 @@ pub unsafe fn device_to_host(stream: &CudaStream, src: u64, dst: &mut [u8]) -> R
     unsafe { cu::stream_synchronize(stream.cu_stream()) }
 }
 
+/// Enqueues a copy of `len` device bytes at `src` into host memory at `dst` on
+/// `stream`, after the work queued there, without waiting for it.
+///
+/// # Safety
+/// `src..src + len` is device memory mapped in the stream's context, and
+/// `dst..dst + len` host memory writable by the copy that nothing else reads or writes,
+/// both until the stream has passed the copy. For a copy at full speed `dst` is
+/// page-locked (registered with the driver).
+pub unsafe fn device_to_host_async(stream: &CudaStream, dst: *mut u8, src: u64, len: usize) -> Result<(), CudaError> {
+    if len == 0 {
+        return Ok(());
+    }
+    bind(stream)?;
+    // SAFETY: the caller guarantees both ranges until the stream has passed the copy.
+    unsafe { cu::memcpy_dtoh_async(dst, src, len, stream.cu_stream()) }
+}
+
 /// Enqueues a device→device copy of `len` bytes on `stream`.
 ///
 /// # Safety

@@ -399,3 +399,68 @@ impl Backend for HostBackend {
         )
     }
 }
+
+/// Sealed host memfds page-locked and registered with one GPU's driver, so a
+/// device→host copy into them runs at full speed: the blocks a CUDA publisher copies
+/// its messages into for subscribers of its host that cannot map GPU memory. Never lent
+/// by the host provider.
+#[derive(Clone)]
+pub(crate) struct PinnedHostBackend {
+    gpu: Gpu,
+    host: HostBackend,
+}
+
+impl PinnedHostBackend {
+    pub(crate) fn new(gpu: Gpu) -> Self {
+        let mut host = HostBackend::new(gpu.granularity());
+        host.name = c"zcs-host-block".to_owned();
+        Self { gpu, host }
+    }
+}
+
+/// A memfd block registered with the driver while it lives.
+pub(crate) struct PinnedHostBlock {
+    // Dropped in this order: unregistered, then unmapped.
+    registration: crate::cuda::pinned::HostRegistration,
+    block: HostBlock,
+}
+
+impl PinnedHostBlock {
+    /// The mapped block.
+    pub(crate) fn block(&self) -> &HostBlock {
+        &self.block
+    }
+}
+
+impl BlockMemory for PinnedHostBlock {
+    fn addr(&self) -> u64 {
+        self.block.as_ptr() as u64
+    }
+    fn size(&self) -> usize {
+        debug_assert_eq!(self.registration.len(), self.block.size());
+        self.block.size()
+    }
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.block.fd()
+    }
+}
+
+impl Backend for PinnedHostBackend {
+    type Memory = PinnedHostBlock;
+    fn kind(&self) -> BackendKind {
+        BackendKind::HostMemfd
+    }
+    fn granularity(&self) -> usize {
+        self.host.granularity
+    }
+    fn allocate(&self, size: usize) -> Result<Self::Memory, AllocError> {
+        let block = HostBlock::create(&self.host.name, size).map_err(|source| AllocError::Host { size, source })?;
+        // SAFETY: the range is the block's fresh mapping, which outlives the
+        // registration (dropped first, see the field order) and overlaps no other
+        // registration. The pool drops a block only once no hold remains, and the
+        // publisher holds each block until the copies into it have completed.
+        let registration = unsafe { crate::cuda::pinned::HostRegistration::new(&self.gpu, block.as_ptr(), size) }
+            .map_err(|source| AllocError::Cuda { size, source })?;
+        Ok(PinnedHostBlock { registration, block })
+    }
+}

@@ -33,6 +33,13 @@ impl<B: Backend> fmt::Debug for Pool<B> {
 impl<B: Backend> Pool<B> {
     /// A pool over `backend`, with its recycler thread started.
     pub fn new(backend: B, cfg: PoolConfig) -> Result<Self, PoolError> {
+        Self::keyed(backend, cfg, CapabilityKey::random())
+    }
+
+    /// A pool whose capabilities derive from `cap_key`: a second pool of one publisher
+    /// shares its first pool's key, so its subscribers hold one key whichever blocks
+    /// they get (the key also tags the publisher's bytes).
+    pub(crate) fn keyed(backend: B, cfg: PoolConfig, cap_key: CapabilityKey) -> Result<Self, PoolError> {
         if cfg.max_blocks == 0 || cfg.max_bytes < backend.granularity() as u64 {
             return Err(PoolError::Config("max_blocks must be ≥ 1 and max_bytes ≥ one granule"));
         }
@@ -61,7 +68,7 @@ impl<B: Backend> Pool<B> {
             returned: Condvar::new(),
             counters: Counters::default(),
             recycler: handle,
-            cap_key: CapabilityKey::random(),
+            cap_key,
         });
         let weak = Arc::downgrade(&shared);
         recycler.set_trim(Box::new(move || {

@@ -15,6 +15,14 @@ pub struct Group {
 }
 
 impl Group {
+    /// The device chunk of a process whose blocks are host memory (memfds).
+    pub const HOST: &str = "host";
+
+    /// Whether this group's blocks are host memory.
+    pub fn is_host(&self) -> bool {
+        self.device == Self::HOST
+    }
+
     /// The group key chunk for a GPU UUID.
     pub fn cuda_device(uuid: &crate::cuda::GpuUuid) -> String {
         let mut s = String::from("cuda-");

@@ -1,8 +1,9 @@
 //! Which path a subscriber can take to a publisher, from their locality groups and what
 //! the subscriber's process sees of the host's GPUs: the publisher's block itself (same
 //! device), the block mapped over NVLink or PCIe (another GPU of the host, with peer
-//! access), or bytes. The subscriber decides; the publisher only checks that a `Hello`
-//! comes from its own host.
+//! access), a host-memory copy of it (a subscriber without CUDA on the GPU's host), or
+//! bytes. The subscriber decides; the publisher checks that a `Hello` comes from its own
+//! host and serves it the blocks its group can map.
 
 use crate::config::PeerGpus;
 use crate::cuda::Topology;
@@ -25,6 +26,9 @@ pub(crate) enum Locality {
     Same,
     /// Another GPU of this host whose memory ours can map: the block, read over the link.
     Peer,
+    /// A host-memory subscriber of a GPU publisher of this host: a copy of the block in
+    /// host memory, made once by the publisher for all such subscribers.
+    HostBlock,
     /// Bytes, for the reason given.
     Bytes(String),
 }
@@ -32,7 +36,7 @@ pub(crate) enum Locality {
 impl Locality {
     /// Whether a handshake is worth trying.
     pub(crate) fn maps(&self) -> bool {
-        matches!(self, Self::Same | Self::Peer)
+        matches!(self, Self::Same | Self::Peer | Self::HostBlock)
     }
 }
 
@@ -54,6 +58,9 @@ pub(crate) fn decide(ours: &Group, theirs: &Group, peer: Option<&PeerView>) -> L
     let Some(other_device) = apart(ours, theirs) else { return Locality::Same };
     if ours.boot_id != theirs.boot_id {
         return Locality::Bytes(other_device);
+    }
+    if ours.is_host() && Group::cuda_uuid(&theirs.device).is_some() {
+        return Locality::HostBlock;
     }
     let (Some(view), Some(uuid)) = (peer, Group::cuda_uuid(&theirs.device)) else {
         // A host-memory publisher or subscriber, or a GPU we do not model.
@@ -77,13 +84,31 @@ pub(crate) fn decide(ours: &Group, theirs: &Group, peer: Option<&PeerView>) -> L
     Locality::Peer
 }
 
-/// The publisher's check of a `Hello`: a subscriber of its own group, or, for a CUDA
-/// publisher, one on another GPU of the same host (which decided it can map ours).
-pub(crate) fn accepts(publisher: &Group, subscriber: &Group) -> bool {
-    publisher == subscriber
-        || (publisher.boot_id == subscriber.boot_id
-            && Group::cuda_uuid(&publisher.device).is_some()
-            && Group::cuda_uuid(&subscriber.device).is_some())
+/// Which blocks a publisher serves a subscriber whose `Hello` names its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Serve {
+    /// The publisher's own blocks: a subscriber of its group, or, for a CUDA
+    /// publisher, one on another GPU of the same host (which decided it can map ours).
+    Blocks,
+    /// Host-memory copies of a CUDA publisher's blocks, for a host-memory subscriber of
+    /// its host.
+    HostBlocks,
+}
+
+/// The publisher's check of a `Hello`: what it serves that subscriber, if anything.
+pub(crate) fn serves(publisher: &Group, subscriber: &Group) -> Option<Serve> {
+    let cuda = |g: &Group| Group::cuda_uuid(&g.device).is_some();
+    if publisher == subscriber {
+        Some(Serve::Blocks)
+    } else if publisher.boot_id != subscriber.boot_id || !cuda(publisher) {
+        None
+    } else if cuda(subscriber) {
+        Some(Serve::Blocks)
+    } else if subscriber.is_host() {
+        Some(Serve::HostBlocks)
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -183,21 +208,35 @@ mod tests {
             decide(&gpu(0xa0), &elsewhere, Some(&nvlink_pair())),
             Locality::Bytes("on another host".into())
         );
-        // A host-memory subscriber and a GPU publisher, and the reverse.
-        assert!(!decide(&group("host"), &gpu(0xa0), None).maps());
+        // A GPU subscriber and a host-memory publisher.
         assert!(!decide(&gpu(0xa1), &group("host"), Some(&nvlink_pair())).maps());
         // A CUDA subscriber without a view (no topology): bytes, never a guess.
         assert!(!decide(&gpu(0xa1), &gpu(0xa0), None).maps());
     }
 
     #[test]
-    fn the_publisher_accepts_its_group_and_other_gpus_of_its_host_only() {
-        assert!(accepts(&gpu(0xa0), &gpu(0xa0)));
-        assert!(accepts(&gpu(0xa0), &gpu(0xa1)));
-        assert!(accepts(&group("host"), &group("host")));
-        assert!(!accepts(&group("host"), &gpu(0xa0)));
-        assert!(!accepts(&gpu(0xa0), &group("host")));
-        assert!(!accepts(&gpu(0xa0), &Group { boot_id: "another-boot".into(), device: gpu(0xa1).device }));
+    fn a_host_memory_subscriber_of_a_gpu_publisher_of_its_host_gets_host_blocks() {
+        let l = decide(&group("host"), &gpu(0xa0), None);
+        assert_eq!(l, Locality::HostBlock);
+        assert!(l.maps());
+        // Not from another host, and not from a device chunk that names no GPU.
+        let elsewhere = Group { boot_id: "another-boot".into(), device: gpu(0xa0).device };
+        assert_eq!(decide(&group("host"), &elsewhere, None), Locality::Bytes("on another host".into()));
+        assert!(!decide(&group("host"), &group("cuda-zz"), None).maps());
+    }
+
+    #[test]
+    fn the_publisher_serves_its_group_other_gpus_and_host_memory_of_its_host_only() {
+        assert_eq!(serves(&gpu(0xa0), &gpu(0xa0)), Some(Serve::Blocks));
+        assert_eq!(serves(&gpu(0xa0), &gpu(0xa1)), Some(Serve::Blocks));
+        assert_eq!(serves(&group("host"), &group("host")), Some(Serve::Blocks));
+        assert_eq!(serves(&gpu(0xa0), &group("host")), Some(Serve::HostBlocks));
+        // A host-memory publisher has no GPU blocks to offer a GPU subscriber.
+        assert_eq!(serves(&group("host"), &gpu(0xa0)), None);
+        assert_eq!(serves(&gpu(0xa0), &group("cuda-zz")), None);
+        for device in [gpu(0xa1).device, "host".to_owned()] {
+            assert_eq!(serves(&gpu(0xa0), &Group { boot_id: "another-boot".into(), device }), None);
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::server::send_reply;
 use super::{Ready, Shared, inc};
 use crate::ipc::ControlConn;
-use crate::pool::BlockKey;
+use crate::pool::{BlockKey, BlockMemory};
 use crate::protocol::Reply;
 use crate::sync::Unpoisoned;
 
@@ -22,21 +22,27 @@ impl Ready {
     }
 }
 
-/// Answers a subscriber's `Fd` request on `conn` (holder `holder`): the FD if the pool
-/// hands it out to this holder, `FdDenied` with the reason otherwise. False when the
-/// connection must end (the answer could not be sent while the subscriber is still
-/// routed to).
+/// Answers a subscriber's `Fd` request on `conn` (holder `holder`, served host blocks
+/// if `host`): the FD if the pool of its blocks hands it out, `FdDenied` with the reason
+/// otherwise. False when the connection must end (the answer could not be sent while
+/// the subscriber is still routed to).
 pub(super) fn answer_request(
     sh: &Arc<Shared>,
     conn: &ControlConn,
     holder: u64,
+    host: bool,
     block: BlockKey,
     capability: u64,
 ) -> bool {
     let c = &sh.counters;
-    let sent = sh
-        .medium
-        .with_handout(block, capability, |fd, size| send_reply(conn, &Reply::Fd { block, size: size as u64 }, &[fd]));
+    let send = |fd: std::os::fd::BorrowedFd<'_>, size: usize| {
+        send_reply(conn, &Reply::Fd { block, size: size as u64 }, &[fd])
+    };
+    let sent = match (host, sh.host_lane.get()) {
+        (true, Some(lane)) => lane.pool().handout(block, capability).map(|m| send(m.fd(), m.size())),
+        (true, None) => Err(crate::pool::StaleError::NotHeld { id: block.id, holder }),
+        (false, _) => sh.medium.with_handout(block, capability, send),
+    };
     // After a slow disconnect our side no longer sends (SHUT_WR): a request it still
     // makes cannot be answered, and must not end the connection, whose leases stay until
     // the subscriber releases them or closes.

@@ -6,9 +6,11 @@
 //! | `route.rs` | each put routed: descriptors, inline, `ViaBytes`, bytes; the one device→host copy |
 //! | `server.rs` | the control socket: accepting subscribers, the handshake, each connection's requests |
 //! | `fd.rs` | a block's FD sent: with a connection's first descriptor of it, or when asked |
+//! | `host_lane.rs` | host blocks for host-memory subscribers: the copy, and every frame to them in order |
 //! | `watch.rs` | a subscriber's death: its lifeline, and its leases held until its process exits |
 
 mod fd;
+mod host_lane;
 mod route;
 mod server;
 mod watch;
@@ -17,7 +19,7 @@ use server::serve;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use zenoh::Wait;
@@ -28,6 +30,8 @@ use zenoh::sample::SampleKind;
 use super::RateLimitedWarn;
 use super::medium::PubMedium;
 use super::shm_out::ShmOut;
+use crate::pool::{BlockKey, HolderId, StaleError};
+use host_lane::HostLane;
 use crate::config::Congestion;
 use crate::host::HostBlock;
 use crate::ipc::{AccessPolicy, ControlConn, ControlListener, SocketName};
@@ -52,6 +56,11 @@ pub struct PublisherStats {
     /// Of `copies_out`, those that went into a Zenoh shared-memory buffer
     /// (`zenoh_shm_out_bytes`); the others went through pinned staging.
     pub shm_out: u64,
+    /// Messages copied device→host into a host block, shared by this host's
+    /// subscribers that map host memory only (processes without CUDA).
+    pub host_blocks: u64,
+    /// Leases on host blocks charged to those subscribers.
+    pub host_leases: u64,
     /// Puts of bytes on the plain key.
     pub plain_puts: u64,
     /// Puts of bytes on `<key>/@zcs/b` for GPU-aware subscribers off the zero-copy path.
@@ -99,6 +108,8 @@ struct Counters {
     copies_out: AtomicU64,
     copied_bytes: AtomicU64,
     shm_out: AtomicU64,
+    host_blocks: AtomicU64,
+    host_leases: AtomicU64,
     plain_puts: AtomicU64,
     aware_bytes_puts: AtomicU64,
     lease_limited: AtomicU64,
@@ -130,6 +141,9 @@ struct Ready {
     lease_stalled: bool,
     /// Blocks whose FD this connection was sent with a descriptor: id → allocation.
     fds_sent: HashMap<u32, u64>,
+    /// A host-memory subscriber of a CUDA publisher: served host blocks, every frame
+    /// through the [`HostLane`].
+    host: bool,
 }
 
 #[derive(Default)]
@@ -165,6 +179,51 @@ pub(crate) struct Shared {
     provider: Option<protocol::ProviderRef>,
     /// The session's Zenoh SHM pool for copies out, if it has one.
     pub(crate) shm_out: Option<Arc<ShmOut>>,
+    /// Host blocks for host-memory subscribers (CUDA publishers), made at the first
+    /// such subscriber's Hello.
+    host_lane: OnceLock<HostLane>,
+    host_lane_init: Mutex<()>,
+}
+
+impl Shared {
+    /// The host lane, made now if this is its first subscriber.
+    fn host_lane(self: &Arc<Self>) -> Result<&HostLane, String> {
+        let _init = self.host_lane_init.locked();
+        if let Some(lane) = self.host_lane.get() {
+            return Ok(lane);
+        }
+        let PubMedium::Cuda { pool, .. } = &self.medium else {
+            return Err("a host-memory publisher has no host lane".into());
+        };
+        let gpu = pool.backend().gpu();
+        let key = pool.capability_key().clone();
+        let lane = HostLane::new(gpu, pool.config(), key, Arc::downgrade(self))
+            .map_err(|e| format!("cannot set up host blocks: {}", crate::error::chain(&*e)))?;
+        Ok(self.host_lane.get_or_init(|| lane))
+    }
+
+    /// Releases `holder`'s lease on `key`, in the pool of the blocks it is served.
+    fn release(&self, host: bool, key: BlockKey, holder: HolderId) -> Result<(), StaleError> {
+        match (host, self.host_lane.get()) {
+            (true, Some(lane)) => lane.pool().release(key, holder),
+            (true, None) => Err(StaleError::NotHeld { id: key.id, holder: holder.get() }),
+            (false, _) => self.medium.release(key, holder),
+        }
+    }
+
+    /// Releases every lease of `holder`, in both pools; how many there were.
+    fn release_holder(&self, holder: HolderId) -> usize {
+        self.medium.release_holder(holder) + self.host_lane.get().map_or(0, |l| l.pool().release_holder(holder))
+    }
+
+    pub(crate) fn host_pool_stats(&self) -> Option<crate::pool::PoolStats> {
+        self.host_lane.get().map(|l| l.pool().stats())
+    }
+
+    /// How many blocks `holder` holds, in both pools.
+    fn holds(&self, holder: HolderId) -> usize {
+        self.medium.holds(holder) + self.host_lane.get().map_or(0, |l| l.pool().holds(holder))
+    }
 }
 
 /// Why a publisher and a subscriber are not on the zero-copy path, from their groups.
@@ -311,6 +370,8 @@ impl PublisherCore {
             provider,
             shm_out,
             probe_token,
+            host_lane: OnceLock::new(),
+            host_lane_init: Mutex::new(()),
         });
 
         let listener = ControlListener::bind_with_policy(&socket, policy)?;
@@ -411,12 +472,14 @@ impl PublisherCore {
                 st.aware
                     .iter()
                     .map(|(i, t)| {
-                        let ready = st.ready.values().any(|r| r.subscriber == *i);
+                        let ready = st.ready.values().find(|r| r.subscriber == *i);
                         let path = match ready {
-                            true if t.group.device != sh.group.device => "zero-copy-peer",
-                            true => "zero-copy",
-                            false => "bytes",
+                            Some(r) if r.host => "host-block",
+                            Some(_) if t.group.device != sh.group.device => "zero-copy-peer",
+                            Some(_) => "zero-copy",
+                            None => "bytes",
                         };
+                        let ready = ready.is_some();
                         protocol::PathReport {
                             peer: *i,
                             path: path.to_owned(),
@@ -452,6 +515,8 @@ impl PublisherCore {
             copies_out: l(&c.copies_out),
             copied_bytes: l(&c.copied_bytes),
             shm_out: l(&c.shm_out),
+            host_blocks: l(&c.host_blocks),
+            host_leases: l(&c.host_leases),
             plain_puts: l(&c.plain_puts),
             aware_bytes_puts: l(&c.aware_bytes_puts),
             lease_limited: l(&c.lease_limited),

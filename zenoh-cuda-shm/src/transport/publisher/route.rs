@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use zenoh::Wait;
 
+use super::host_lane::HostLane;
 use super::{Counters, PublisherCore, PutError, PutReport, State, inc};
 use crate::pool::{HolderId, LeaseError};
 use crate::protocol::{self, BytesHeader, Descriptor, Reply};
-use crate::transport::medium::PublishedAny;
+use crate::transport::medium::{PubMedium, PublishedAny};
 use crate::transport::now_ns;
 
 /// How long a put waits for room in a subscriber's control socket. A subscriber that
@@ -27,11 +28,11 @@ impl State {
     /// Sends `frame` to ready holder `h`; on failure stops routing to it, ends the
     /// stream it reads (it then reconnects) and returns false. Its connection thread
     /// keeps taking its releases, and releases the rest when the subscriber closes.
-    fn push(&mut self, h: u64, frame: &[u8], c: &Counters) -> bool {
+    pub(super) fn push(&mut self, h: u64, frame: &[u8], c: &Counters) -> bool {
         self.push_with(h, frame, &[], c)
     }
 
-    fn push_with(&mut self, h: u64, frame: &[u8], fds: &[BorrowedFd<'_>], c: &Counters) -> bool {
+    pub(super) fn push_with(&mut self, h: u64, frame: &[u8], fds: &[BorrowedFd<'_>], c: &Counters) -> bool {
         let Some(r) = self.ready.get(&h) else { return false };
         match r.conn.send_timeout(frame, fds, PUSH_TIMEOUT) {
             Ok(()) => true,
@@ -44,6 +45,13 @@ impl State {
                 false
             }
         }
+    }
+
+    /// The ready holders: those sent frames directly, and the host-memory subscribers
+    /// whose frames go through the host lane.
+    fn holders(&self) -> (Vec<u64>, Vec<u64>) {
+        let (host, direct): (Vec<_>, Vec<_>) = self.ready.iter().partition(|(_, r)| r.host);
+        (direct.into_iter().map(|(h, _)| *h).collect(), host.into_iter().map(|(h, _)| *h).collect())
     }
 
     /// Whether a GPU-aware subscriber is off the zero-copy path (needs bytes).
@@ -104,9 +112,12 @@ impl PublisherCore {
                     to_aware = true;
                     frame = protocol::encode(&Reply::ViaBytes { seq });
                 }
-                let holders: Vec<u64> = st.ready.keys().copied().collect();
-                for h in holders {
+                let (direct, host) = st.holders();
+                for h in direct {
                     st.push(h, &frame, c);
+                }
+                if let (false, Some(lane)) = (host.is_empty(), sh.host_lane.get()) {
+                    lane.send_frame(frame, host);
                 }
                 (seq, to_aware, data, meta)
             }
@@ -151,12 +162,15 @@ impl PublisherCore {
                     meta: meta.clone(),
                     lent: published.lent(),
                 };
-                let descriptor = protocol::encode(&Reply::Block(d));
                 let via_bytes = || protocol::encode(&Reply::ViaBytes { seq });
-                let holders: Vec<u64> = st.ready.keys().copied().collect();
+                let (direct, host) = st.holders();
+                if !host.is_empty() && !self.route_host_block(&published, &d, host, c) {
+                    aware_need_bytes = true;
+                }
+                let descriptor = protocol::encode(&Reply::Block(d));
                 // A block's FD goes with a connection's first descriptor of it (`fd.rs`).
                 let own_fd = published.own_fd();
-                for h in holders {
+                for h in direct {
                     match published.lease(HolderId::new(h)) {
                         Ok(()) => {
                             let fd =
@@ -203,6 +217,44 @@ impl PublisherCore {
         }
         drop(published);
         Ok(PutReport { seq, zero_copy, copied_out, plain: to_plain, aware_bytes: aware_need_bytes })
+    }
+
+    /// Routes a message to the host-memory subscribers `host` (a CUDA publisher's): a
+    /// host block loaned, the copy into it enqueued, a lease charged to each, and the
+    /// descriptor (`d`, retargeted) queued on the lane for when the copy is done. Those
+    /// at their lease limit, or all of them when no host block can be had, are sent
+    /// `ViaBytes` in its place: false then (bytes are needed).
+    fn route_host_block(&self, published: &PublishedAny, d: &Descriptor, host: Vec<u64>, c: &Counters) -> bool {
+        let sh = &self.shared;
+        // Host-memory holders are routed to only once the lane is made.
+        let (Some(lane), PubMedium::Cuda { signals, .. }) = (sh.host_lane.get(), &sh.medium) else { return false };
+        let via_bytes = || protocol::encode(&Reply::ViaBytes { seq: d.seq });
+        let (block, done) = match lane.copy(signals, published, published.len()) {
+            Ok(x) => x,
+            Err(e) => {
+                sh.bad_input.warn("no host block for host-memory subscribers; they get this message as bytes", &e);
+                lane.send_frame(via_bytes(), host);
+                return false;
+            }
+        };
+        let (mut leased, mut limited) = (Vec::with_capacity(host.len()), Vec::new());
+        for h in host {
+            match block.lease(HolderId::new(h)) {
+                Ok(()) => leased.push(h),
+                Err(LeaseError::HolderLimit { .. }) => limited.push(h),
+                Err(LeaseError::Departed { .. }) => {}
+            }
+        }
+        inc(&c.host_blocks);
+        c.host_leases.fetch_add(leased.len() as u64, Ordering::Relaxed);
+        c.lease_limited.fetch_add(limited.len() as u64, Ordering::Relaxed);
+        let all_leased = limited.is_empty();
+        if !all_leased {
+            lane.send_frame(via_bytes(), limited);
+        }
+        let descriptor = protocol::encode(&Reply::Block(HostLane::descriptor(&block, d.clone())));
+        lane.send_copied(done, block, descriptor, leased);
+        all_leased
     }
 
     /// With congestion `block`, a subscriber at its lease limit slows the publisher as a

@@ -14,6 +14,7 @@ use crate::ipc::{ControlConn, ControlListener, RecvError, Watch};
 use crate::pool::HolderId;
 use crate::protocol::{self, Reply, Request};
 use crate::sync::Unpoisoned;
+use crate::transport::locality::{Serve, serves};
 use crate::transport::medium::PubMedium;
 
 /// Serves control connections until stopped; one thread per connection (and one
@@ -132,14 +133,12 @@ pub(super) fn connection(sh: Arc<Shared>, conn: ControlConn) {
         tracing::debug!(pid = peer.pid, uid = peer.uid, why, "handshake failed");
         let _ = send_reply(&conn, &Reply::Refused { reason: why.into() }, &[]);
     };
-    let (subscriber, lifeline) = match recv_request_with_fds(&sh, &conn, sh.handshake_timeout) {
-        Ok((Request::Hello { subscriber, group, lifeline }, mut fds))
-            if crate::transport::locality::accepts(&sh.group, &group) =>
-        {
+    let (subscriber, lifeline, serve) = match recv_request_with_fds(&sh, &conn, sh.handshake_timeout) {
+        Ok((Request::Hello { subscriber, group, lifeline }, mut fds)) if serves(&sh.group, &group).is_some() => {
             if fds.len() != usize::from(lifeline) {
                 return fail("a Hello carries its lifeline's descriptor and nothing else");
             }
-            (subscriber, fds.pop())
+            (subscriber, fds.pop(), serves(&sh.group, &group))
         }
         Ok((Request::Hello { .. }, _)) => return fail("different locality group"),
         Ok(_) => return fail("expected Hello"),
@@ -152,25 +151,33 @@ pub(super) fn connection(sh: Arc<Shared>, conn: ControlConn) {
         Ok(w) => w,
         Err(e) => return fail(&format!("lifeline refused: {e}")),
     };
-    let (probe_fd, probe_size) = match (&sh.medium, &sh.probe) {
-        (PubMedium::Cuda { signals, .. }, _) => (signals.fd().expect("our own signal block"), signals.size()),
-        (PubMedium::Host { .. }, Some(p)) => (p.fd(), p.size()),
-        (PubMedium::Host { .. }, None) => unreachable!("host publishers always have a probe"),
+    // A host-memory subscriber of ours imports a host probe and is served host blocks
+    // (never lent: no provider); the others, our probe and our blocks.
+    let host = serve == Some(Serve::HostBlocks);
+    let lane = match host.then(|| sh.host_lane()).transpose() {
+        Ok(lane) => lane,
+        Err(why) => return fail(&why),
+    };
+    let (probe_fd, probe_size, probe_token) = match (&sh.medium, &sh.probe, lane) {
+        (_, _, Some(lane)) => (lane.probe().fd(), lane.probe().size(), lane.probe_token),
+        (PubMedium::Cuda { signals, .. }, _, None) => (signals.fd().expect("our own signal block"), signals.size(), 0),
+        (PubMedium::Host { .. }, Some(p), None) => (p.fd(), p.size(), sh.probe_token),
+        (PubMedium::Host { .. }, None, None) => unreachable!("host publishers always have a probe"),
     };
     let welcome = Reply::Welcome {
         publisher: sh.instance,
         holder,
         capability_key: sh.medium.capability_key().to_bytes(),
         probe_size: probe_size as u64,
-        probe_token: sh.probe_token,
-        provider: sh.provider.clone(),
+        probe_token,
+        provider: if host { None } else { sh.provider.clone() },
     };
     if !send_reply(&conn, &welcome, &[probe_fd.as_fd()]) {
         return fail("send Welcome");
     }
     match recv_request(&sh, &conn, sh.handshake_timeout) {
         Ok(Request::Ack { token: Some(t), .. })
-            if matches!(sh.medium, PubMedium::Cuda { .. }) || t == sh.probe_token => {}
+            if (matches!(sh.medium, PubMedium::Cuda { .. }) && !host) || t == probe_token => {}
         Ok(Request::Ack { error, .. }) => return fail(&format!("probe import failed: {}", error.unwrap_or_default())),
         _ => return fail("expected Ack"),
     }
@@ -183,7 +190,7 @@ pub(super) fn connection(sh: Arc<Shared>, conn: ControlConn) {
             drop(st);
             return fail("send Ready");
         }
-        let r = Ready { subscriber, conn: Arc::clone(&conn), lease_stalled: false, fds_sent: HashMap::new() };
+        let r = Ready { subscriber, conn: Arc::clone(&conn), lease_stalled: false, fds_sent: HashMap::new(), host };
         st.ready.insert(holder, r);
     }
     crate::transport::step!("publisher: Ready sent, routing");
@@ -191,7 +198,7 @@ pub(super) fn connection(sh: Arc<Shared>, conn: ControlConn) {
     // kernel closes its end (a word already released is seen at the first look).
     let watcher = lifeline.and_then(|w| Watcher::spawn(w, &conn, &sh));
     inc(&c.handshakes);
-    tracing::debug!(pid = peer.pid, subscriber = %crate::transport::Id(subscriber), holder, "subscriber is GPU-ready");
+    tracing::debug!(pid = peer.pid, subscriber = %crate::transport::Id(subscriber), holder, host, "subscriber is GPU-ready");
     // The peer broke the protocol: it is cut off and its leases go at once.
     let mut violation = false;
     loop {
@@ -200,13 +207,13 @@ pub(super) fn connection(sh: Arc<Shared>, conn: ControlConn) {
         }
         match recv_request(&sh, &conn, Duration::from_millis(100)) {
             Ok(Request::Fd { block, capability }) => {
-                if !super::fd::answer_request(&sh, &conn, holder, block, capability) {
+                if !super::fd::answer_request(&sh, &conn, holder, host, block, capability) {
                     break;
                 }
             }
             Ok(Request::Release { blocks }) => {
                 for b in blocks {
-                    if let Err(e) = sh.medium.release(b, HolderId::new(holder)) {
+                    if let Err(e) = sh.release(host, b, HolderId::new(holder)) {
                         inc(&c.bad_releases);
                         sh.bad_input.warn("release of a block not leased to this subscriber", &e);
                     }
@@ -217,7 +224,11 @@ pub(super) fn connection(sh: Arc<Shared>, conn: ControlConn) {
                 // stay until released or until the connection ends.
                 let mut st = sh.state.locked();
                 st.ready.remove(&holder);
-                if !send_reply(&conn, &Reply::Left, &[]) {
+                // A host-memory subscriber's frames may still wait in the lane: its
+                // `Left` goes after them.
+                if let Some(lane) = lane {
+                    lane.send_left(Arc::clone(&conn));
+                } else if !send_reply(&conn, &Reply::Left, &[]) {
                     break;
                 }
             }
@@ -239,7 +250,7 @@ pub(super) fn connection(sh: Arc<Shared>, conn: ControlConn) {
     if !violation && !died {
         hold_until_exit(&sh, holder, &conn);
     }
-    let dropped = sh.medium.release_holder(HolderId::new(holder));
+    let dropped = sh.release_holder(HolderId::new(holder));
     drop(watcher);
     inc(&c.disconnects);
     tracing::debug!(subscriber = %crate::transport::Id(subscriber), dropped, died, "subscriber connection closed; its leases are released");

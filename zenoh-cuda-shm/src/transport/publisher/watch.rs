@@ -72,7 +72,7 @@ const EXIT_GRACE: Duration = Duration::from_millis(50);
 /// released at once) or whose lifeline told its death, nor where the peer's process
 /// cannot be watched (another PID namespace, or already gone: released at once).
 pub(super) fn hold_until_exit(sh: &Shared, holder: u64, conn: &ControlConn) {
-    let holds = sh.medium.holds(HolderId::new(holder));
+    let holds = sh.holds(HolderId::new(holder));
     if holds == 0 || sh.stop.load(Ordering::Relaxed) {
         return;
     }

@@ -31,7 +31,7 @@ pub(super) fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
         }
         let why = match &locality {
             Locality::Bytes(why) => Some(why.clone()),
-            Locality::Same | Locality::Peer => None,
+            Locality::Same | Locality::Peer | Locality::HostBlock => None,
         };
         st.pubs.insert(t.instance, PubEntry { link: None, order: Arc::default(), why });
     }

@@ -129,7 +129,11 @@ pub(super) fn on_block(
         publisher: d.publisher,
         seq: d.seq,
         timestamp_ns: d.timestamp_ns,
-        path: if link.peer { Path::ZeroCopyPeer } else { Path::ZeroCopy },
+        path: match (link.peer, link.host_blocks) {
+            (true, _) => Path::ZeroCopyPeer,
+            (_, true) => Path::HostBlock,
+            _ => Path::ZeroCopy,
+        },
         meta: d.meta,
     };
     let (offset, len) = (d.offset as usize, d.len as usize);
@@ -141,9 +145,10 @@ pub(super) fn on_block(
         return deliver_routed(sh, link, sample, &sh.counters.peer_copy);
     }
     // A duplicate is dropped at once, which releases its lease.
+    let counter = if link.host_blocks { &sh.counters.host_block } else { &sh.counters.zero_copy };
     let zc = ZeroCopy::new(imported, d.block, offset, len, Arc::clone(link), Arc::clone(sh));
     let sample = GpuSample::new(info, Body::ZeroCopy(zc), sh.medium.clone(), Arc::clone(sh));
-    deliver_routed(sh, link, sample, &sh.counters.zero_copy);
+    deliver_routed(sh, link, sample, counter);
 }
 
 /// `peer_gpus: copy`: enqueues the copy of a peer GPU's block onto ours and the release

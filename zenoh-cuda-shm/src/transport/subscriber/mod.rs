@@ -52,6 +52,9 @@ pub struct SubscriberStats {
     /// Samples from a publisher on another GPU copied onto this subscriber's GPU as they
     /// arrived (`peer_gpus: copy`).
     pub peer_copy: u64,
+    /// Samples read in place from host blocks: the publisher's GPU block copied once into
+    /// shared host memory for this host's subscribers without CUDA.
+    pub host_block: u64,
     /// Samples delivered as inline bytes.
     pub inline: u64,
     /// Samples delivered as bytes copied out of a block.
@@ -93,6 +96,7 @@ pub struct SubscriberStats {
 struct Counters {
     zero_copy: AtomicU64,
     peer_copy: AtomicU64,
+    host_block: AtomicU64,
     inline: AtomicU64,
     cpu_bytes: AtomicU64,
     plain: AtomicU64,
@@ -131,6 +135,9 @@ pub(crate) struct Link {
     key: String,
     /// The publisher's blocks live on another GPU of this host, mapped here for ours.
     peer: bool,
+    /// The publisher's blocks live on a GPU and this subscriber maps host memory: it is
+    /// served host-memory copies of them.
+    host_blocks: bool,
     /// The first message routed over this link (`Reply::Ready`).
     first_seq: u64,
     /// Its publisher's delivery order (shared with the publisher's entry).
@@ -338,6 +345,7 @@ impl SubscriberCore {
         SubscriberStats {
             zero_copy: l(&c.zero_copy),
             peer_copy: l(&c.peer_copy),
+            host_block: l(&c.host_block),
             inline: l(&c.inline),
             cpu_bytes: l(&c.cpu_bytes),
             plain: l(&c.plain),
@@ -382,6 +390,7 @@ impl SubscriberCore {
                     .map(|(i, e)| protocol::PathReport {
                         peer: *i,
                         path: match &e.link {
+                            Some(l) if e.live() && l.host_blocks => "host-block",
                             Some(l) if e.live() && l.peer && sh.copier.is_some() => "peer-copy",
                             Some(l) if e.live() && l.peer => "zero-copy-peer",
                             _ if e.live() => "zero-copy",
@@ -399,9 +408,9 @@ impl SubscriberCore {
                 instance: sh.instance,
                 device: sh.group.device.clone(),
                 publishers,
-                // The report's format predates `peer-copy`: such samples, which came over
-                // the link as well, count with those read in place.
-                zero_copy: l(&c.zero_copy) + l(&c.peer_copy),
+                // The report's format predates `peer-copy` and `host-block`: such samples,
+                // which came over the link as well, count with those read in place.
+                zero_copy: l(&c.zero_copy) + l(&c.peer_copy) + l(&c.host_block),
                 cpu_bytes: l(&c.cpu_bytes),
                 bad_descriptors: l(&c.bad_descriptors),
                 import_failures: l(&c.import_failures),
