@@ -253,6 +253,9 @@ fn gpu_host_block_slow_cpu_consumer_does_not_slow_the_gpu_ones() {
     println!("{TEST}: {n} messages published in {published:?}; {s:?}");
     assert!(s.lease_limited > 0, "the slow consumer never reached its limit: the test shows nothing; {s:?}");
     assert_eq!(s.lease_waits, 0, "a put waited for the slow consumer: {s:?}");
+    // No copy into host memory was made for a consumer at its limit.
+    assert_eq!(s.host_blocks, s.host_leases, "{s:?}");
+    assert_eq!(s.host_blocks + s.lease_limited, n, "{s:?}");
     // The slow consumer alone takes 20 ms × n to read; the puts did not wait for it.
     assert!(published < Duration::from_millis(20) * n as u32 / 2, "publishing took {published:?}");
 }

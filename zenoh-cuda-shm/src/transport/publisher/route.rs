@@ -229,6 +229,18 @@ impl PublisherCore {
         // Host-memory holders are routed to only once the lane is made.
         let (Some(lane), PubMedium::Cuda { signals, .. }) = (sh.host_lane.get(), &sh.medium) else { return false };
         let via_bytes = || protocol::encode(&Reply::ViaBytes { seq: d.seq });
+        // Those at their lease limit get bytes without a copy being made for them.
+        let limit = lane.pool().config().max_holds_per_holder;
+        let (host, limited): (Vec<u64>, Vec<u64>) =
+            host.into_iter().partition(|&h| lane.pool().holds(HolderId::new(h)) < limit);
+        let mut all_leased = limited.is_empty();
+        if !all_leased {
+            c.lease_limited.fetch_add(limited.len() as u64, Ordering::Relaxed);
+            lane.send_frame(via_bytes(), limited);
+        }
+        if host.is_empty() {
+            return false;
+        }
         let (block, done) = match lane.copy(signals, published, published.len()) {
             Ok(x) => x,
             Err(e) => {
@@ -237,21 +249,21 @@ impl PublisherCore {
                 return false;
             }
         };
-        let (mut leased, mut limited) = (Vec::with_capacity(host.len()), Vec::new());
+        let mut leased = Vec::with_capacity(host.len());
         for h in host {
+            // Not expected at the limit: holds only go down outside the state lock.
             match block.lease(HolderId::new(h)) {
                 Ok(()) => leased.push(h),
-                Err(LeaseError::HolderLimit { .. }) => limited.push(h),
+                Err(LeaseError::HolderLimit { .. }) => {
+                    inc(&c.lease_limited);
+                    all_leased = false;
+                    lane.send_frame(via_bytes(), vec![h]);
+                }
                 Err(LeaseError::Departed { .. }) => {}
             }
         }
         inc(&c.host_blocks);
         c.host_leases.fetch_add(leased.len() as u64, Ordering::Relaxed);
-        c.lease_limited.fetch_add(limited.len() as u64, Ordering::Relaxed);
-        let all_leased = limited.is_empty();
-        if !all_leased {
-            lane.send_frame(via_bytes(), limited);
-        }
         let descriptor = protocol::encode(&Reply::Block(HostLane::descriptor(&block, d.clone())));
         lane.send_copied(done, block, descriptor, leased);
         all_leased
