@@ -129,6 +129,12 @@ pub struct ZcsConfig {
     /// How CUDA subscribers read from publishers on another GPU of this host (default
     /// `in_place`).
     pub peer_gpus: PeerGpus,
+    /// Whether this session's subscribers, when it has no GPU (`device` `host`, or
+    /// `auto` without one), read the messages of GPU publishers of this host from host
+    /// blocks: each message copied once, device→host, by the publisher into shared host
+    /// memory, read in place by every such subscriber (default true). False: they get
+    /// bytes through Zenoh, as from another host.
+    pub host_blocks: bool,
     /// Busy-polling by subscribers, in µs (default 0: none). Before sleeping, a
     /// subscriber's link thread polls its control socket, and `recv`/`recv_timeout` of
     /// a FIFO subscriber poll its queue, for up to this long: a message arriving
@@ -161,6 +167,7 @@ impl Default for ZcsConfig {
             provider: ProviderMode::Auto,
             provider_discovery_ms: 300,
             peer_gpus: PeerGpus::InPlace,
+            host_blocks: true,
             spin_us: 0,
             zenoh_shm_out_bytes: 0,
         }
@@ -239,7 +246,8 @@ impl ZcsConfig {
 
     /// Applies environment overrides: `ZCS_DEVICE` (`auto|host|cuda`),
     /// `ZCS_INLINE_THRESHOLD` (bytes), `ZCS_PROVIDER` (`auto|off|required`),
-    /// `ZCS_PEER_GPUS` (`in_place|off`), `ZCS_SOCKET_DIR` (path).
+    /// `ZCS_PEER_GPUS` (`in_place|copy|off`), `ZCS_HOST_BLOCKS` (`true|false`),
+    /// `ZCS_SOCKET_DIR` (path).
     pub fn with_env_overrides(mut self) -> Result<Self, ConfigError> {
         if let Ok(v) = std::env::var("ZCS_DEVICE") {
             self.device = match v.as_str() {
@@ -284,6 +292,13 @@ impl ZcsConfig {
                 }
             };
         }
+        if let Ok(v) = std::env::var("ZCS_HOST_BLOCKS") {
+            self.host_blocks = match v.as_str() {
+                "true" => true,
+                "false" => false,
+                _ => return Err(ConfigError::Env { var: "ZCS_HOST_BLOCKS", value: v, why: "expected true or false" }),
+            };
+        }
         if let Ok(v) = std::env::var("ZCS_SOCKET_DIR") {
             self.socket_dir = Some(v.into());
         }
@@ -324,6 +339,8 @@ mod tests {
         assert_eq!(c, ZcsConfig::default());
         let c = ZcsConfig::from_json5("{ device: 'host', plain_listen: 'never', pool: { max_blocks: 3 } }").unwrap();
         assert_eq!((c.device, c.plain_listen, c.pool.max_blocks), (DeviceChoice::Host, PlainListen::Never, 3));
+        assert!(c.host_blocks);
+        assert!(!ZcsConfig::from_json5("{ host_blocks: false }").unwrap().host_blocks);
     }
 
     #[test]
@@ -334,6 +351,7 @@ mod tests {
             "{ provider: 'maybe' }",
             "{ pool: { max_bites: 1 } }",
             "{ inline_threshold: -1 }",
+            "{ host_blocks: 'no' }",
             "[1]",
         ] {
             assert!(ZcsConfig::from_json5(bad).is_err(), "{bad}");

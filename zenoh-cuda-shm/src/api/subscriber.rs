@@ -88,6 +88,7 @@ impl<H> SubscriberBuilder<H> {
             deliver,
             Arc::clone(&s.providers),
             peer,
+            s.cfg.host_blocks,
         )?;
         let report = core.reporter();
         self.session.report(Box::new(move |out| report().map(|s| out.subscribers.push(s)).is_some()));

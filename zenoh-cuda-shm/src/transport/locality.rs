@@ -53,13 +53,17 @@ pub(crate) fn apart(ours: &Group, theirs: &Group) -> Option<String> {
 }
 
 /// The subscriber's decision for a publisher of group `theirs`; `ours` is the
-/// subscriber's group and `peer` its view of the host's GPUs (CUDA subscribers only).
-pub(crate) fn decide(ours: &Group, theirs: &Group, peer: Option<&PeerView>) -> Locality {
+/// subscriber's group, `peer` its view of the host's GPUs (CUDA subscribers only) and
+/// `host_blocks` its configuration's `host_blocks` (host-memory subscribers).
+pub(crate) fn decide(ours: &Group, theirs: &Group, peer: Option<&PeerView>, host_blocks: bool) -> Locality {
     let Some(other_device) = apart(ours, theirs) else { return Locality::Same };
     if ours.boot_id != theirs.boot_id {
         return Locality::Bytes(other_device);
     }
     if ours.is_host() && Group::cuda_uuid(&theirs.device).is_some() {
+        if !host_blocks {
+            return Locality::Bytes(format!("{other_device}; host blocks are off in this subscriber's configuration"));
+        }
         return Locality::HostBlock;
     }
     let (Some(view), Some(uuid)) = (peer, Group::cuda_uuid(&theirs.device)) else {
@@ -142,13 +146,13 @@ mod tests {
 
     #[test]
     fn same_device_maps_the_block_itself() {
-        assert_eq!(decide(&gpu(0xa0), &gpu(0xa0), Some(&nvlink_pair())), Locality::Same);
-        assert_eq!(decide(&group("host"), &group("host"), None), Locality::Same);
+        assert_eq!(decide(&gpu(0xa0), &gpu(0xa0), Some(&nvlink_pair()), true), Locality::Same);
+        assert_eq!(decide(&group("host"), &group("host"), None, true), Locality::Same);
     }
 
     #[test]
     fn another_gpu_with_peer_access_is_read_over_the_link() {
-        let l = decide(&gpu(0xa1), &gpu(0xa0), Some(&nvlink_pair()));
+        let l = decide(&gpu(0xa1), &gpu(0xa0), Some(&nvlink_pair()), true);
         assert_eq!(l, Locality::Peer);
         assert!(l.maps());
     }
@@ -158,18 +162,18 @@ mod tests {
         // CUDA_VISIBLE_DEVICES=1,0: the publisher's GPU is ordinal 1 here, ours 0; peer
         // access only from ordinal 0 to ordinal 1.
         let v = view(0, &[0xa1, 0xa0], &[(0, 1)]);
-        assert_eq!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v)), Locality::Peer);
+        assert_eq!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true), Locality::Peer);
         // The same pair seen from a process whose driver reports access the other way
         // only: bytes.
         let v = view(0, &[0xa1, 0xa0], &[(1, 0)]);
-        assert!(matches!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v)), Locality::Bytes(r) if r.contains("no peer access")));
+        assert!(matches!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true), Locality::Bytes(r) if r.contains("no peer access")));
     }
 
     #[test]
     fn a_gpu_without_peer_access_gets_bytes_with_the_reason() {
         // PCIe without P2P (or MIG): the driver reports no access either way.
         let v = view(1, &[0xa0, 0xa1], &[]);
-        let Locality::Bytes(why) = decide(&gpu(0xa1), &gpu(0xa0), Some(&v)) else { panic!("expected bytes") };
+        let Locality::Bytes(why) = decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true) else { panic!("expected bytes") };
         assert!(why.contains("no peer access from GPU 1 to GPU 0"), "{why}");
         assert!(why.starts_with("on another device ("), "{why}");
     }
@@ -178,7 +182,7 @@ mod tests {
     fn a_gpu_this_process_does_not_see_gets_bytes() {
         // CUDA_VISIBLE_DEVICES=1: the publisher's GPU 0 is invisible here.
         let v = view(0, &[0xa1], &[]);
-        let Locality::Bytes(why) = decide(&gpu(0xa1), &gpu(0xa0), Some(&v)) else { panic!("expected bytes") };
+        let Locality::Bytes(why) = decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true) else { panic!("expected bytes") };
         assert!(why.contains("does not see that GPU"), "{why}");
     }
 
@@ -187,17 +191,17 @@ mod tests {
         // The copy onto our GPU is made from the mapped block: it needs the same access.
         let mut v = nvlink_pair();
         v.mode = PeerGpus::Copy;
-        assert_eq!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v)), Locality::Peer);
+        assert_eq!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true), Locality::Peer);
         let mut v = view(1, &[0xa0, 0xa1], &[]);
         v.mode = PeerGpus::Copy;
-        assert!(matches!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v)), Locality::Bytes(r) if r.contains("no peer access")));
+        assert!(matches!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true), Locality::Bytes(r) if r.contains("no peer access")));
     }
 
     #[test]
     fn peer_gpus_off_in_the_configuration_gets_bytes() {
         let mut v = nvlink_pair();
         v.mode = PeerGpus::Off;
-        let Locality::Bytes(why) = decide(&gpu(0xa1), &gpu(0xa0), Some(&v)) else { panic!("expected bytes") };
+        let Locality::Bytes(why) = decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true) else { panic!("expected bytes") };
         assert!(why.contains("peer GPUs are off"), "{why}");
     }
 
@@ -205,24 +209,27 @@ mod tests {
     fn other_hosts_and_host_memory_get_bytes() {
         let elsewhere = Group { boot_id: "another-boot".into(), device: gpu(0xa0).device };
         assert_eq!(
-            decide(&gpu(0xa0), &elsewhere, Some(&nvlink_pair())),
+            decide(&gpu(0xa0), &elsewhere, Some(&nvlink_pair()), true),
             Locality::Bytes("on another host".into())
         );
         // A GPU subscriber and a host-memory publisher.
-        assert!(!decide(&gpu(0xa1), &group("host"), Some(&nvlink_pair())).maps());
+        assert!(!decide(&gpu(0xa1), &group("host"), Some(&nvlink_pair()), true).maps());
         // A CUDA subscriber without a view (no topology): bytes, never a guess.
-        assert!(!decide(&gpu(0xa1), &gpu(0xa0), None).maps());
+        assert!(!decide(&gpu(0xa1), &gpu(0xa0), None, true).maps());
     }
 
     #[test]
     fn a_host_memory_subscriber_of_a_gpu_publisher_of_its_host_gets_host_blocks() {
-        let l = decide(&group("host"), &gpu(0xa0), None);
+        let l = decide(&group("host"), &gpu(0xa0), None, true);
         assert_eq!(l, Locality::HostBlock);
         assert!(l.maps());
         // Not from another host, and not from a device chunk that names no GPU.
         let elsewhere = Group { boot_id: "another-boot".into(), device: gpu(0xa0).device };
-        assert_eq!(decide(&group("host"), &elsewhere, None), Locality::Bytes("on another host".into()));
-        assert!(!decide(&group("host"), &group("cuda-zz"), None).maps());
+        assert_eq!(decide(&group("host"), &elsewhere, None, true), Locality::Bytes("on another host".into()));
+        assert!(!decide(&group("host"), &group("cuda-zz"), None, true).maps());
+        // Host blocks off in the subscriber's configuration: bytes, saying so.
+        let Locality::Bytes(why) = decide(&group("host"), &gpu(0xa0), None, false) else { panic!("expected bytes") };
+        assert!(why.contains("host blocks are off"), "{why}");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::transport::locality::{Locality, decide};
 use crate::sync::Unpoisoned;
 
 pub(super) fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
-    let locality = decide(&sh.group, &t.group, sh.peer.as_ref());
+    let locality = decide(&sh.group, &t.group, sh.peer.as_ref(), sh.host_blocks);
     {
         let mut st = sh.state.locked();
         if let Some(e) = st.pubs.get(&t.instance) {

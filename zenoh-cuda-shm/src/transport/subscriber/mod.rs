@@ -228,6 +228,9 @@ pub(crate) struct Shared {
     peer: Option<PeerView>,
     /// Copies messages from publishers on other GPUs onto ours (`peer_gpus: copy`).
     pub(crate) copier: Option<PeerCopier>,
+    /// Host-memory subscribers: whether GPU publishers of this host serve us host
+    /// blocks (`host_blocks`).
+    host_blocks: bool,
     /// For writing a dead publisher's ready signals (CUDA). Created with the subscriber,
     /// not when needed: creating a stream blocks while another of our streams waits on
     /// a signal that never comes (measured on an H200, driver 580), which is exactly
@@ -260,6 +263,7 @@ impl SubscriberCore {
         deliver: Deliver,
         providers: Arc<crate::provider::Providers>,
         peer: Option<PeerView>,
+        host_blocks: bool,
     ) -> Result<Self, super::publisher::DeclareError> {
         use super::publisher::DeclareError;
         let ke = KeyExpr::try_from(key.to_owned()).map_err(|source| DeclareError::Key { key: key.into(), source })?;
@@ -293,6 +297,7 @@ impl SubscriberCore {
             providers,
             peer,
             copier,
+            host_blocks,
             release_stream: ReleaseStream::default(),
         });
         let s = Arc::clone(&shared);
