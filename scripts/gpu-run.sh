@@ -34,6 +34,8 @@ fi
 fail=0
 # ZCS_GPU_PART=tests or bench runs one half (each fits one device call); default: all.
 # ZCS_GPU_PART=peer (two GPUs): the peer-GPU benchmark rows with their same-GPU anchors.
+# ZCS_GPU_PART=host: the host-block rows (CPU consumers) with their anchors: zero-copy,
+# cpu-bytes and one pinned device→host copy.
 # ZCS_GPU_TESTS="gpu_peer demo python …": only these test targets (the name after the
 # last "-" of .gpu-bin/test-*), `demo` and `python` for those two.
 part=${ZCS_GPU_PART:-all}
@@ -77,6 +79,16 @@ if want peer && [ -x .gpu-bin/zcs_latency ]; then
   echo "== zcs_throughput (same-GPU anchors)" | tee -a "$out/bench.log"
   timeout 200 .gpu-bin/zcs_throughput --backend cuda --paths zero-copy,cpu-bytes --subscribers 1 --first-subs 0 \
     >"$out/zcs_throughput.jsonl" 2>>"$out/bench.log" || { echo "FAILED: zcs_throughput" | tee -a "$out/bench.log"; fail=1; }
+fi
+# Host blocks: CPU consumers of a GPU publisher, next to zero-copy, cpu-bytes and the
+# pinned copy of this run (the latency rows hold all four).
+if want host && [ -x .gpu-bin/zcs_latency ]; then
+  echo "== zcs_latency (host-block rows and anchors)" | tee -a "$out/bench.log"
+  timeout 300 .gpu-bin/zcs_latency --backend cuda --sizes 4KiB,64KiB,1MiB,8MiB,32MiB,256MiB,1GiB \
+    >"$out/zcs_latency.jsonl" 2>>"$out/bench.log" || { echo "FAILED: zcs_latency" | tee -a "$out/bench.log"; fail=1; }
+  echo "== zcs_throughput (host-block rows and anchors)" | tee -a "$out/bench.log"
+  timeout 240 .gpu-bin/zcs_throughput --backend cuda --paths zero-copy,cpu-bytes,host-block --subscribers 1,4 \
+    --first-subs 0 >"$out/zcs_throughput.jsonl" 2>>"$out/bench.log" || { echo "FAILED: zcs_throughput" | tee -a "$out/bench.log"; fail=1; }
 fi
 if { want bench || want peer; } && [ -x .gpu-bin/zcs_latency ] && [ "$gpus" -ge 2 ]; then
   echo "== zcs_latency --pong-gpu 1" | tee -a "$out/bench.log"

@@ -272,6 +272,17 @@ pub mod check {
             d.sync();
         }
 
+        /// A sample of ours in host memory, checked on the CPU a page at a time: the first
+        /// 8 bytes of every 4 KiB page (every page touched, 1/512 of the bytes compared).
+        /// For consumers without a GPU at frame rates no full CPU check keeps up with.
+        pub fn host_pages(&mut self, s: &GpuSample) {
+            let b = s.host_bytes().expect("a host-memory sample");
+            for start in (0..b.len()).step_by(4096) {
+                let page = &b[start..b.len().min(start + 8)];
+                self.cpu_errors += check_pattern(page, start as u64, s.seq()).map_or(0, |(_, bad)| bad);
+            }
+        }
+
         /// A sample of ours: read in place when it is a device block, else as host bytes.
         pub fn sample(&mut self, s: &GpuSample) {
             if let Some(b) = s.host_bytes() {

@@ -13,10 +13,16 @@
 //! - `zero-copy`: the pong's CUDA session is in the publisher's locality group and
 //!   reads the block in place; it replies through its own publisher, which reaches the
 //!   ping's subscriber the same way (a small message routed over the control socket).
-//! - `cpu-bytes`: a second pong session configured with `device: host` is in another
-//!   locality group, so the publisher copies the block device→host and sends bytes;
-//!   the pong copies them host→device into a reused device buffer and synchronises; it
-//!   replies through that session's publisher (bytes over Zenoh).
+//! - `cpu-bytes`: a second pong session configured with `device: host` and
+//!   `host_blocks: false` takes bytes: the publisher copies the block device→host and
+//!   sends bytes; the pong copies them host→device into a reused device buffer and
+//!   synchronises; it replies through that session's publisher (bytes over Zenoh).
+//! - `host-block`: a third pong session, `device: host` (a CPU consumer), is served host
+//!   blocks: the publisher copies the block device→host into shared host memory, and
+//!   the pong reads it in place there; it replies as the cpu-bytes pong does.
+//! - `d2h-pinned`: the physical reference of `host-block`, in the ping's process: one
+//!   device→host copy into page-locked memory, launch to synchronize (no round trip:
+//!   `one_way_*` and `measured_one_way_*` are that copy's time).
 //! - `zenoh-plain`: a 64-byte plain Zenoh put and reply between the same processes.
 //!
 //! With `--provider`, a third process runs a host provider (what the zenohd plugin
@@ -63,6 +69,7 @@ use zcs_bench::now_ns;
 use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, recv_msg, send_msg, spawn_child_bin};
 use zenoh::Wait;
 use zenoh_cuda_shm::config::{DeviceChoice, PeerGpus, ProviderMode};
+use zenoh_cuda_shm::cuda::pinned::PinnedPool;
 use zenoh_cuda_shm::cuda::{DeviceBlock, sys};
 use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
 use zenoh_cuda_shm::provider::{GpuSelection, Provider, ProviderClient, ProviderConfig};
@@ -163,6 +170,8 @@ const CPU_KEY: &str = "zcs-lat/cpu-bytes";
 const BASE_KEY: &str = "zcs-lat/plain";
 const REPLY_ZC_KEY: &str = "zcs-lat/reply/zero-copy";
 const REPLY_CPU_KEY: &str = "zcs-lat/reply/cpu-bytes";
+const HB_KEY: &str = "zcs-lat/host-block";
+const REPLY_HB_KEY: &str = "zcs-lat/reply/host-block";
 const REPLY_BASE_KEY: &str = "zcs-lat/reply/plain";
 const PORT_ENV: &str = "ZCS_LAT_PORT";
 const SOCK_ENV: &str = "ZCS_LAT_SOCK";
@@ -183,6 +192,7 @@ const ZENOH_MAX_MESSAGE: usize = 1 << 30;
 const PATH_ZC: u8 = 0;
 const PATH_CPU: u8 = 1;
 const PATH_BASE: u8 = 2;
+const PATH_HB: u8 = 3;
 
 #[derive(Debug, Serialize, Deserialize)]
 enum Msg {
@@ -209,6 +219,14 @@ fn parse_reply(b: &[u8]) -> Option<(u8, u64, u64)> {
 fn zcs_config(device: DeviceChoice, lent: bool, spin_us: u64) -> ZcsConfig {
     let provider = if lent { ProviderMode::Required } else { ProviderMode::Off };
     ZcsConfig { device, provider, provider_discovery_ms: 2000, spin_us, ..ZcsConfig::default() }
+}
+
+/// A host-memory session of the pong's, on its own Zenoh session; `host_blocks` as
+/// given (false: bytes from GPU publishers).
+fn open_host_session(port: u16, spin_us: u64, host_blocks: bool) -> GpuSession {
+    let z = zenoh::open(loopback_zenoh_config(None, Some(port), Some(PREFIX))).wait().expect("open zenoh");
+    let cfg = ZcsConfig { host_blocks, ..zcs_config(DeviceChoice::Host, false, spin_us) };
+    GpuSession::from_zenoh(z, cfg).wait().expect("host session")
 }
 
 /// The provider process: lends the backend's blocks until killed.
@@ -299,9 +317,7 @@ fn pong() {
     // this copy here: a `device: host` session has no GPU (it returns NoGpu).
     let host_session = if cuda {
         let gpu = session.gpu().cloned().expect("CUDA session");
-        let z2 = zenoh::open(loopback_zenoh_config(None, Some(port), Some(PREFIX))).wait().expect("open zenoh");
-        let host =
-            GpuSession::from_zenoh(z2, zcs_config(DeviceChoice::Host, false, spin_us)).wait().expect("host session");
+        let host = open_host_session(port, spin_us, false);
         let cpu = host.declare_subscriber(CPU_KEY).wait().expect("cpu-bytes subscriber");
         let r = Arc::new(host.declare_publisher(REPLY_CPU_KEY).wait().expect("cpu-bytes reply publisher"));
         let r2 = Arc::clone(&r);
@@ -333,6 +349,29 @@ fn pong() {
         None
     };
 
+    // Host-block path: a CPU consumer reads the publisher's host copy in place.
+    let host_block_session = if cuda {
+        let host = open_host_session(port, spin_us, true);
+        let hb = host.declare_subscriber(HB_KEY).wait().expect("host-block subscriber");
+        let r = Arc::new(host.declare_publisher(REPLY_HB_KEY).wait().expect("host-block reply publisher"));
+        let r2 = Arc::clone(&r);
+        std::thread::Builder::new()
+            .name("pong-hb".into())
+            .spawn(move || {
+                while let Ok(s) = hb.recv() {
+                    assert_eq!(s.path(), Path::HostBlock, "host-block row, {} sample", s.path());
+                    let b = s.host_bytes().expect("host sample");
+                    black_box((b.first(), b.last()));
+                    let one_way = now_ns().saturating_sub(s.info().timestamp_ns);
+                    r2.put_bytes(&reply_payload(PATH_HB, s.seq(), one_way)).expect("reply");
+                }
+            })
+            .expect("spawn");
+        Some((host, r))
+    } else {
+        None
+    };
+
     // Plain baseline: reply from the Zenoh callback. The payload starts with the
     // sequence number and the ping's clock.
     let r = Arc::clone(&reply_base);
@@ -355,7 +394,7 @@ fn pong() {
         std::thread::sleep(Duration::from_millis(5));
     }
     wait_route(&reply_zc, 1, 1);
-    if let Some((_, r)) = &host_session {
+    for (_, r) in host_session.iter().chain(&host_block_session) {
         wait_route(r, 0, 1);
     }
     send_msg(&conn, &Msg::Ready, &[]);
@@ -425,11 +464,11 @@ fn wait_route(p: &GpuPublisher, zero_copy: usize, aware: usize) {
     }
 }
 
-/// One block round trip on `p`: waits for the previous block to come back (so the
-/// warm block is reused), loans, then times put → reply.
+/// One block round trip on `p`: waits for the previous block (and its host copy) to
+/// come back (so warm blocks are reused), loans, then times put → reply.
 fn block_round(p: &GpuPublisher, replies: &Replies, path: u8, size: usize) -> (Duration, f64) {
     let t = Instant::now();
-    while p.pool_stats().blocks_in_use > 0 {
+    while p.pool_stats().blocks_in_use > 0 || p.host_pool_stats().is_some_and(|h| h.blocks_in_use > 0) {
         assert!(t.elapsed() < REPLY_TIMEOUT, "{}: the previous block never came back", p.key());
         std::thread::sleep(Duration::from_micros(10));
     }
@@ -484,6 +523,9 @@ fn main() {
     let replies_base = Replies::Plain(z.declare_subscriber(REPLY_BASE_KEY).wait().expect("reply subscriber"));
     let zc_pub = session.declare_publisher(ZC_KEY).wait().expect("zero-copy publisher");
     let cpu_pub = cuda.then(|| session.declare_publisher(CPU_KEY).wait().expect("cpu-bytes publisher"));
+    let hb_pub = cuda.then(|| session.declare_publisher(HB_KEY).wait().expect("host-block publisher"));
+    let replies_hb =
+        Replies::Ours(session.declare_subscriber(REPLY_HB_KEY).wait().expect("host-block reply subscriber"));
     let base_pub = z.declare_publisher(BASE_KEY).wait().expect("plain publisher");
 
     let name = SocketName::random_abstract();
@@ -512,6 +554,9 @@ fn main() {
     wait_route(&zc_pub, 1, 1);
     if let Some(p) = &cpu_pub {
         wait_route(p, 0, 1);
+    }
+    if let Some(p) = &hb_pub {
+        wait_route(p, 1, 1);
     }
     let t = Instant::now();
     while !base_pub.matching_status().wait().expect("matching").matching() {
@@ -564,6 +609,34 @@ fn main() {
                 json!({"ready": "D2H by the publisher, bytes over zenoh, H2D on the pong's stream, synchronized",
                        "copies_out_with_warmup": copies}),
             );
+        }
+    }
+    if let (Some(p), Some(gpu)) = (hb_pub.as_ref().filter(|_| !args.peer_copy), session.gpu()) {
+        let staging = PinnedPool::new(gpu, 2 << 30);
+        let stream = gpu.new_stream().expect("stream");
+        for &size in &args.plan.sizes {
+            let before = p.stats().host_blocks;
+            let rtt = args.plan.rounds(|| block_round(p, &replies_hb, PATH_HB, size));
+            let copies = p.stats().host_blocks - before;
+            row(
+                &format!("host-block{spin}"),
+                &backend,
+                size,
+                &rtt,
+                json!({"ready": "D2H by the publisher into a shared host block, read in place by a CPU process",
+                       "host_blocks_with_warmup": copies}),
+            );
+            // The reference: one pinned copy of the same size, launch to synchronize.
+            let block = DeviceBlock::allocate(gpu, size).expect("device block");
+            let rtt = args.plan.rounds(|| {
+                let t = Instant::now();
+                // SAFETY: `block` holds ≥ size bytes, mapped and unchanged during the copy.
+                let buf = unsafe { staging.copy_from_device(block.device_ptr(), size, &stream) }.expect("D2H");
+                let took = t.elapsed();
+                drop(buf);
+                (took * 2, took.as_secs_f64() * 1e6)
+            });
+            row("d2h-pinned", &backend, size, &rtt, json!({"ready": "one D2H copy into pinned memory, synchronized"}));
         }
     }
     let mut seq = 0u64;

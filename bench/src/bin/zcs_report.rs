@@ -69,6 +69,10 @@ const PEER_COPY: &str = "peer-copy";
 /// `zcs_peer_bench`: GPU 1 reading GPU 0's block in place, and the raw peer copy.
 const PEER_READ: &str = "zero-copy-peer-read";
 const PEER_COPY_RAW: &str = "peer-copy-raw";
+/// `zcs_latency`: a CPU consumer reading the publisher's host copy, and the reference,
+/// one pinned device→host copy.
+const HOST_BLOCK: &str = "host-block";
+const D2H_PINNED: &str = "d2h-pinned";
 
 /// Whether a path is ours, not Zenoh's own (`zenoh-plain`, `zenoh-shm`, `zenoh-pinned`, …).
 fn is_ours(path: &str) -> bool {
@@ -95,6 +99,9 @@ const GOAL_PEER_RATIO: f64 = 1.2;
 /// The in-place read across the link ÷ the raw peer copy's bandwidth, at least, from
 /// `COPY_SIZE` up (below it launch and host timing dominate both).
 const GOAL_PEER_READ: f64 = 0.8;
+/// A host block ready for a CPU consumer (publication to read, measured one way) ÷ one
+/// pinned device→host copy of the same size, at `COPY_SIZE`, at most.
+const GOAL_HOST_BLOCK: f64 = 1.3;
 
 // ---------------------------------------------------------------------------------
 // Reading a run
@@ -619,8 +626,11 @@ fn goal_copy(d: &Data) -> Goal {
     let best = d
         .latency
         .iter()
-        // `peer-copy` is one copy between GPUs of the zero-copy link, not a copy path.
-        .filter(|r| !r.anchor && !r.path.starts_with(ZERO_COPY) && r.path != PLAIN && r.path != PEER_COPY)
+        // `peer-copy` is one copy between GPUs of the zero-copy link, not a copy path;
+        // `host-block` serves consumers without GPU memory, and `d2h-pinned` is a bare
+        // copy, no path at all.
+        .filter(|r| !r.anchor && !r.path.starts_with(ZERO_COPY) && r.path != PLAIN)
+        .filter(|r| ![PEER_COPY, HOST_BLOCK, D2H_PINNED].contains(&r.path.as_str()))
         .filter_map(|r| r.cells.get(&COPY_SIZE).map(|c| (r.path.as_str(), c.p50)))
         .min_by(|a, b| a.1.total_cmp(&b.1));
     let Some((path, copy)) = best else {
@@ -629,6 +639,30 @@ fn goal_copy(d: &Data) -> Goal {
     let ratio = copy / zc.p50;
     let measured = format!("`{path}` {} µs ÷ `zero-copy` {} µs = {}", fmt_num(copy), fmt_num(zc.p50), fmt_ratio(ratio));
     Goal::new(goal, &target, measured, Status::of(&[ratio >= GOAL_COPY_RATIO]))
+}
+
+/// A host block ready for a CPU consumer ÷ one pinned device→host copy, at 32 MiB, from
+/// the measured one-way p50 (publication to the consumer's read; the copy's own time),
+/// with the other sizes shown.
+fn goal_host_block(d: &Data) -> Goal {
+    let goal = "Host block ready for a CPU consumer ÷ one pinned D2H copy, p50, measured one way";
+    let target = format!("≤ {GOAL_HOST_BLOCK}× at {}", human_size(COPY_SIZE));
+    let (Some(hb), Some(d2h)) = (d.lat(HOST_BLOCK, false), d.lat(D2H_PINNED, false)) else {
+        return Goal::not_measured(goal, &target, "needs `host-block` and `d2h-pinned` rows");
+    };
+    let (mut parts, mut at_goal) = (Vec::new(), None);
+    for (&size, c) in &hb.cells {
+        let (Some(h), Some(r)) = (c.measured_p50, d2h.cells.get(&size).and_then(|r| r.measured_p50)) else { continue };
+        let ratio = h / r;
+        parts.push(format!("{} {}", human_size(size), fmt_ratio(ratio)));
+        if size == COPY_SIZE {
+            at_goal = Some(ratio);
+        }
+    }
+    match at_goal {
+        Some(ratio) => Goal::new(goal, &target, parts.join(", "), Status::of(&[ratio <= GOAL_HOST_BLOCK])),
+        None => Goal::not_measured(goal, &target, "no 32 MiB size in both rows"),
+    }
 }
 
 /// Zero-copy to a subscriber on another GPU ÷ on the same GPU, p50 (RTT/2), at every size
@@ -776,6 +810,7 @@ fn goals(d: &Data) -> Vec<Goal> {
         goal_peer_latency(d),
         goal_peer_read(d),
         goal_4k_peer(d),
+        goal_host_block(d),
         goal_first(d),
         goal_vs(d, "torch-mp-ipc-hold", "Round trip vs torch.multiprocessing, tensors kept (hold)", &torch, |r| {
             r >= GOAL_TORCH_RATIO
@@ -1751,6 +1786,28 @@ mod tests {
         assert_eq!(goal_peer_latency(&d).status, Status::NotMet);
         assert_eq!(goal_peer_read(&d).status, Status::NotMeasured);
         assert_eq!(goal_4k_peer(&d).status, Status::NotMeasured);
+    }
+
+    #[test]
+    fn host_block_goal_is_judged_at_32_mib_against_the_pinned_copy() {
+        let lat = r#"{"bench":"latency","path":"zero-copy","size":33554432,"one_way_p50_us":24.0}
+{"bench":"latency","path":"host-block","size":4096,"one_way_p50_us":40.0,"measured_one_way_p50_us":30.0}
+{"bench":"latency","path":"d2h-pinned","size":4096,"one_way_p50_us":8.0,"measured_one_way_p50_us":8.0}
+{"bench":"latency","path":"host-block","size":33554432,"one_way_p50_us":800.0,"measured_one_way_p50_us":720.0}
+{"bench":"latency","path":"d2h-pinned","size":33554432,"one_way_p50_us":600.0,"measured_one_way_p50_us":600.0}
+{"bench":"latency","path":"cpu-bytes","size":33554432,"one_way_p50_us":18000.0}"#;
+        let (_, d, warnings) = data_of(&[("zcs_latency.jsonl", lat)]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        // 1.2× at 32 MiB is met; 3.75× at 4 KiB is shown, not judged.
+        let g = goal_host_block(&d);
+        assert_eq!(g.status, Status::Met, "{}", g.measured);
+        assert!(g.measured.contains("4 KiB 3.75×") && g.measured.contains("32 MiB 1.20×"), "{}", g.measured);
+        // Neither row is a copy path of a GPU consumer.
+        assert!(goal_copy(&d).measured.starts_with("`cpu-bytes`"), "{}", goal_copy(&d).measured);
+        let slow = lat.replace("\"measured_one_way_p50_us\":720.0", "\"measured_one_way_p50_us\":900.0");
+        assert_eq!(goal_host_block(&data_of(&[("zcs_latency.jsonl", &slow)]).1).status, Status::NotMet);
+        let (_, d, _) = data_of(&[("zcs_latency.jsonl", lat.lines().next().unwrap())]);
+        assert_eq!(goal_host_block(&d).status, Status::NotMeasured);
     }
 
     #[test]

@@ -11,9 +11,13 @@
 //!
 //! Paths (`path` in the rows):
 //! - `zero-copy`: ours, CUDA sessions on both sides; the block is read in place.
-//! - `cpu-bytes`: ours, subscribers opened with `device: host` (another locality
-//!   group): the publisher copies each block device→host once and sends bytes; each
-//!   subscriber copies them host→device into a reused buffer and runs the kernel.
+//! - `cpu-bytes`: ours, subscribers opened with `device: host` and `host_blocks: false`:
+//!   the publisher copies each block device→host once and sends bytes; each subscriber
+//!   copies them host→device into a reused buffer and runs the kernel.
+//! - `host-block`: ours, CPU consumers (`device: host`): the publisher copies each block
+//!   device→host once into a shared host block, which every subscriber reads in place
+//!   and checks on the CPU, 8 bytes of every 4 KiB page (a full CPU check of a 4K frame
+//!   takes longer than the transport).
 //! - `zenoh-pinned` / `zenoh-pageable`: plain Zenoh, the user copying: the frame is
 //!   filled in a device buffer, copied device→host into pinned memory (recycled by a
 //!   `PinnedPool`, handed to Zenoh without another copy) or into a fresh `Vec`, and put;
@@ -152,19 +156,27 @@ const IO: Duration = Duration::from_secs(60);
 enum Route {
     ZeroCopy,
     CpuBytes,
+    HostBlock,
     ZenohPinned,
     ZenohPageable,
     ZenohBytes,
 }
 
 impl Route {
-    const ALL: [Route; 5] =
-        [Route::ZeroCopy, Route::CpuBytes, Route::ZenohPinned, Route::ZenohPageable, Route::ZenohBytes];
+    const ALL: [Route; 6] = [
+        Route::ZeroCopy,
+        Route::CpuBytes,
+        Route::HostBlock,
+        Route::ZenohPinned,
+        Route::ZenohPageable,
+        Route::ZenohBytes,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Route::ZeroCopy => "zero-copy",
             Route::CpuBytes => "cpu-bytes",
+            Route::HostBlock => "host-block",
             Route::ZenohPinned => "zenoh-pinned",
             Route::ZenohPageable => "zenoh-pageable",
             Route::ZenohBytes => "zenoh-bytes",
@@ -179,13 +191,13 @@ impl Route {
     fn available(self, cuda: bool) -> bool {
         match self {
             Route::ZeroCopy => true,
-            Route::CpuBytes | Route::ZenohPinned | Route::ZenohPageable => cuda,
+            Route::CpuBytes | Route::HostBlock | Route::ZenohPinned | Route::ZenohPageable => cuda,
             Route::ZenohBytes => !cuda,
         }
     }
 
     fn ours(self) -> bool {
-        matches!(self, Route::ZeroCopy | Route::CpuBytes)
+        matches!(self, Route::ZeroCopy | Route::CpuBytes | Route::HostBlock)
     }
 
     fn note(self) -> &'static str {
@@ -196,6 +208,10 @@ impl Route {
             Route::CpuBytes => {
                 "subscriber session device: host; publisher D2H once per message, bytes over zenoh, \
                  subscriber H2D (pageable) into a reused buffer, check kernel, synchronized"
+            }
+            Route::HostBlock => {
+                "subscriber session device: host (a CPU consumer); publisher D2H once per message into a shared \
+                 host block, read in place, CPU check of 8 bytes per 4 KiB page"
             }
             Route::ZenohPinned => {
                 "plain zenoh; publisher fill kernel + D2H into recycled pinned memory (no further copy into \
@@ -313,7 +329,8 @@ impl ChildEnv {
     fn gpu_session(&self) -> GpuSession {
         let device = device_choice(self.cuda && self.route == Route::ZeroCopy);
         let peer_gpus = if peer_copy() { PeerGpus::Copy } else { PeerGpus::InPlace };
-        let cfg = ZcsConfig { gpu_ordinal: sub_gpu(), peer_gpus, ..zcs_config(device) };
+        let host_blocks = self.route == Route::HostBlock;
+        let cfg = ZcsConfig { gpu_ordinal: sub_gpu(), peer_gpus, host_blocks, ..zcs_config(device) };
         GpuSession::from_zenoh(self.zenoh(), cfg).wait().expect("open the subscriber session")
     }
 }
@@ -382,7 +399,9 @@ fn sub_child() {
     if env.route.ours() {
         let session = env.gpu_session();
         // cpu-bytes: the session has no GPU; the H2D and the kernel use a context of ours.
-        let gpu = match (env.cuda, session.gpu()) {
+        // host-block: a CPU consumer, no GPU at all.
+        let pages = env.route == Route::HostBlock;
+        let gpu = match (env.cuda && !pages, session.gpu()) {
             (false, _) => None,
             (true, Some(g)) => Some(g.clone()),
             (true, None) => Some(Gpu::open(sub_gpu()).expect("GPU for the H2D copy and the kernel")),
@@ -394,7 +413,11 @@ fn sub_child() {
                 c.clock.start();
                 let s = sub.recv_timeout(t).ok()?;
                 c.clock.lap("recv");
-                c.sample(&s);
+                if pages {
+                    c.host_pages(&s);
+                } else {
+                    c.sample(&s);
+                }
                 c.clock.lap("host_check");
                 let r = Some((s.seq(), s.info().timestamp_ns));
                 drop(s);
@@ -403,8 +426,9 @@ fn sub_child() {
                 r
             });
             let st = sub.stats();
-            // Frames that came over the link, read in place or copied on arrival.
-            (rep.zero_copy, rep.cpu_bytes) = (st.zero_copy + st.peer_copy, st.cpu_bytes);
+            // Frames that came over the link: read in place, copied on arrival, or from a
+            // host block.
+            (rep.zero_copy, rep.cpu_bytes) = (st.zero_copy + st.peer_copy + st.host_block, st.cpu_bytes);
             let _ = tx.send(rep);
         });
         keep.push(Box::new(session));
@@ -617,7 +641,7 @@ impl Producer {
     fn wait_route(&self, route: Route, subs: usize, z: &zenoh::Session, key: &str) {
         match &self.sink {
             Sink::Ours(p, _) => {
-                let zc = if route == Route::ZeroCopy { subs } else { 0 };
+                let zc = if matches!(route, Route::ZeroCopy | Route::HostBlock) { subs } else { 0 };
                 wait_until(key, || {
                     p.zero_copy_subscribers() == zc && p.aware_subscribers() == subs && !p.plain_subscribers()
                 });
