@@ -255,8 +255,8 @@ impl Sample {
         self.sample.info().timestamp_ns
     }
 
-    /// How it arrived: `"zero-copy"`, `"zero-copy-peer"`, `"peer-copy"`, `"inline"`,
-    /// `"cpu-bytes"` or `"plain"`.
+    /// How it arrived: `"zero-copy"`, `"zero-copy-peer"`, `"peer-copy"`, `"host-block"`,
+    /// `"inline"`, `"cpu-bytes"` or `"plain"`.
     #[getter]
     fn path(&self) -> String {
         self.sample.path().to_string()
