@@ -103,6 +103,12 @@ if { want bench || want peer; } && [ -x .gpu-bin/zcs_latency ] && [ "$gpus" -ge 
   echo "== zcs_throughput --sub-gpu 1 --peer-copy" | tee -a "$out/bench.log"
   timeout 200 .gpu-bin/zcs_throughput --backend cuda --sub-gpu 1 --peer-copy --paths zero-copy --subscribers 1 --first-subs 0 \
     >"$out/zcs_throughput_peer_copy.jsonl" 2>>"$out/bench.log" || { echo "FAILED: zcs_throughput --peer-copy" | tee -a "$out/bench.log"; fail=1; }
+  echo "== zcs_latency --pong-gpu 1 --peer-host" | tee -a "$out/bench.log"
+  timeout 300 .gpu-bin/zcs_latency --backend cuda --pong-gpu 1 --peer-host --sizes 4KiB,64KiB,1MiB,8MiB,32MiB,256MiB,1GiB \
+    >"$out/zcs_latency_peer_host.jsonl" 2>>"$out/bench.log" || { echo "FAILED: zcs_latency --peer-host" | tee -a "$out/bench.log"; fail=1; }
+  echo "== zcs_throughput --sub-gpu 1 --peer-host" | tee -a "$out/bench.log"
+  timeout 200 .gpu-bin/zcs_throughput --backend cuda --sub-gpu 1 --peer-host --paths zero-copy --subscribers 1 --first-subs 0 \
+    >"$out/zcs_throughput_peer_host.jsonl" 2>>"$out/bench.log" || { echo "FAILED: zcs_throughput --peer-host" | tee -a "$out/bench.log"; fail=1; }
   echo "== zcs_peer_bench" | tee -a "$out/bench.log"
   timeout 200 .gpu-bin/zcs_peer_bench >"$out/zcs_peer_bench.jsonl" 2>>"$out/bench.log" \
     || { echo "FAILED: zcs_peer_bench" | tee -a "$out/bench.log"; fail=1; }

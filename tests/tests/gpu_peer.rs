@@ -1,6 +1,8 @@
 //! Peer GPUs on one host: a publisher on GPU 0, subscribers in other processes on GPU 1
 //! (its blocks mapped over NVLink or PCIe, read in place or copied onto GPU 1 on
-//! arrival) and on GPU 0 (the block itself), every byte checked on the subscriber's GPU.
+//! arrival, or each message taken through a host block and copied onto GPU 1, as
+//! without peer access) and on GPU 0 (the block itself), every byte checked on the
+//! subscriber's GPU.
 //!
 //! Needs two GPUs with peer access: otherwise each test prints `SKIPPED <name>: <reason>`
 //! (a failure under `ZCS_REQUIRE_PEER_GPUS=1`, which the GPU run sets on machines with
@@ -87,6 +89,11 @@ fn copy_mode() -> (&'static str, String) {
     ("ZCS_PEER_GPUS", "copy".to_owned())
 }
 
+/// A subscriber's environment for `peer_gpus: host` (what it does without peer access).
+fn host_mode() -> (&'static str, String) {
+    ("ZCS_PEER_GPUS", "host".to_owned())
+}
+
 fn wait_ok(mut child: Child, what: &str, limit: Duration) {
     let t = Instant::now();
     loop {
@@ -113,15 +120,19 @@ fn gpu_peer_subscribers_on_both_gpus_read_every_byte() {
     let kernels = Kernels::load(&gpu0).unwrap();
     let peer = subscriber(port, &key, 1, n, Path::ZeroCopyPeer, "check", &[]);
     let copy = subscriber(port, &key, 1, n, Path::PeerCopy, "check", &[copy_mode()]);
+    let host = subscriber(port, &key, 1, n, Path::HostCopy, "check", &[host_mode()]);
     let same = subscriber(port, &key, 0, n, Path::ZeroCopy, "check", &[]);
-    wait_until("three zero-copy subscribers", Duration::from_secs(60), || p.zero_copy_subscribers() == 3);
+    wait_until("four zero-copy subscribers", Duration::from_secs(60), || p.zero_copy_subscribers() == 4);
     publish(&p, &kernels, n, None);
     wait_ok(peer, "the subscriber on GPU 1", Duration::from_secs(120));
     wait_ok(copy, "the copying subscriber on GPU 1", Duration::from_secs(120));
+    wait_ok(host, "the subscriber on GPU 1 through host memory", Duration::from_secs(120));
     wait_ok(same, "the subscriber on GPU 0", Duration::from_secs(120));
     let s = p.stats();
-    assert_eq!(s.copies_out, 0, "nobody needed bytes: {s:?}");
-    wait_until("every lease back", Duration::from_secs(10), || p.pool_stats().blocks_in_use == 0);
+    assert_eq!((s.copies_out, s.host_blocks, s.host_leases), (0, n, n), "nobody needed bytes: {s:?}");
+    wait_until("every lease back", Duration::from_secs(10), || {
+        p.pool_stats().blocks_in_use == 0 && p.host_pool_stats().is_some_and(|h| h.blocks_in_use == 0)
+    });
 }
 
 #[test]
@@ -173,6 +184,33 @@ fn gpu_peer_copy_releases_the_publishers_blocks_while_samples_are_held() {
     let _ = std::fs::remove_file(&done);
     // Its copies on GPU 1 went with it.
     wait_until("GPU 1's memory back", Duration::from_secs(10), || gpu1.mem_info().unwrap().0 + (64 << 20) >= free1);
+}
+
+/// Through host memory: each message's host block goes back once it is copied onto
+/// GPU 1, with every sample still held there.
+#[test]
+fn gpu_peer_host_copy_releases_the_host_blocks_while_samples_are_held() {
+    const TEST: &str = "gpu_peer_host_copy_releases_the_host_blocks_while_samples_are_held";
+    let Some((gpu0, _gpu1)) = two_gpus_or_skip(TEST) else { return };
+    let _w = watchdog_guard(TEST, Duration::from_secs(180));
+    let (port, key, n) = (free_tcp_port(), format!("{PREFIX}/host-held"), 12);
+    let done = std::env::temp_dir().join(format!("zcs-peer-host-{}-{port}", std::process::id()));
+    let session = GpuSession::open(loopback_zenoh_config(Some(port), None, Some(PREFIX)), config(0)).wait().unwrap();
+    let p = session.declare_publisher(&key).wait().unwrap();
+    let kernels = Kernels::load(&gpu0).unwrap();
+    let done_env = (ENV_DONE, done.display().to_string());
+    let mut holder = subscriber(port, &key, 1, n, Path::HostCopy, "hold", &[host_mode(), done_env]);
+    wait_until("the subscriber through host memory", Duration::from_secs(60), || p.zero_copy_subscribers() == 1);
+    publish(&p, &kernels, n, None);
+    wait_until("the subscriber holding every message, checked", Duration::from_secs(60), || done.exists());
+    assert!(holder.try_wait().unwrap().is_none(), "the holder exited early");
+    wait_until("every block back", Duration::from_secs(5), || {
+        p.pool_stats().blocks_in_use == 0 && p.host_pool_stats().is_some_and(|h| h.blocks_in_use == 0)
+    });
+    assert_eq!((p.stats().copies_out, p.stats().host_blocks), (0, n), "{:?}", p.stats());
+    holder.kill().unwrap();
+    let _ = holder.wait();
+    let _ = std::fs::remove_file(&done);
 }
 
 #[test]
@@ -309,6 +347,10 @@ fn child_entry() {
                 let st = sub.stats();
                 assert_eq!((st.peer_copy, st.zero_copy), (count, 0), "{st:?}");
             }
+            if want_path == Path::HostCopy.to_string() {
+                let st = sub.stats();
+                assert_eq!((st.host_block, st.zero_copy, st.import_failures), (count, 0, 0), "{st:?}");
+            }
             println!("peer-sub on GPU {ordinal}: {count} messages by {want_path}, every byte checked");
             if let Ok(done) = std::env::var(ENV_DONE) {
                 std::fs::write(done, b"checked").unwrap();
@@ -336,6 +378,7 @@ fn peer_gpus_configuration_parses() {
     let cfg = ZcsConfig::from_json5("{ peer_gpus: 'off' }").unwrap();
     assert_eq!(cfg.peer_gpus, PeerGpus::Off);
     assert_eq!(ZcsConfig::from_json5("{ peer_gpus: 'copy' }").unwrap().peer_gpus, PeerGpus::Copy);
+    assert_eq!(ZcsConfig::from_json5("{ peer_gpus: 'host' }").unwrap().peer_gpus, PeerGpus::Host);
     assert_eq!(ZcsConfig::default().peer_gpus, PeerGpus::InPlace);
     assert!(ZcsConfig::from_json5("{ peer_gpus: 'copy_always' }").is_err());
 }

@@ -53,7 +53,8 @@ pub enum PlainListen {
 #[serde(rename_all = "snake_case")]
 pub enum PeerGpus {
     /// Map the publisher's blocks for this GPU and read them in place over NVLink or
-    /// PCIe, where the driver reports peer access (default); bytes otherwise.
+    /// PCIe, where the driver reports peer access (default). Without peer access (or
+    /// for a GPU this process does not see): through host memory, as with `host`.
     #[default]
     InPlace,
     /// Map the publisher's blocks as for `in_place`, and copy each message into a block
@@ -62,7 +63,14 @@ pub enum PeerGpus {
     /// soon as that copy completes. For data read many times, or held long: reads are
     /// local, and the publisher's pool is not held by this subscriber.
     Copy,
-    /// Never map another GPU's blocks: bytes from publishers on other GPUs.
+    /// Through host memory, even with peer access: the publisher copies each message
+    /// once into a shared host block (as for its subscribers without a GPU), and this
+    /// subscriber copies it onto its GPU on arrival, on its own stream. What happens
+    /// without peer access anyway; chosen where the link between the GPUs is slower
+    /// than two copies through host memory.
+    Host,
+    /// Never read another GPU's messages in place or through host memory: bytes from
+    /// publishers on other GPUs.
     Off,
 }
 
@@ -129,11 +137,12 @@ pub struct ZcsConfig {
     /// How CUDA subscribers read from publishers on another GPU of this host (default
     /// `in_place`).
     pub peer_gpus: PeerGpus,
-    /// Whether this session's subscribers, when it has no GPU (`device` `host`, or
-    /// `auto` without one), read the messages of GPU publishers of this host from host
-    /// blocks: each message copied once, device→host, by the publisher into shared host
-    /// memory, read in place by every such subscriber (default true). False: they get
-    /// bytes through Zenoh, as from another host.
+    /// Whether this session's subscribers may take host blocks from GPU publishers of
+    /// this host: each message copied once, device→host, by the publisher into shared
+    /// host memory, for all such subscribers (default true). A session without a GPU
+    /// (`device` `host`, or `auto` without one) reads them in place; a CUDA one takes
+    /// them from a GPU it cannot map (see `peer_gpus`) and copies them onto its own.
+    /// False: bytes through Zenoh, as from another host.
     pub host_blocks: bool,
     /// Busy-polling by subscribers, in µs (default 0: none). Before sleeping, a
     /// subscriber's link thread polls its control socket, and `recv`/`recv_timeout` of
@@ -246,7 +255,7 @@ impl ZcsConfig {
 
     /// Applies environment overrides: `ZCS_DEVICE` (`auto|host|cuda`),
     /// `ZCS_INLINE_THRESHOLD` (bytes), `ZCS_PROVIDER` (`auto|off|required`),
-    /// `ZCS_PEER_GPUS` (`in_place|copy|off`), `ZCS_HOST_BLOCKS` (`true|false`),
+    /// `ZCS_PEER_GPUS` (`in_place|copy|host|off`), `ZCS_HOST_BLOCKS` (`true|false`),
     /// `ZCS_SOCKET_DIR` (path).
     pub fn with_env_overrides(mut self) -> Result<Self, ConfigError> {
         if let Ok(v) = std::env::var("ZCS_DEVICE") {
@@ -282,12 +291,13 @@ impl ZcsConfig {
             self.peer_gpus = match v.as_str() {
                 "in_place" => PeerGpus::InPlace,
                 "copy" => PeerGpus::Copy,
+                "host" => PeerGpus::Host,
                 "off" => PeerGpus::Off,
                 _ => {
                     return Err(ConfigError::Env {
                         var: "ZCS_PEER_GPUS",
                         value: v,
-                        why: "expected in_place, copy or off",
+                        why: "expected in_place, copy, host or off",
                     });
                 }
             };

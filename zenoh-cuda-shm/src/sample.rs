@@ -39,6 +39,12 @@ pub enum Path {
     /// and this subscriber maps host memory only (no CUDA), so the publisher copied it
     /// once, device→host, into a shared host block that every such subscriber reads.
     HostBlock,
+    /// Copied once, on arrival, from a host block (as for `HostBlock`) into a block of
+    /// this subscriber's GPU, on the subscriber's stream: the publisher is on a GPU of
+    /// this host that this one cannot map (no peer access, a GPU this process does not
+    /// see), or `peer_gpus: host`. The publisher's lease went back when the copy
+    /// completed; reads are local.
+    HostCopy,
 }
 
 impl std::fmt::Display for Path {
@@ -48,6 +54,7 @@ impl std::fmt::Display for Path {
             Self::ZeroCopyPeer => "zero-copy-peer",
             Self::PeerCopy => "peer-copy",
             Self::HostBlock => "host-block",
+            Self::HostCopy => "host-copy",
             Self::Inline => "inline",
             Self::CpuBytes => "cpu-bytes",
             Self::Plain => "plain",
@@ -105,9 +112,9 @@ impl Drop for ZeroCopy {
     }
 }
 
-/// A message copied onto this GPU from a peer GPU's block (`peer_gpus: copy`). Reads
-/// wait for the copy on their stream; the block goes back to the subscriber's copier
-/// once this is gone and they have completed.
+/// A message copied onto this GPU on arrival, from a peer GPU's block (`peer_gpus:
+/// copy`) or from a host block. Reads wait for the copy on their stream; the block goes
+/// back to the subscriber's copier once this is gone and they have completed.
 pub(crate) struct Copied {
     /// The block and the fence after the copy; `None` only inside `drop`, which takes it.
     copy: Option<PeerCopy>,
@@ -144,7 +151,7 @@ impl Drop for Copied {
         let sub = Arc::clone(&self.sub);
         self.sub.defer(
             fences,
-            Box::new(move || match &sub.copier {
+            Box::new(move || match sub.copier.get() {
                 Some(c) => c.recycle(block),
                 None => drop(block),
             }),

@@ -45,13 +45,17 @@
 //! zcs_latency --backend cuda --spin-us 200          # subscribers busy-poll (`spin_us`)
 //! zcs_latency --backend cuda --pong-gpu 1           # two GPUs: the peer path
 //! zcs_latency --backend cuda --pong-gpu 1 --peer-copy   # two GPUs: one copy on arrival
+//! zcs_latency --backend cuda --pong-gpu 1 --peer-host   # two GPUs: through host memory
 //! ```
 //!
 //! With `--pong-gpu 1` the pong runs on another GPU than the ping's: its zero-copy row
 //! is `zero-copy-peer`, the ping's blocks mapped for the pong's GPU over NVLink or PCIe.
 //! Adding `--peer-copy`, the pong's subscriber has `peer_gpus: copy`: each block is
 //! copied onto the pong's GPU on arrival and the ready point is that copy's completion
-//! (row `peer-copy`); the cpu-bytes rows, the same as without it, are left out.
+//! (row `peer-copy`); the cpu-bytes rows, the same as without it, are left out. With
+//! `--peer-host` instead (`peer_gpus: host`, what a GPU without peer access does), the
+//! publisher copies each block into a host block and the pong copies that onto its GPU;
+//! the ready point is that second copy's completion (row `host-copy`).
 //!
 //! With `--spin-us`, every session of ours on both sides has that `spin_us` (its
 //! subscribers poll before sleeping) and the rows of ours are named `…-spin`; the
@@ -104,9 +108,14 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     pong_gpu: usize,
     /// With `--pong-gpu`: the pong copies each block onto its GPU on arrival
-    /// (`peer_gpus: copy`, row `peer-copy`); no cpu-bytes rows.
-    #[arg(long)]
+    /// (`peer_gpus: copy`, row `peer-copy`); no cpu-bytes or host-block rows.
+    #[arg(long, conflicts_with = "peer_host")]
     peer_copy: bool,
+    /// With `--pong-gpu`: the pong takes each block through a host block and copies it
+    /// onto its GPU, as without peer access (`peer_gpus: host`, row `host-copy`); no
+    /// cpu-bytes or host-block rows.
+    #[arg(long)]
+    peer_host: bool,
 }
 
 /// Where the blocks come from.
@@ -180,6 +189,7 @@ const PROVIDER_ENV: &str = "ZCS_LAT_PROVIDER";
 const SPIN_ENV: &str = "ZCS_LAT_SPIN_US";
 const PONG_GPU_ENV: &str = "ZCS_LAT_PONG_GPU";
 const PEER_COPY_ENV: &str = "ZCS_LAT_PEER_COPY";
+const PEER_HOST_ENV: &str = "ZCS_LAT_PEER_HOST";
 /// zenohd's port, which the pong connects to as well: a peer does not relay another
 /// node's liveliness tokens, so the pong must see the router's provider itself.
 const ROUTER_PORT_ENV: &str = "ZCS_LAT_ROUTER_PORT";
@@ -280,9 +290,14 @@ fn pong() {
 
     // Zero-copy path: read on our stream, synchronise (the ready-signal wait passed, or
     // with `--peer-copy` the copy onto this GPU completed).
-    let peer_copy = std::env::var_os(PEER_COPY_ENV).is_some();
+    let (peer_copy, peer_host) = (std::env::var_os(PEER_COPY_ENV).is_some(), std::env::var_os(PEER_HOST_ENV).is_some());
     let zc = session.declare_subscriber(ZC_KEY);
-    let zc = if peer_copy { zc.peer_gpus(PeerGpus::Copy) } else { zc }.wait().expect("zero-copy subscriber");
+    let zc = match (peer_copy, peer_host) {
+        (true, _) => zc.peer_gpus(PeerGpus::Copy),
+        (_, true) => zc.peer_gpus(PeerGpus::Host),
+        _ => zc,
+    };
+    let zc = zc.wait().expect("zero-copy subscriber");
     let r = Arc::clone(&reply_zc);
     let gpu = session.gpu().cloned();
     std::thread::Builder::new()
@@ -292,6 +307,7 @@ fn pong() {
             while let Ok(s) = zc.recv() {
                 // A row must measure the path it is named after.
                 assert!(!peer_copy || s.path() == Path::PeerCopy, "peer-copy row, {} sample", s.path());
+                assert!(!peer_host || s.path() == Path::HostCopy, "host-copy row, {} sample", s.path());
                 match (&gpu, &stream) {
                     (Some(gpu), Some(stream)) => {
                         let read = s.read(stream).expect("read");
@@ -538,8 +554,12 @@ fn main() {
         (PONG_GPU_ENV, args.pong_gpu.to_string()),
     ];
     assert!(!args.peer_copy || args.pong_gpu != 0, "--peer-copy needs --pong-gpu on another GPU");
+    assert!(!args.peer_host || args.pong_gpu != 0, "--peer-host needs --pong-gpu on another GPU");
     if args.peer_copy {
         env.push((PEER_COPY_ENV, "1".to_owned()));
+    }
+    if args.peer_host {
+        env.push((PEER_HOST_ENV, "1".to_owned()));
     }
     if lent {
         env.push((PROVIDER_ENV, "1".to_owned()));
@@ -580,14 +600,16 @@ fn main() {
         let before = zc_pub.stats().copies_out;
         let rtt = args.plan.rounds(|| block_round(&zc_pub, &replies_zc, PATH_ZC, size));
         let copies = zc_pub.stats().copies_out - before;
-        let path = match (args.peer_copy, args.pong_gpu != 0) {
+        let path = match (args.peer_copy || args.peer_host, args.pong_gpu != 0) {
+            (true, _) if args.peer_host => format!("host-copy{spin}"),
             (true, _) => format!("peer-copy{spin}"),
             (false, true) => format!("{}-peer{spin}", lender.row()),
             (false, false) => format!("{}{spin}", lender.row()),
         };
         row(&path, &backend, size, &rtt, json!({"ready": ready, "copies_out_with_warmup": copies, "blocks": blocks}));
     }
-    if let Some(p) = cpu_pub.as_ref().filter(|_| !args.peer_copy) {
+    let peer_mode = args.peer_copy || args.peer_host;
+    if let Some(p) = cpu_pub.as_ref().filter(|_| !peer_mode) {
         for &size in &args.plan.sizes {
             if size >= ZENOH_MAX_MESSAGE {
                 // Zenoh drops a message above its receive limit: no reply would come.
@@ -611,7 +633,7 @@ fn main() {
             );
         }
     }
-    if let (Some(p), Some(gpu)) = (hb_pub.as_ref().filter(|_| !args.peer_copy), session.gpu()) {
+    if let (Some(p), Some(gpu)) = (hb_pub.as_ref().filter(|_| !peer_mode), session.gpu()) {
         let staging = PinnedPool::new(gpu, 2 << 30);
         let stream = gpu.new_stream().expect("stream");
         for &size in &args.plan.sizes {

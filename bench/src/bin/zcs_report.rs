@@ -72,6 +72,8 @@ const PEER_COPY_RAW: &str = "peer-copy-raw";
 /// `zcs_latency`: a CPU consumer reading the publisher's host copy, and the reference,
 /// one pinned device→host copy.
 const HOST_BLOCK: &str = "host-block";
+/// `zcs_latency --peer-host`: a GPU consumer without peer access, through a host block.
+const HOST_COPY: &str = "host-copy";
 const D2H_PINNED: &str = "d2h-pinned";
 
 /// Whether a path is ours, not Zenoh's own (`zenoh-plain`, `zenoh-shm`, `zenoh-pinned`, …).
@@ -626,11 +628,11 @@ fn goal_copy(d: &Data) -> Goal {
     let best = d
         .latency
         .iter()
-        // `peer-copy` is one copy between GPUs of the zero-copy link, not a copy path;
-        // `host-block` serves consumers without GPU memory, and `d2h-pinned` is a bare
-        // copy, no path at all.
+        // `peer-copy` and `host-copy` serve a subscriber on another GPU, and `host-block`
+        // one without GPU memory: none is the same-GPU consumer's copy path; `d2h-pinned`
+        // is a bare copy, no path at all.
         .filter(|r| !r.anchor && !r.path.starts_with(ZERO_COPY) && r.path != PLAIN)
-        .filter(|r| ![PEER_COPY, HOST_BLOCK, D2H_PINNED].contains(&r.path.as_str()))
+        .filter(|r| ![PEER_COPY, HOST_COPY, HOST_BLOCK, D2H_PINNED].contains(&r.path.as_str()))
         .filter_map(|r| r.cells.get(&COPY_SIZE).map(|c| (r.path.as_str(), c.p50)))
         .min_by(|a, b| a.1.total_cmp(&b.1));
     let Some((path, copy)) = best else {

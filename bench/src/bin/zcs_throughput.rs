@@ -40,6 +40,7 @@
 //! zcs_throughput --backend host --frames 50        # CI smoke, no GPU: memfd blocks vs plain bytes
 //! zcs_throughput --backend cuda --sub-gpu 1 --paths zero-copy   # two GPUs: zero-copy-peer
 //! zcs_throughput --backend cuda --sub-gpu 1 --peer-copy --paths zero-copy   # peer-copy
+//! zcs_throughput --backend cuda --sub-gpu 1 --peer-host --paths zero-copy   # host-copy
 //! ```
 
 use std::sync::Arc;
@@ -114,8 +115,12 @@ struct Args {
     sub_gpu: usize,
     /// With `--sub-gpu`: the subscribers copy each frame onto their GPU on arrival
     /// (`peer_gpus: copy`, row `peer-copy`).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "peer_host")]
     peer_copy: bool,
+    /// With `--sub-gpu`: the subscribers take each frame through a host block and copy
+    /// it onto their GPU, as without peer access (`peer_gpus: host`, row `host-copy`).
+    #[arg(long)]
+    peer_host: bool,
 }
 
 const PREFIX: &str = "zcs-tput";
@@ -125,26 +130,31 @@ const BACKEND_ENV: &str = "ZCS_TPUT_BACKEND";
 const PATH_ENV: &str = "ZCS_TPUT_PATH";
 const KEY_ENV: &str = "ZCS_TPUT_KEY";
 const SUB_GPU_ENV: &str = "ZCS_TPUT_SUB_GPU";
-const PEER_COPY_ENV: &str = "ZCS_TPUT_PEER_COPY";
+const PEER_MODE_ENV: &str = "ZCS_TPUT_PEER_MODE";
 /// `--sub-gpu`, set once by `main` (the parent) or read from the environment (a child).
 static SUB_GPU: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-/// `--peer-copy`, likewise.
-static PEER_COPY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+/// `--peer-copy` or `--peer-host` as the subscribers' `peer_gpus`, likewise.
+static PEER_MODE: std::sync::OnceLock<PeerGpus> = std::sync::OnceLock::new();
 
 fn sub_gpu() -> usize {
     *SUB_GPU.get_or_init(|| std::env::var(SUB_GPU_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(0))
 }
 
-fn peer_copy() -> bool {
-    *PEER_COPY.get_or_init(|| std::env::var(PEER_COPY_ENV).is_ok_and(|v| v == "true"))
+fn peer_mode() -> PeerGpus {
+    *PEER_MODE.get_or_init(|| match std::env::var(PEER_MODE_ENV).as_deref() {
+        Ok("copy") => PeerGpus::Copy,
+        Ok("host") => PeerGpus::Host,
+        _ => PeerGpus::InPlace,
+    })
 }
 
 /// A row's path: `zero-copy` is `zero-copy-peer` when the subscribers are on another GPU,
-/// `peer-copy` when they copy each frame onto it.
+/// `peer-copy` when they copy each frame onto it, `host-copy` when through host memory.
 fn row_path(route: Route) -> &'static str {
-    match (route, sub_gpu() != 0, peer_copy()) {
-        (Route::ZeroCopy, true, true) => "peer-copy",
-        (Route::ZeroCopy, true, false) => "zero-copy-peer",
+    match (route, sub_gpu() != 0, peer_mode()) {
+        (Route::ZeroCopy, true, PeerGpus::Copy) => "peer-copy",
+        (Route::ZeroCopy, true, PeerGpus::Host) => "host-copy",
+        (Route::ZeroCopy, true, _) => "zero-copy-peer",
         _ => route.name(),
     }
 }
@@ -328,7 +338,7 @@ impl ChildEnv {
     /// Our session: CUDA for `zero-copy` on the cuda backend, else host memory.
     fn gpu_session(&self) -> GpuSession {
         let device = device_choice(self.cuda && self.route == Route::ZeroCopy);
-        let peer_gpus = if peer_copy() { PeerGpus::Copy } else { PeerGpus::InPlace };
+        let peer_gpus = peer_mode();
         let host_blocks = self.route == Route::HostBlock;
         let cfg = ZcsConfig { gpu_ordinal: sub_gpu(), peer_gpus, host_blocks, ..zcs_config(device) };
         GpuSession::from_zenoh(self.zenoh(), cfg).wait().expect("open the subscriber session")
@@ -684,7 +694,7 @@ impl Children {
             (KEY_ENV, key.to_owned()),
             (WARMUP_ENV, warmup.to_string()),
             (SUB_GPU_ENV, sub_gpu().to_string()),
-            (PEER_COPY_ENV, peer_copy().to_string()),
+            (PEER_MODE_ENV, format!("{:?}", peer_mode()).to_lowercase()),
         ];
         let mut procs = Vec::new();
         for _ in 0..n {
@@ -956,8 +966,13 @@ fn main() {
     }
     let args = Args::parse();
     SUB_GPU.set(args.sub_gpu).expect("set once, before any child starts");
-    assert!(!args.peer_copy || args.sub_gpu != 0, "--peer-copy needs --sub-gpu on another GPU");
-    PEER_COPY.set(args.peer_copy).expect("set once, before any child starts");
+    assert!(!(args.peer_copy || args.peer_host) || args.sub_gpu != 0, "--peer-copy and --peer-host need --sub-gpu");
+    let mode = match (args.peer_copy, args.peer_host) {
+        (true, _) => PeerGpus::Copy,
+        (_, true) => PeerGpus::Host,
+        _ => PeerGpus::InPlace,
+    };
+    PEER_MODE.set(mode).expect("set once, before any child starts");
     let cuda = match args.backend.as_str() {
         "cuda" => true,
         "host" => false,

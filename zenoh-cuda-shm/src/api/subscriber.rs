@@ -181,6 +181,11 @@ impl<H> GpuSubscriber<H> {
                  process, which has no GPU of its own"
                     .to_owned(),
             ),
+            Path::HostCopy => Some(
+                "the publisher's block, on a GPU of this host that this one does not map (no peer access, or \
+                 peer_gpus: host), copied once into shared host memory by the publisher and onto this GPU on arrival"
+                    .to_owned(),
+            ),
             Path::Plain => Some("a plain Zenoh publisher, not one of ours".to_owned()),
             Path::Inline => Some("a small message, carried whole (the publisher's inline_threshold)".to_owned()),
             Path::CpuBytes => Some(self.bytes_reason(info.publisher).unwrap_or_else(|| {

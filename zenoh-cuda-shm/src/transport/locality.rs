@@ -19,15 +19,17 @@ pub(crate) struct PeerView {
     pub(crate) mode: PeerGpus,
 }
 
-/// The path to one publisher.
+/// The path to one publisher. A CUDA subscriber that cannot map another GPU's memory (no
+/// peer access, a GPU its process does not see, or `peer_gpus: host`) takes host blocks
+/// and copies them onto its GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Locality {
     /// Same device (or the same host's memory): the block itself.
     Same,
     /// Another GPU of this host whose memory ours can map: the block, read over the link.
     Peer,
-    /// A host-memory subscriber of a GPU publisher of this host: a copy of the block in
-    /// host memory, made once by the publisher for all such subscribers.
+    /// A GPU publisher of this host whose blocks this subscriber does not map: a copy
+    /// of each in host memory, made once by the publisher for all such subscribers.
     HostBlock,
     /// Bytes, for the reason given.
     Bytes(String),
@@ -60,28 +62,35 @@ pub(crate) fn decide(ours: &Group, theirs: &Group, peer: Option<&PeerView>, host
     if ours.boot_id != theirs.boot_id {
         return Locality::Bytes(other_device);
     }
-    if ours.is_host() && Group::cuda_uuid(&theirs.device).is_some() {
-        if !host_blocks {
-            return Locality::Bytes(format!("{other_device}; host blocks are off in this subscriber's configuration"));
-        }
-        return Locality::HostBlock;
+    let gpu_publisher = Group::cuda_uuid(&theirs.device);
+    // Where our GPU cannot map theirs, host blocks if this subscriber takes them.
+    let host_blocks_or = |why: String| match host_blocks {
+        true => Locality::HostBlock,
+        false => Locality::Bytes(format!("{other_device}; {why}; host blocks are off in this subscriber's configuration")),
+    };
+    if ours.is_host() && gpu_publisher.is_some() {
+        return host_blocks_or("this process has no GPU".to_owned());
     }
-    let (Some(view), Some(uuid)) = (peer, Group::cuda_uuid(&theirs.device)) else {
-        // A host-memory publisher or subscriber, or a GPU we do not model.
+    let (Some(view), Some(uuid)) = (peer, gpu_publisher) else {
+        // A host-memory publisher, or a GPU we do not model.
         return Locality::Bytes(other_device);
     };
-    if view.mode == PeerGpus::Off {
-        return Locality::Bytes(format!("{other_device}; peer GPUs are off in this subscriber's configuration"));
+    match view.mode {
+        PeerGpus::Off => {
+            return Locality::Bytes(format!("{other_device}; peer GPUs are off in this subscriber's configuration"));
+        }
+        PeerGpus::Host => return host_blocks_or("peer GPUs through host memory (peer_gpus: host)".to_owned()),
+        PeerGpus::InPlace | PeerGpus::Copy => {}
     }
     let Some(theirs) = view.topology.ordinal_of(&uuid) else {
-        return Locality::Bytes(format!(
-            "{other_device}; this process does not see that GPU (CUDA_VISIBLE_DEVICES), so cannot map its memory"
-        ));
+        return host_blocks_or(
+            "this process does not see that GPU (CUDA_VISIBLE_DEVICES), so cannot map its memory".to_owned(),
+        );
     };
     if !view.topology.can_access(view.ordinal, theirs) {
-        return Locality::Bytes(format!(
-            "{other_device}; the driver reports no peer access from GPU {} to GPU {theirs} (no NVLink or PCIe P2P \
-             between them, or a MIG instance)",
+        return host_blocks_or(format!(
+            "the driver reports no peer access from GPU {} to GPU {theirs} (no NVLink or PCIe P2P between them, or a \
+             MIG instance)",
             view.ordinal
         ));
     }
@@ -164,25 +173,31 @@ mod tests {
         let v = view(0, &[0xa1, 0xa0], &[(0, 1)]);
         assert_eq!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true), Locality::Peer);
         // The same pair seen from a process whose driver reports access the other way
-        // only: bytes.
+        // only: through host memory (bytes if host blocks are off, saying why).
         let v = view(0, &[0xa1, 0xa0], &[(1, 0)]);
-        assert!(matches!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true), Locality::Bytes(r) if r.contains("no peer access")));
+        assert_eq!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true), Locality::HostBlock);
+        assert!(matches!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v), false), Locality::Bytes(r) if r.contains("no peer access")));
     }
 
     #[test]
-    fn a_gpu_without_peer_access_gets_bytes_with_the_reason() {
+    fn a_gpu_without_peer_access_takes_host_blocks() {
         // PCIe without P2P (or MIG): the driver reports no access either way.
         let v = view(1, &[0xa0, 0xa1], &[]);
-        let Locality::Bytes(why) = decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true) else { panic!("expected bytes") };
+        let l = decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true);
+        assert_eq!(l, Locality::HostBlock);
+        assert!(l.maps());
+        let Locality::Bytes(why) = decide(&gpu(0xa1), &gpu(0xa0), Some(&v), false) else { panic!("expected bytes") };
         assert!(why.contains("no peer access from GPU 1 to GPU 0"), "{why}");
         assert!(why.starts_with("on another device ("), "{why}");
+        assert!(why.ends_with("host blocks are off in this subscriber's configuration"), "{why}");
     }
 
     #[test]
-    fn a_gpu_this_process_does_not_see_gets_bytes() {
+    fn a_gpu_this_process_does_not_see_takes_host_blocks() {
         // CUDA_VISIBLE_DEVICES=1: the publisher's GPU 0 is invisible here.
         let v = view(0, &[0xa1], &[]);
-        let Locality::Bytes(why) = decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true) else { panic!("expected bytes") };
+        assert_eq!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true), Locality::HostBlock);
+        let Locality::Bytes(why) = decide(&gpu(0xa1), &gpu(0xa0), Some(&v), false) else { panic!("expected bytes") };
         assert!(why.contains("does not see that GPU"), "{why}");
     }
 
@@ -194,7 +209,18 @@ mod tests {
         assert_eq!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true), Locality::Peer);
         let mut v = view(1, &[0xa0, 0xa1], &[]);
         v.mode = PeerGpus::Copy;
-        assert!(matches!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true), Locality::Bytes(r) if r.contains("no peer access")));
+        assert_eq!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true), Locality::HostBlock);
+    }
+
+    #[test]
+    fn peer_gpus_host_goes_through_host_memory_even_over_nvlink() {
+        let mut v = nvlink_pair();
+        v.mode = PeerGpus::Host;
+        assert_eq!(decide(&gpu(0xa1), &gpu(0xa0), Some(&v), true), Locality::HostBlock);
+        let Locality::Bytes(why) = decide(&gpu(0xa1), &gpu(0xa0), Some(&v), false) else { panic!("expected bytes") };
+        assert!(why.contains("peer_gpus: host") && why.contains("host blocks are off"), "{why}");
+        // The same GPU is always the block itself.
+        assert_eq!(decide(&gpu(0xa0), &gpu(0xa0), Some(&v), true), Locality::Same);
     }
 
     #[test]

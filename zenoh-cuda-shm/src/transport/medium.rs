@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use zenoh::bytes::ZBytes;
 
-use crate::cuda::pinned::PinnedPool;
+use crate::cuda::pinned::{HostRegistration, PinnedPool};
 use crate::cuda::{ImportedBlock, Stream};
 use crate::host::HostBlock;
 use crate::pool::{
@@ -200,16 +200,34 @@ impl PublishedAny {
 }
 
 /// A mapping of a block, and (for a block lent by the host provider) the registration
-/// that tells the provider we map it: closed once the mapping is gone.
+/// that tells the provider we map it: closed once the mapping is gone. A host block a
+/// CUDA subscriber copies from is also page-locked with its driver while mapped.
 pub(crate) struct Mapped<T> {
-    // Dropped in this order: unmap first, then tell the provider.
+    // Dropped in this order: unregister from the driver, unmap, then tell the provider.
+    _pinned: Option<HostRegistration>,
     block: T,
     _opened: Option<Opened>,
 }
 
 impl<T> Mapped<T> {
     pub(crate) fn new(block: T, opened: Option<Opened>) -> Self {
-        Self { block, _opened: opened }
+        Self { _pinned: None, block, _opened: opened }
+    }
+}
+
+impl Mapped<HostBlock> {
+    /// A host block `gpu` copies from, page-locked with its driver so the copies run at
+    /// full speed; without that (the lock limit, say), copied as pageable memory.
+    pub(crate) fn pinned(block: HostBlock, gpu: &crate::cuda::Gpu) -> Self {
+        // SAFETY: the range is this fresh mapping of the block, which outlives the
+        // registration (dropped first, see the field order) and overlaps no other one;
+        // copies from it hold this value (the sample's or the lease's) until they end.
+        let pinned = unsafe { HostRegistration::new(gpu, block.as_ptr(), block.size()) }
+            .inspect_err(|e| {
+                tracing::warn!(error = %crate::error::Chain(e), "cannot page-lock a host block: its copies onto the GPU run slower");
+            })
+            .ok();
+        Self { _pinned: pinned, block, _opened: None }
     }
 }
 

@@ -48,7 +48,7 @@ pub(super) fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
     // Connect and say Hello here, without waiting: the publisher's side of the
     // handshake then runs while the link thread starts. A connection that cannot be
     // made at once (a full backlog) is retried by the thread, with the full timeout.
-    let opened = hello(sh, &socket, Duration::ZERO).ok();
+    let opened = hello(sh, &socket, &t.group, Duration::ZERO).ok();
     // A handshake held back for a test starts in the link thread.
     #[cfg(feature = "test-support")]
     let opened = opened.filter(|_| !crate::test_support::handshake_delayed());

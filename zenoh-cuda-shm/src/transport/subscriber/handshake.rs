@@ -10,7 +10,7 @@ use super::{Link, Shared, SubMedium};
 use crate::host::HostBlock;
 use crate::ipc::{ConnectError, ControlConn, DecodeNameError, RecvError, SendError, SocketName};
 use crate::pool::CapabilityKey;
-use crate::protocol::{self, Reply, Request, Token};
+use crate::protocol::{self, Group, Reply, Request, Token};
 use crate::signal::ReadySignals;
 use crate::sync::Unpoisoned;
 
@@ -55,8 +55,9 @@ pub(super) enum HandshakeError {
 }
 
 /// The start of a handshake: connects to a publisher's control socket (waiting up to
-/// `timeout` for room in its backlog) and says Hello.
-pub(super) fn hello(sh: &Shared, socket: &str, timeout: Duration) -> Result<ControlConn, HandshakeError> {
+/// `timeout` for room in its backlog) and says Hello, from group `host` when the
+/// publisher (of group `theirs`) is to serve host blocks.
+pub(super) fn hello(sh: &Shared, socket: &str, theirs: &Group, timeout: Duration) -> Result<ControlConn, HandshakeError> {
     let name = SocketName::from_key_chunk(socket).map_err(HandshakeError::Name)?;
     let conn = ControlConn::connect(&name, timeout).map_err(|e| match e {
         ConnectError::NotListening { .. } => HandshakeError::Gone(e),
@@ -66,7 +67,11 @@ pub(super) fn hello(sh: &Shared, socket: &str, timeout: Duration) -> Result<Cont
     let lifeline = crate::ipc::Lifeline::ours()
         .inspect_err(|e| tracing::warn!(error = %crate::error::Chain(&e), "no lifeline: a publisher learns of this process's death late"))
         .ok();
-    let hello = Request::Hello { subscriber: sh.instance, group: sh.group.clone(), lifeline: lifeline.is_some() };
+    let group = match sh.via_host(theirs) {
+        true => Group { boot_id: sh.group.boot_id.clone(), device: Group::HOST.to_owned() },
+        false => sh.group.clone(),
+    };
+    let hello = Request::Hello { subscriber: sh.instance, group, lifeline: lifeline.is_some() };
     let fds: Vec<_> = lifeline.iter().map(|l| l.fd()).collect();
     conn.send(&protocol::encode(&hello), &fds).map_err(HandshakeError::Send)?;
     crate::transport::step!("subscriber: Hello sent");
@@ -100,22 +105,19 @@ pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn, t: &Token) -> Resul
             return Err(e);
         }
     };
+    // Host blocks come with a host probe, whatever our medium; a CUDA subscriber copies
+    // them onto its GPU.
+    let host_blocks = sh.via_host(&t.group);
     let imported: Result<_, Box<dyn std::error::Error + Send + Sync>> = match &sh.medium {
+        SubMedium::Cuda(_) if host_blocks => sh.copier().map_err(Into::into).and_then(|_| host_probe(probe, probe_size)),
         SubMedium::Cuda(gpu) => {
             ReadySignals::import(gpu, probe, probe_size).map(|s| (Some(Arc::new(s)), 0)).map_err(Into::into)
         }
-        SubMedium::Host => HostBlock::import(probe, probe_size).map_err(Into::into).and_then(|b| {
-            if b.size() < 8 {
-                return Err(format!("a probe of {} bytes (at least 8 expected)", b.size()).into());
-            }
-            // SAFETY: the probe is mapped with ≥ 8 bytes (checked above), sealed
-            // against shrinking (checked by import), and only read.
-            Ok((None, unsafe { (b.as_ptr() as *const u64).read_unaligned() }))
-        }),
+        SubMedium::Host => host_probe(probe, probe_size),
     };
     let link_signals = match imported {
         Ok((signals, token)) => {
-            if matches!(sh.medium, SubMedium::Host) && token != probe_token {
+            if (host_blocks || matches!(sh.medium, SubMedium::Host)) && token != probe_token {
                 return Err(HandshakeError::Protocol("the probe does not hold the token the Welcome names".into()));
             }
             signals
@@ -143,8 +145,8 @@ pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn, t: &Token) -> Resul
         conn,
         publisher,
         key: t.key.clone(),
-        peer: t.group.device != sh.group.device && !sh.group.is_host(),
-        host_blocks: sh.group.is_host() && !t.group.is_host(),
+        peer: t.group.device != sh.group.device && !host_blocks,
+        host_blocks,
         first_seq,
         order: Arc::clone(&order),
         cap_key: CapabilityKey::from_bytes(cap_key),
@@ -173,4 +175,17 @@ pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn, t: &Token) -> Resul
     drop(o);
     crate::transport::step!("subscriber: Ready received, linked");
     Ok(link)
+}
+
+/// A host probe imported: no signals, and the token it holds.
+type HostProbe = Result<(Option<Arc<ReadySignals>>, u64), Box<dyn std::error::Error + Send + Sync>>;
+
+fn host_probe(probe: std::os::fd::OwnedFd, size: usize) -> HostProbe {
+    let b = HostBlock::import(probe, size)?;
+    if b.size() < 8 {
+        return Err(format!("a probe of {} bytes (at least 8 expected)", b.size()).into());
+    }
+    // SAFETY: the probe is mapped with ≥ 8 bytes (checked above), sealed against
+    // shrinking (checked by import), and only read.
+    Ok((None, unsafe { (b.as_ptr() as *const u64).read_unaligned() }))
 }

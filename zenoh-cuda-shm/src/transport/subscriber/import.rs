@@ -144,6 +144,16 @@ pub(super) fn on_block(
         let sample = GpuSample::new(info, Body::Copied(copied), sh.medium.clone(), Arc::clone(sh));
         return deliver_routed(sh, link, sample, &sh.counters.peer_copy);
     }
+    if link.host_blocks && matches!(sh.medium, SubMedium::Cuda(_)) {
+        let Some(copied) = copy_from_host(sh, link, &imported, d.block, offset, len) else {
+            // Counted and logged: the message is lost for this subscriber.
+            inc(&sh.counters.import_failures);
+            return;
+        };
+        info.path = Path::HostCopy;
+        let sample = GpuSample::new(info, Body::Copied(copied), sh.medium.clone(), Arc::clone(sh));
+        return deliver_routed(sh, link, sample, &sh.counters.host_block);
+    }
     // A duplicate is dropped at once, which releases its lease.
     let counter = if link.host_blocks { &sh.counters.host_block } else { &sh.counters.zero_copy };
     let zc = ZeroCopy::new(imported, d.block, offset, len, Arc::clone(link), Arc::clone(sh));
@@ -162,7 +172,8 @@ fn copy_on_arrival(
     offset: usize,
     len: usize,
 ) -> Option<Copied> {
-    let (Some(copier), Imported::Cuda(block), Some(signals)) = (&sh.copier, imported, &link.signals) else {
+    let copier = sh.copies_from_peers().then(|| sh.copier.get()).flatten();
+    let (Some(copier), Imported::Cuda(block), Some(signals)) = (copier, imported, &link.signals) else {
         return None;
     };
     // SAFETY: `offset + len` lies within the block (checked above), mapped for this GPU
@@ -175,6 +186,43 @@ fn copy_on_arrival(
         }
         Err(e) => {
             sh.bad_input.warn("cannot copy a message onto this GPU; reading it in place", &crate::error::chain(&e));
+            None
+        }
+    }
+}
+
+/// A host block's message copied onto this GPU (a CUDA subscriber served host blocks):
+/// the copy enqueued on the copier's stream, and the lease released once it completes.
+/// `None` if it could not be made (the lease is released at once).
+fn copy_from_host(
+    sh: &Arc<Shared>,
+    link: &Arc<Link>,
+    imported: &Imported,
+    key: BlockKey,
+    offset: usize,
+    len: usize,
+) -> Option<Copied> {
+    let (Some(copier), Imported::Host(block)) = (sh.copier.get(), imported) else {
+        link.release(key);
+        tracing::error!("a host block for a subscriber without a copier: message lost");
+        return None;
+    };
+    // SAFETY: `offset + len` lies within the block (checked above); the block was
+    // filled before its descriptor was sent and nobody writes it while we hold the lease.
+    let whole = unsafe { std::slice::from_raw_parts(block.as_ptr(), block.size()) };
+    let src = &whole[offset..offset + len];
+    // SAFETY: `imported`, held by the lease's release below until the copy completes,
+    // keeps `src` mapped.
+    match unsafe { copier.copy_from_host(src) } {
+        Ok(copy) => {
+            let done: Box<dyn crate::pool::Fence> = Box::new(Arc::clone(&copy.done));
+            sh.release_after(Arc::clone(link), key, imported.clone(), vec![done]);
+            Some(Copied::new(copy, len, Arc::clone(link), key, Arc::clone(sh)))
+        }
+        Err(e) => {
+            link.release(key);
+            let error = crate::error::chain(&e);
+            tracing::error!(error, "cannot copy a host block onto this GPU: message lost for this subscriber");
             None
         }
     }
@@ -211,6 +259,10 @@ fn import(
         return Err(ImportError::Protocol(format!("an FD of {size} bytes for a {}-byte block", d.block_size)));
     }
     match &sh.medium {
+        // Host blocks for a CUDA subscriber: page-locked, to copy onto its GPU.
+        SubMedium::Cuda(gpu) if link.host_blocks => HostBlock::import(fd, size)
+            .map(|b| Imported::Host(Arc::new(Mapped::pinned(b, gpu))))
+            .map_err(ImportError::Host),
         SubMedium::Cuda(gpu) => ImportedBlock::import(gpu, fd, size)
             .map(|b| Imported::Cuda(Arc::new(Mapped::new(b, opened))))
             .map_err(ImportError::Cuda),

@@ -50,7 +50,7 @@ pub(super) fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str, mut opened:
     loop {
         let conn = match opened.take() {
             Some(c) => Ok(c),
-            None => hello(sh, socket, sh.handshake_timeout),
+            None => hello(sh, socket, &t.group, sh.handshake_timeout),
         };
         let link = match conn.and_then(|c| handshake(sh, c, t)) {
             Ok(link) => link,

@@ -19,7 +19,7 @@ mod peer_copy;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use zenoh::Wait;
@@ -226,8 +226,10 @@ pub(crate) struct Shared {
     /// What this process sees of the host's GPUs (CUDA subscribers): decides whether
     /// a publisher on another GPU is read in place.
     peer: Option<PeerView>,
-    /// Copies messages from publishers on other GPUs onto ours (`peer_gpus: copy`).
-    pub(crate) copier: Option<PeerCopier>,
+    /// Copies messages from publishers on other GPUs onto ours: from their blocks
+    /// (`peer_gpus: copy`, made with the subscriber) or from host blocks (made at the
+    /// first handshake that needs it).
+    pub(crate) copier: OnceLock<PeerCopier>,
     /// Host-memory subscribers: whether GPU publishers of this host serve us host
     /// blocks (`host_blocks`).
     host_blocks: bool,
@@ -272,12 +274,10 @@ impl SubscriberCore {
         // What is not needed to see the publishers already there and start handshaking
         // with them comes after: their handshakes run meanwhile, on their link threads.
         let (mut recycler, releaser) = Recycler::prepare(Duration::from_secs(3600));
-        let copier = match (&medium, peer.as_ref().map(|p| p.mode)) {
-            (SubMedium::Cuda(gpu), Some(PeerGpus::Copy)) => {
-                Some(PeerCopier::new(gpu).map_err(crate::signal::SignalError::from)?)
-            }
-            _ => None,
-        };
+        let copier = OnceLock::new();
+        if let (SubMedium::Cuda(gpu), Some(PeerGpus::Copy)) = (&medium, peer.as_ref().map(|p| p.mode)) {
+            let _ = copier.set(PeerCopier::new(gpu).map_err(crate::signal::SignalError::from)?);
+        }
         let shared = Arc::new(Shared {
             key: key.to_owned(),
             instance,
@@ -395,8 +395,9 @@ impl SubscriberCore {
                     .map(|(i, e)| protocol::PathReport {
                         peer: *i,
                         path: match &e.link {
-                            Some(l) if e.live() && l.host_blocks => "host-block",
-                            Some(l) if e.live() && l.peer && sh.copier.is_some() => "peer-copy",
+                            Some(l) if e.live() && l.host_blocks && sh.group.is_host() => "host-block",
+                            Some(l) if e.live() && l.host_blocks => "host-copy",
+                            Some(l) if e.live() && l.peer && sh.copies_from_peers() => "peer-copy",
                             Some(l) if e.live() && l.peer => "zero-copy-peer",
                             _ if e.live() => "zero-copy",
                             _ => "bytes",
@@ -469,6 +470,27 @@ impl Shared {
         if let Some(d) = d {
             d(sample);
         }
+    }
+
+    /// Whether this subscriber copies messages from peer GPUs' blocks on arrival.
+    pub(super) fn copies_from_peers(&self) -> bool {
+        self.peer.as_ref().is_some_and(|p| p.mode == PeerGpus::Copy)
+    }
+
+    /// Whether the publisher of group `theirs` serves this subscriber host blocks.
+    fn via_host(&self, theirs: &Group) -> bool {
+        super::locality::decide(&self.group, theirs, self.peer.as_ref(), self.host_blocks)
+            == super::locality::Locality::HostBlock
+    }
+
+    /// The copier, made now if this is its first use.
+    fn copier(&self) -> Result<&PeerCopier, crate::cuda::CudaError> {
+        if let Some(c) = self.copier.get() {
+            return Ok(c);
+        }
+        let SubMedium::Cuda(gpu) = &self.medium else { unreachable!("only CUDA subscribers copy onto their GPU") };
+        let made = PeerCopier::new(gpu)?;
+        Ok(self.copier.get_or_init(|| made))
     }
 
     /// Runs `f` once every fence is complete, off the caller's thread.

@@ -1,6 +1,7 @@
-//! `peer_gpus: copy`: a message from a publisher on another GPU of this host is copied
-//! into a block of this subscriber's GPU as it arrives, on the subscriber's own stream,
-//! after the publisher's ready signal; the publisher's lease goes back as soon as the
+//! Messages copied onto this subscriber's GPU as they arrive, on its own stream: from a
+//! publisher's block on another GPU of this host (`peer_gpus: copy`), after the
+//! publisher's ready signal; or from a host block the publisher filled (a GPU this one
+//! cannot map, or `peer_gpus: host`). The publisher's lease goes back as soon as the
 //! copy completes, and reads of the sample are local.
 //!
 //! The local blocks are recycled: a sample's block comes back once its last clone is
@@ -50,6 +51,33 @@ impl PeerCopier {
         src: u64,
         len: usize,
     ) -> Result<PeerCopy, SignalError> {
+        self.copy_with(len, |stream, dst| {
+            signals.wait(stream, key.id, key.generation)?;
+            // SAFETY: `dst` is a local block of ≥ len bytes read by no one until `done`;
+            // the caller guarantees the source range until then.
+            Ok(unsafe { copy::device_to_device(stream, dst, src, len) }?)
+        })
+    }
+
+    /// Enqueues, on the subscriber's stream, the copy of `src` (a host block the
+    /// publisher filled before announcing it: nothing to wait for) into a local block.
+    /// Returns at once; `done` completes with the copy.
+    ///
+    /// # Safety
+    /// `src` stays mapped, and unwritten, until `done` completes.
+    pub(super) unsafe fn copy_from_host(&self, src: &[u8]) -> Result<PeerCopy, SignalError> {
+        // SAFETY: `dst` is a local block of ≥ src.len() bytes read by no one until
+        // `done`; the caller keeps `src` until then.
+        self.copy_with(src.len(), |stream, dst| Ok(unsafe { copy::host_to_device(stream, dst, src) }?))
+    }
+
+    /// A local block of ≥ `len` bytes (recycled, else new), `enqueue` of the copy into it
+    /// on our stream, and a fence after it.
+    fn copy_with(
+        &self,
+        len: usize,
+        enqueue: impl FnOnce(&Stream, u64) -> Result<(), SignalError>,
+    ) -> Result<PeerCopy, SignalError> {
         let mut free = self.free.locked();
         // The smallest free block that holds the message, else a new one.
         let fit = free.iter().enumerate().filter(|(_, b)| b.size() >= len).min_by_key(|(_, b)| b.size()).map(|(i, _)| i);
@@ -57,12 +85,9 @@ impl PeerCopier {
             Some(i) => free.remove(i),
             None => DeviceBlock::allocate(&self.gpu, len)?,
         };
-        signals.wait(&self.stream, key.id, key.generation)?;
-        // SAFETY: `block` is ours, of ≥ len bytes, read by no one until `done`; the caller
-        // guarantees the source range until then.
-        if let Err(e) = unsafe { copy::device_to_device(&self.stream, block.device_ptr(), src, len) } {
+        if let Err(e) = enqueue(&self.stream, block.device_ptr()) {
             free.push(block);
-            return Err(e.into());
+            return Err(e);
         }
         let done = match Fence::record(&self.gpu, &self.stream) {
             Ok(f) => f,
