@@ -339,7 +339,7 @@ impl ChildEnv {
     fn gpu_session(&self) -> GpuSession {
         let device = device_choice(self.cuda && self.route == Route::ZeroCopy);
         let peer_gpus = peer_mode();
-        let host_blocks = self.route == Route::HostBlock;
+        let host_blocks = self.route != Route::CpuBytes;
         let cfg = ZcsConfig { gpu_ordinal: sub_gpu(), peer_gpus, host_blocks, ..zcs_config(device) };
         GpuSession::from_zenoh(self.zenoh(), cfg).wait().expect("open the subscriber session")
     }

@@ -244,7 +244,8 @@ impl PublisherCore {
         let (block, done) = match lane.copy(signals, published, published.len()) {
             Ok(x) => x,
             Err(e) => {
-                sh.bad_input.warn("no host block for host-memory subscribers; they get this message as bytes", &e);
+                let why = crate::error::chain(&e);
+                sh.bad_input.warn("no host block for host-memory subscribers; they get this message as bytes", &why);
                 lane.send_frame(via_bytes(), host);
                 return false;
             }
