@@ -106,8 +106,8 @@ impl Session {
 
     /// Declares a subscriber on a key expression, delivering through a FIFO queue of
     /// `capacity` samples (a full queue holds back delivery, as Zenoh's default handler).
-    /// `peer_gpus` (`"in_place"`, `"copy"` or `"off"`) overrides the session's choice for
-    /// publishers on another GPU of this host.
+    /// `peer_gpus` (`"in_place"`, `"copy"`, `"host"` or `"off"`) overrides the session's
+    /// choice for publishers on another GPU of this host.
     #[pyo3(signature = (key, capacity = 256, peer_gpus = None))]
     fn declare_subscriber(
         &self,
@@ -123,10 +123,11 @@ impl Session {
             None => None,
             Some("in_place") => Some(PeerGpus::InPlace),
             Some("copy") => Some(PeerGpus::Copy),
+            Some("host") => Some(PeerGpus::Host),
             Some("off") => Some(PeerGpus::Off),
             Some(other) => {
                 return Err(PyValueError::new_err(format!(
-                    "peer_gpus must be \"in_place\", \"copy\" or \"off\", not {other:?}"
+                    "peer_gpus must be \"in_place\", \"copy\", \"host\" or \"off\", not {other:?}"
                 )));
             }
         };

@@ -256,7 +256,7 @@ impl Sample {
     }
 
     /// How it arrived: `"zero-copy"`, `"zero-copy-peer"`, `"peer-copy"`, `"host-block"`,
-    /// `"inline"`, `"cpu-bytes"` or `"plain"`.
+    /// `"host-copy"`, `"inline"`, `"cpu-bytes"` or `"plain"`.
     #[getter]
     fn path(&self) -> String {
         self.sample.path().to_string()

@@ -128,10 +128,10 @@ def test_timeouts(host_session, key):
 
 def test_peer_gpus_choice(host_session, key):
     # Accepted on any session (it only matters for publishers on another GPU)...
-    for mode in ("in_place", "copy", "off"):
+    for mode in ("in_place", "copy", "host", "off"):
         host_session.declare_subscriber(key + "/" + mode, peer_gpus=mode)
     # ...and a misspelt one is refused by name, not ignored.
-    with pytest.raises(ValueError, match='peer_gpus must be "in_place", "copy" or "off"'):
+    with pytest.raises(ValueError, match='peer_gpus must be "in_place", "copy", "host" or "off"'):
         host_session.declare_subscriber(key, peer_gpus="in-place")
 
 

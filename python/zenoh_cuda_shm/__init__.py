@@ -160,8 +160,8 @@ class Session(_Native):
         Samples queue in a FIFO of ``capacity`` (a full queue holds back delivery).
         With ``callback``, a thread of this process calls it for every sample, in order;
         Zenoh's own threads never wait for Python code or the GIL. ``peer_gpus``
-        (``"in_place"``, ``"copy"`` or ``"off"``) overrides the session's choice for
-        publishers on another GPU of this host.
+        (``"in_place"``, ``"copy"``, ``"host"`` or ``"off"``) overrides the session's
+        choice for publishers on another GPU of this host.
         """
         sub = Subscriber(self._native.declare_subscriber(key, capacity, peer_gpus))
         if callback is not None:
