@@ -431,7 +431,10 @@ def test_mixed_receivers_on_one_topic(examples):
     s, _ = result(sub, "ros2_sub")
     assert p["base_puts"] == n and p["ordinary_subscriptions"] == 3
     assert s["frames"] == n and s["extra"] == 0 and s["gaps"] == 0 and s["disorder"] == 0 and s["lost"] == 0
-    assert s["channel"] + s["base"] == n and s["base"] + s["duplicates"] == n
+    # Every message comes both ways and is delivered by the first to arrive: the base
+    # copies of those the channel delivered are dropped as duplicates, and so is a
+    # channel copy that lost the race to its base copy (either way at most once each).
+    assert s["channel"] + s["base"] == n and s["channel"] <= s["duplicates"] <= n
 
 
 def test_mixed_publishers_to_our_subscriber(examples):

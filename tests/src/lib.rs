@@ -132,6 +132,15 @@ pub fn spawn_child_bin(role: &str, env: &[(&str, String)]) -> Child {
     cmd.spawn().expect("spawn child process")
 }
 
+/// Polls `f` every 5 ms until it holds; panics, naming `what`, after `limit`.
+pub fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < limit, "{what} within {limit:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Waits for `child` to exit successfully within `timeout`; kills it and panics
 /// otherwise.
 pub fn wait_child(mut child: Child, what: &str, timeout: Duration) {

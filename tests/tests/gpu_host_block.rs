@@ -11,7 +11,9 @@
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use zcs_tests::{child_role, free_tcp_port, gpu_or_skip, loopback_zenoh_config, spawn_child, watchdog_guard};
+use zcs_tests::{
+    child_role, free_tcp_port, gpu_or_skip, loopback_zenoh_config, spawn_child, wait_child, wait_until, watchdog_guard,
+};
 use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::cuda::DeviceBlock;
 use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern};
@@ -37,29 +39,6 @@ fn gpu_config() -> ZcsConfig {
 
 fn host_config() -> ZcsConfig {
     ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() }
-}
-
-fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < limit, "{what} within {limit:?}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn wait_ok(mut child: Child, what: &str, limit: Duration) {
-    let t = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "{what} failed: {status}");
-            return;
-        }
-        if t.elapsed() > limit {
-            let _ = child.kill();
-            panic!("{what} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A subscriber process (`cpu-sub`: host memory; `gpu-sub`: CUDA) that expects
@@ -140,9 +119,9 @@ fn gpu_host_block_cpu_and_cuda_consumers_read_every_byte() {
     wait_until("three zero-copy subscribers", Duration::from_secs(60), || p.zero_copy_subscribers() == 3);
     publish(&p, &kernels, n, &SIZES, None, Duration::from_millis(5));
     for (i, c) in cpu.into_iter().enumerate() {
-        wait_ok(c, &format!("CPU subscriber {i}"), Duration::from_secs(120));
+        wait_child(c, &format!("CPU subscriber {i}"), Duration::from_secs(120));
     }
-    wait_ok(cuda, "the CUDA subscriber", Duration::from_secs(120));
+    wait_child(cuda, "the CUDA subscriber", Duration::from_secs(120));
     let s = p.stats();
     // One copy per message, shared by both CPU subscribers; no bytes for anyone.
     assert_eq!((s.host_blocks, s.host_leases, s.copies_out), (n, 2 * n, 0), "{s:?}");
@@ -168,7 +147,7 @@ fn gpu_host_block_copy_waits_for_a_slow_producer_and_the_put_does_not() {
     let spin = Duration::from_millis(300);
     let longest = publish(&p, &kernels, n, &SIZES, Some(spin), Duration::ZERO);
     assert!(longest < spin / 2, "a put took {longest:?} while its producer spun {spin:?}: it waited for the GPU");
-    wait_ok(cpu, "the CPU subscriber", Duration::from_secs(120));
+    wait_child(cpu, "the CPU subscriber", Duration::from_secs(120));
     assert_eq!(p.stats().host_blocks, n);
 }
 
@@ -247,8 +226,8 @@ fn gpu_host_block_slow_cpu_consumer_does_not_slow_the_gpu_ones() {
     let started = Instant::now();
     publish(&p, &kernels, n, &sizes, None, Duration::from_millis(2));
     let published = started.elapsed();
-    wait_ok(cuda, "the CUDA subscriber", Duration::from_secs(120));
-    wait_ok(slow, "the slow CPU subscriber", Duration::from_secs(120));
+    wait_child(cuda, "the CUDA subscriber", Duration::from_secs(120));
+    wait_child(slow, "the slow CPU subscriber", Duration::from_secs(120));
     let s = p.stats();
     println!("{TEST}: {n} messages published in {published:?}; {s:?}");
     assert!(s.lease_limited > 0, "the slow consumer never reached its limit: the test shows nothing; {s:?}");

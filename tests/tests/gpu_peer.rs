@@ -12,7 +12,10 @@
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, spawn_child, two_gpus_or_skip, watchdog_guard};
+use zcs_tests::{
+    child_role, free_tcp_port, loopback_zenoh_config, spawn_child, two_gpus_or_skip, wait_child, wait_until,
+    watchdog_guard,
+};
 use zenoh_cuda_shm::config::{DeviceChoice, PeerGpus};
 use zenoh_cuda_shm::cuda::DeviceBlock;
 use zenoh_cuda_shm::cuda::kernels::Kernels;
@@ -33,14 +36,6 @@ const SIZES: [usize; 4] = [MIB, 3 * MIB + 7, 32 * MIB, 64 * MIB];
 
 fn config(ordinal: usize) -> ZcsConfig {
     ZcsConfig { device: DeviceChoice::Cuda, gpu_ordinal: ordinal, ..ZcsConfig::default() }
-}
-
-fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < limit, "{what} within {limit:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// A subscriber process on `ordinal` that expects `count` messages by `path`.
@@ -94,21 +89,6 @@ fn host_mode() -> (&'static str, String) {
     ("ZCS_PEER_GPUS", "host".to_owned())
 }
 
-fn wait_ok(mut child: Child, what: &str, limit: Duration) {
-    let t = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "{what} failed: {status}");
-            return;
-        }
-        if t.elapsed() > limit {
-            let _ = child.kill();
-            panic!("{what} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn gpu_peer_subscribers_on_both_gpus_read_every_byte() {
     const TEST: &str = "gpu_peer_subscribers_on_both_gpus_read_every_byte";
@@ -124,10 +104,10 @@ fn gpu_peer_subscribers_on_both_gpus_read_every_byte() {
     let same = subscriber(port, &key, 0, n, Path::ZeroCopy, "check", &[]);
     wait_until("four zero-copy subscribers", Duration::from_secs(60), || p.zero_copy_subscribers() == 4);
     publish(&p, &kernels, n, None);
-    wait_ok(peer, "the subscriber on GPU 1", Duration::from_secs(120));
-    wait_ok(copy, "the copying subscriber on GPU 1", Duration::from_secs(120));
-    wait_ok(host, "the subscriber on GPU 1 through host memory", Duration::from_secs(120));
-    wait_ok(same, "the subscriber on GPU 0", Duration::from_secs(120));
+    wait_child(peer, "the subscriber on GPU 1", Duration::from_secs(120));
+    wait_child(copy, "the copying subscriber on GPU 1", Duration::from_secs(120));
+    wait_child(host, "the subscriber on GPU 1 through host memory", Duration::from_secs(120));
+    wait_child(same, "the subscriber on GPU 0", Duration::from_secs(120));
     let s = p.stats();
     assert_eq!((s.copies_out, s.host_blocks, s.host_leases), (0, n, n), "nobody needed bytes: {s:?}");
     wait_until("every lease back", Duration::from_secs(10), || {
@@ -152,8 +132,8 @@ fn gpu_peer_reads_wait_for_a_slow_producer_on_the_other_gpu() {
     let copy = subscriber(port, &key, 1, n, Path::PeerCopy, "ordered", &[copy_mode()]);
     wait_until("the zero-copy subscribers", Duration::from_secs(60), || p.zero_copy_subscribers() == 2);
     publish(&p, &kernels, n, Some(Duration::from_millis(300)));
-    wait_ok(peer, "the subscriber on GPU 1", Duration::from_secs(120));
-    wait_ok(copy, "the copying subscriber on GPU 1", Duration::from_secs(120));
+    wait_child(peer, "the subscriber on GPU 1", Duration::from_secs(120));
+    wait_child(copy, "the copying subscriber on GPU 1", Duration::from_secs(120));
 }
 
 /// `peer_gpus: copy`: every message is copied onto GPU 1 as it arrives and the
@@ -228,7 +208,7 @@ fn gpu_peer_off_by_configuration_falls_back_to_bytes_with_its_reason() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(p.zero_copy_subscribers(), 0, "peer GPUs off, yet a zero-copy link");
     publish(&p, &kernels, n, None);
-    wait_ok(off, "the subscriber on GPU 1 with peer GPUs off", Duration::from_secs(120));
+    wait_child(off, "the subscriber on GPU 1 with peer GPUs off", Duration::from_secs(120));
     assert!(p.stats().copies_out >= n, "{:?}", p.stats());
 }
 

@@ -154,9 +154,9 @@ pub struct ZcsConfig {
     /// registered with CUDA) that this session's publishers copy out into, so that Zenoh
     /// peers of this host with shared memory on (plain Zenoh subscribers, our subscribers
     /// that take bytes) receive those copies by reference instead of through a socket.
-    /// 0 (default): off. A message that does not fit takes the usual staging copy. The
-    /// ROS 2 publisher's CDR copy does not use it yet. Opening a session with a non-zero
-    /// size fails in a build without the feature.
+    /// 0 (default): off. A message that does not fit takes the usual staging copy. A ROS 2
+    /// publisher writes the CDR messages it puts for ordinary ROS subscribers there too.
+    /// Opening a session with a non-zero size fails in a build without the feature.
     pub zenoh_shm_out_bytes: u64,
 }
 

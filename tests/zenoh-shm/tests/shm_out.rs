@@ -1,8 +1,9 @@
 //! Copies out into Zenoh's shared memory (`zenoh_shm_out_bytes`, feature `zenoh-shm`): a
 //! plain Zenoh subscriber in another process, shared memory on, receives our publisher's
 //! messages as SHM buffers (by reference, not through the socket), every byte checked;
-//! a message larger than the pool still arrives, copied out the usual way. On host
-//! memory blocks (CI) and, with a GPU, on CUDA blocks (`SKIPPED` without one).
+//! a message larger than the pool still arrives, copied out the usual way. The same for
+//! a ROS 2 publisher's CDR messages to an ordinary ROS subscription. On host memory
+//! blocks (CI) and, with a GPU, on CUDA blocks (`SKIPPED` without one).
 //!
 //! Built with `--features zenoh-shm` only, in a cargo invocation of its own
 //! (`scripts/test.sh`): the feature changes `zenoh::FEATURES` for everything built with it.
@@ -12,11 +13,19 @@ use std::time::{Duration, Instant};
 use zcs_tests::{Mode, child_role, free_tcp_port, gpu_or_skip, loopback_shm_zenoh_config, spawn_child, watchdog_guard};
 use zenoh::Wait;
 use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern, fill_pattern};
-use zenoh_cuda_shm::{GpuPublisher, GpuSession, ShmOutError, ZcsConfig};
+use zenoh_cuda_shm::ros2::{NodeOptions, Qos, RosDataMessage, RosNode};
+use zenoh_cuda_shm::tensor_codec::cdr::{Header, Image, Time};
+use zenoh_cuda_shm::{GpuLoan, GpuPublisher, GpuSession, ShmOutError, ZcsConfig};
 
 const PREFIX: &str = "zcs-test/shm-out";
 const ENV_PORT: &str = "ZCS_TEST_PORT";
 const ENV_KEY: &str = "ZCS_TEST_KEY";
+/// The ROS topic (`ros-sub`).
+const ENV_TOPIC: &str = "ZCS_TEST_TOPIC";
+const ROS_DOMAIN: u32 = 23;
+/// Image rows of the ROS test: 512 × 512 mono8 (256 KiB), 1024 × 1024 (1 MiB), and one
+/// larger than the pool, 5120 × 4096 (20 MiB).
+const ROS_IMAGES: [(u32, u32); 3] = [(512, 512), (1024, 1024), (5120, 4096)];
 const MIB: usize = 1 << 20;
 const POOL: u64 = 16 << 20;
 /// Above the inline threshold (64 KiB); the last one is larger than the pool.
@@ -34,10 +43,9 @@ fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// Puts message `seq` (1-based) of `SIZES`, filled with the pattern of `seq`.
-fn publish(p: &GpuPublisher, kernels: Option<&Kernels>, seq: u64) {
-    let len = SIZES[seq as usize - 1];
-    let mut loan = p.loan(len).unwrap();
+/// `loan` filled with the pattern of `seq`.
+fn filled(mut loan: GpuLoan, kernels: Option<&Kernels>, seq: u64) -> GpuLoan {
+    let len = loan.len();
     match kernels {
         Some(k) => {
             let stream = loan.stream().unwrap().clone();
@@ -46,7 +54,12 @@ fn publish(p: &GpuPublisher, kernels: Option<&Kernels>, seq: u64) {
         }
         None => fill_pattern(loan.as_mut_slice().unwrap(), 0, seq),
     }
-    let r = p.put(loan).unwrap();
+    loan
+}
+
+/// Puts message `seq` (1-based) of `SIZES`, filled with the pattern of `seq`.
+fn publish(p: &GpuPublisher, kernels: Option<&Kernels>, seq: u64) {
+    let r = p.put(filled(p.loan(SIZES[seq as usize - 1]).unwrap(), kernels, seq)).unwrap();
     assert_eq!(r.seq, seq);
     assert!(r.plain, "message {seq}: no plain subscriber matched");
 }
@@ -90,6 +103,64 @@ fn gpu_zenoh_shm_out_reaches_a_plain_subscriber_by_reference() {
     }
 }
 
+fn image(width: u32, height: u32) -> Image<()> {
+    Image {
+        header: Header { stamp: Time { sec: 1, nanosec: 2 }, frame_id: "camera".into() },
+        height,
+        width,
+        encoding: "mono8".into(),
+        is_bigendian: 0,
+        step: width,
+        data: (),
+    }
+}
+
+/// A ROS 2 publisher's CDR copy for an ordinary ROS subscription (another process, raw
+/// Zenoh, shared memory on) lands in the pool: received by reference, every byte checked.
+fn run_ros2(mode: Mode, test: &'static str) {
+    let _w = watchdog_guard(test, Duration::from_secs(120));
+    let port = free_tcp_port();
+    let cfg = ZcsConfig { device: mode.device(), zenoh_shm_out_bytes: POOL, ..ZcsConfig::default() };
+    let session = GpuSession::open(zenoh_config(Some(port), None), cfg).wait().unwrap();
+    let kernels = session.gpu().map(|g| Kernels::load(g).unwrap());
+    let node = RosNode::new(&session, NodeOptions::new("shm_out_test").domain(ROS_DOMAIN)).unwrap();
+    let topic = format!("/shm_out_{}_{}", mode.name(), std::process::id());
+    let publisher = node.publisher::<Image<()>>(&topic, Qos::reliable(10)).unwrap();
+    let env = [(ENV_PORT, port.to_string()), (ENV_KEY, publisher.key().to_owned()), (ENV_TOPIC, topic.clone())];
+    let mut child = spawn_child("child_entry", "ros-sub", &env);
+    wait_until("the ordinary ROS subscription", Duration::from_secs(30), || publisher.ordinary_subscriptions() == 1);
+    for (i, &(w, h)) in ROS_IMAGES.iter().enumerate() {
+        let seq = i as u64 + 1;
+        let loan = filled(publisher.loan((w * h) as usize).unwrap(), kernels.as_ref(), seq);
+        assert!(publisher.publish(&image(w, h), loan).unwrap().base, "message {seq} not put on the base key");
+    }
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "the ROS subscriber did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "the ROS subscriber failed: {status}");
+    let s = publisher.stats();
+    // All but the image larger than the pool written into SHM.
+    assert_eq!((s.base_puts, s.base_shm), (3, 2), "{s:?}");
+}
+
+#[test]
+fn zenoh_shm_out_ros2_cdr_reaches_an_ordinary_subscription_by_reference() {
+    run_ros2(Mode::Host, "zenoh_shm_out_ros2_cdr_reaches_an_ordinary_subscription_by_reference");
+}
+
+#[test]
+fn gpu_zenoh_shm_out_ros2_cdr_reaches_an_ordinary_subscription_by_reference() {
+    const TEST: &str = "gpu_zenoh_shm_out_ros2_cdr_reaches_an_ordinary_subscription_by_reference";
+    if gpu_or_skip(TEST).is_some() {
+        run_ros2(Mode::Cuda, TEST);
+    }
+}
+
 #[test]
 fn a_pool_that_cannot_be_made_fails_the_open_with_its_reason() {
     let cfg = ZcsConfig { device: Mode::Host.device(), zenoh_shm_out_bytes: u64::MAX, ..ZcsConfig::default() };
@@ -103,12 +174,36 @@ fn a_pool_that_cannot_be_made_fails_the_open_with_its_reason() {
 #[ignore = "entry point of the child process started by the tests above"]
 fn child_entry() {
     let Some(role) = child_role() else { return };
-    assert_eq!(role, "plain-sub");
-    let _w = watchdog_guard("plain-sub", Duration::from_secs(90));
+    let _w = watchdog_guard("shm-out child", Duration::from_secs(90));
     let env = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} unset"));
     let port: u16 = env(ENV_PORT).parse().unwrap();
     let z = zenoh::open(zenoh_config(None, Some(port))).wait().unwrap();
     let sub = z.declare_subscriber(env(ENV_KEY)).wait().unwrap();
+    if role == "ros-sub" {
+        // An ordinary subscription of the topic, as rmw_zenoh's graph token announces it.
+        let (dds, hash) = (<Image<()> as RosDataMessage>::DDS_TYPE_NAME, <Image<()> as RosDataMessage>::type_hash());
+        let topic = env(ENV_TOPIC).replace('/', "%");
+        let token = format!("@ros2_lv/{ROS_DOMAIN}/{}/0/9/MS/%/%/listener/{topic}/{dds}/{hash}/2::,10:,:,:,,", z.zid());
+        let _token = z.liveliness().declare_token(token).wait().unwrap();
+        for (i, &(w, h)) in ROS_IMAGES.iter().enumerate() {
+            let seq = i as u64 + 1;
+            let s = sub.recv_timeout(Duration::from_secs(30)).unwrap().unwrap_or_else(|| panic!("message {seq}"));
+            let by_reference = s.payload().as_shm().is_some();
+            let bytes = s.payload().to_bytes();
+            assert_eq!(
+                by_reference,
+                bytes.len() as u64 <= POOL,
+                "message {seq} ({} bytes): SHM {by_reference}",
+                bytes.len()
+            );
+            let (msg, range) = <Image<()> as RosDataMessage>::decode_cdr(&bytes).unwrap();
+            assert_eq!(msg, image(w, h), "message {seq}");
+            assert_eq!(check_pattern(&bytes[range], 0, seq), None, "message {seq}: wrong pixels");
+        }
+        println!("ros-sub: {} images, every byte checked, all but the largest by reference", ROS_IMAGES.len());
+        return;
+    }
+    assert_eq!(role, "plain-sub");
     for (i, &len) in SIZES.iter().enumerate() {
         let seq = i as u64 + 1;
         let s = sub.recv_timeout(Duration::from_secs(30)).unwrap().unwrap_or_else(|| panic!("message {seq}"));

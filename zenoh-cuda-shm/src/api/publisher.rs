@@ -253,6 +253,12 @@ fn host_bytes_mut(loan: &mut Loan<HostBackend>) -> &mut [u8] {
 }
 
 impl GpuPublisher {
+    /// The session's Zenoh SHM pool for copies out, if it has one.
+    #[cfg(feature = "zenoh-shm")]
+    pub(crate) fn shm_out(&self) -> Option<&crate::transport::shm_out::ShmOut> {
+        self.core.shared.shm_out.as_deref()
+    }
+
     /// The key.
     pub fn key(&self) -> &str {
         &self.core.shared.key

@@ -11,6 +11,7 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use zenoh::Wait;
+use zenoh::bytes::ZBytes;
 use zenoh::qos::{CongestionControl, Reliability as ZReliability};
 
 use super::attachment::{Attachment, now_ns};
@@ -71,6 +72,10 @@ pub struct RosPublisherStats {
     pub base_puts: u64,
     /// Device→host copies made for them.
     pub device_to_host: u64,
+    /// Of `base_puts`, those whose CDR message was written into a buffer of the
+    /// session's Zenoh shared-memory pool (`zenoh_shm_out_bytes`, feature `zenoh-shm`):
+    /// ROS nodes of this host with shared memory on get it by reference.
+    pub base_shm: u64,
 }
 
 /// A publisher of `M` on a ROS topic. See the module docs for the routing.
@@ -90,6 +95,7 @@ pub struct RosPublisher<M: RosDataMessage> {
     published: AtomicU64,
     base_puts: AtomicU64,
     d2h: AtomicU64,
+    base_shm: AtomicU64,
     _token: zenoh::liveliness::LivelinessToken,
     _marker: zenoh::liveliness::LivelinessToken,
     node: RosNode,
@@ -148,6 +154,7 @@ impl<M: RosDataMessage> RosPublisher<M> {
             published: AtomicU64::new(0),
             base_puts: AtomicU64::new(0),
             d2h: AtomicU64::new(0),
+            base_shm: AtomicU64::new(0),
             _token: tok,
             _marker: marker,
             node,
@@ -199,6 +206,7 @@ impl<M: RosDataMessage> RosPublisher<M> {
             published: self.published.load(Ordering::Relaxed),
             base_puts: self.base_puts.load(Ordering::Relaxed),
             device_to_host: self.d2h.load(Ordering::Relaxed),
+            base_shm: self.base_shm.load(Ordering::Relaxed),
         }
     }
 
@@ -222,7 +230,29 @@ impl<M: RosDataMessage> RosPublisher<M> {
         self.qos.durability == Durability::TransientLocal || self.ordinary_subscriptions() > 0
     }
 
-    fn put_base(&self, cdr: Vec<u8>, att: &Attachment) -> Result<(), RosPublishError> {
+    /// The CDR message of `msg` with `len` bytes of data written by `fill`: in a buffer of
+    /// the session's Zenoh SHM pool when there is one with room, else on the heap.
+    fn base_payload(
+        &self,
+        msg: &M,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), RosPublishError>,
+    ) -> Result<ZBytes, RosPublishError> {
+        let mut cdr = msg.encode_cdr_prefix(len)?;
+        let at = cdr.len();
+        #[cfg(feature = "zenoh-shm")]
+        if let Some(mut buf) = self.gpu.shm_out().and_then(|s| s.buffer(at + len)) {
+            buf[..at].copy_from_slice(&cdr);
+            fill(&mut buf[at..])?;
+            self.base_shm.fetch_add(1, Ordering::Relaxed);
+            return Ok(ZBytes::from(buf));
+        }
+        cdr.resize(at + len, 0);
+        fill(&mut cdr[at..])?;
+        Ok(ZBytes::from(cdr))
+    }
+
+    fn put_base(&self, cdr: ZBytes, att: &Attachment) -> Result<(), RosPublishError> {
         let a = att.encode().to_vec();
         let r = match &self.base {
             Base::Plain(p) => p.put(cdr).attachment(a).wait(),
@@ -239,10 +269,8 @@ impl<M: RosDataMessage> RosPublisher<M> {
     pub fn publish(&self, msg: &M, mut loan: GpuLoan) -> Result<RosPutReport, RosPublishError> {
         let att = self.next_attachment();
         let cdr = if self.wants_base() {
-            let mut cdr = msg.encode_cdr_prefix(loan.len())?;
-            let at = cdr.len();
-            cdr.resize(at + loan.len(), 0);
-            loan.read_to_host(0, &mut cdr[at..]).map_err(RosPublishError::Copy)?;
+            let cdr =
+                self.base_payload(msg, loan.len(), |dst| loan.read_to_host(0, dst).map_err(RosPublishError::Copy))?;
             if loan.device_ptr().is_some() {
                 self.d2h.fetch_add(1, Ordering::Relaxed);
             }
@@ -274,8 +302,10 @@ impl<M: RosDataMessage> RosPublisher<M> {
         };
         let base = self.wants_base();
         if base {
-            let mut cdr = msg.encode_cdr_prefix(data.len())?;
-            cdr.extend_from_slice(data);
+            let cdr = self.base_payload(msg, data.len(), |dst| {
+                dst.copy_from_slice(data);
+                Ok(())
+            })?;
             self.put_base(cdr, &att)?;
         }
         self.published.fetch_add(1, Ordering::Relaxed);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::link::deliver_routed;
-use super::{Link, Shared, SubMedium, inc};
+use super::{Link, PeerCopy, Shared, SubMedium, inc};
 use crate::cuda::{CudaError, ImportedBlock};
 use crate::host::HostBlock;
 use crate::ipc::{Frame, RecvError, SendError};
@@ -179,11 +179,7 @@ fn copy_on_arrival(
     // SAFETY: `offset + len` lies within the block (checked above), mapped for this GPU
     // by `imported`, which the lease's release below keeps until the copy is done.
     match unsafe { copier.copy(signals, key, block.device_ptr() + offset as u64, len) } {
-        Ok(copy) => {
-            let done: Box<dyn crate::pool::Fence> = Box::new(Arc::clone(&copy.done));
-            sh.release_after(Arc::clone(link), key, imported.clone(), vec![done]);
-            Some(Copied::new(copy, len, Arc::clone(link), key, Arc::clone(sh)))
-        }
+        Ok(copy) => Some(copied(sh, link, imported, key, len, copy)),
         Err(e) => {
             sh.bad_input.warn("cannot copy a message onto this GPU; reading it in place", &crate::error::chain(&e));
             None
@@ -214,11 +210,7 @@ fn copy_from_host(
     // SAFETY: `imported`, held by the lease's release below until the copy completes,
     // keeps `src` mapped.
     match unsafe { copier.copy_from_host(src) } {
-        Ok(copy) => {
-            let done: Box<dyn crate::pool::Fence> = Box::new(Arc::clone(&copy.done));
-            sh.release_after(Arc::clone(link), key, imported.clone(), vec![done]);
-            Some(Copied::new(copy, len, Arc::clone(link), key, Arc::clone(sh)))
-        }
+        Ok(copy) => Some(copied(sh, link, imported, key, len, copy)),
         Err(e) => {
             link.release(key);
             let error = crate::error::chain(&e);
@@ -226,6 +218,14 @@ fn copy_from_host(
             None
         }
     }
+}
+
+/// A copy enqueued from `imported` (block `key`): the sample's body, and the lease's
+/// release once the copy completes (the mapping kept until then).
+fn copied(sh: &Arc<Shared>, link: &Arc<Link>, imported: &Imported, key: BlockKey, len: usize, copy: PeerCopy) -> Copied {
+    let done: Box<dyn crate::pool::Fence> = Box::new(Arc::clone(&copy.done));
+    sh.release_after(Arc::clone(link), key, imported.clone(), vec![done]);
+    Copied::new(copy, len, Arc::clone(link), key, Arc::clone(sh))
 }
 
 fn import(
