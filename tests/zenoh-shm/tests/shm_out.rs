@@ -8,9 +8,12 @@
 //! Built with `--features zenoh-shm` only, in a cargo invocation of its own
 //! (`scripts/test.sh`): the feature changes `zenoh::FEATURES` for everything built with it.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use zcs_tests::{Mode, child_role, free_tcp_port, gpu_or_skip, loopback_shm_zenoh_config, spawn_child, watchdog_guard};
+use zcs_tests::{
+    Mode, child_role, free_tcp_port, gpu_or_skip, loopback_shm_zenoh_config, spawn_child, wait_child, wait_until,
+    watchdog_guard,
+};
 use zenoh::Wait;
 use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern, fill_pattern};
 use zenoh_cuda_shm::ros2::{NodeOptions, Qos, RosDataMessage, RosNode};
@@ -33,14 +36,6 @@ const SIZES: [usize; 5] = [256 << 10, MIB, 3 * MIB + 7, 5 * MIB, 24 * MIB];
 
 fn zenoh_config(listen: Option<u16>, connect: Option<u16>) -> zenoh::Config {
     loopback_shm_zenoh_config(listen, connect, Some(PREFIX))
-}
-
-fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < limit, "{what} within {limit:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// `loan` filled with the pattern of `seq`.
@@ -71,20 +66,12 @@ fn run(mode: Mode, test: &'static str) {
     let session = GpuSession::open(zenoh_config(Some(port), None), cfg).wait().unwrap();
     let kernels = session.gpu().map(|g| Kernels::load(g).unwrap());
     let p = session.declare_publisher(&key).wait().unwrap();
-    let mut child = spawn_child("child_entry", "plain-sub", &[(ENV_PORT, port.to_string()), (ENV_KEY, key.clone())]);
+    let child = spawn_child("child_entry", "plain-sub", &[(ENV_PORT, port.to_string()), (ENV_KEY, key.clone())]);
     wait_until("the plain subscriber", Duration::from_secs(30), || p.plain_subscribers());
     for seq in 1..=SIZES.len() as u64 {
         publish(&p, kernels.as_ref(), seq);
     }
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(t.elapsed() < Duration::from_secs(60), "the plain subscriber did not finish");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "the plain subscriber failed: {status}");
+    wait_child(child, "the plain subscriber", Duration::from_secs(60));
     let s = p.stats();
     // Every message copied out once; all but the one larger than the pool into SHM.
     assert_eq!((s.copies_out, s.shm_out), (SIZES.len() as u64, SIZES.len() as u64 - 1), "{s:?}");
@@ -127,22 +114,14 @@ fn run_ros2(mode: Mode, test: &'static str) {
     let topic = format!("/shm_out_{}_{}", mode.name(), std::process::id());
     let publisher = node.publisher::<Image<()>>(&topic, Qos::reliable(10)).unwrap();
     let env = [(ENV_PORT, port.to_string()), (ENV_KEY, publisher.key().to_owned()), (ENV_TOPIC, topic.clone())];
-    let mut child = spawn_child("child_entry", "ros-sub", &env);
+    let child = spawn_child("child_entry", "ros-sub", &env);
     wait_until("the ordinary ROS subscription", Duration::from_secs(30), || publisher.ordinary_subscriptions() == 1);
     for (i, &(w, h)) in ROS_IMAGES.iter().enumerate() {
         let seq = i as u64 + 1;
         let loan = filled(publisher.loan((w * h) as usize).unwrap(), kernels.as_ref(), seq);
         assert!(publisher.publish(&image(w, h), loan).unwrap().base, "message {seq} not put on the base key");
     }
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(t.elapsed() < Duration::from_secs(60), "the ROS subscriber did not finish");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "the ROS subscriber failed: {status}");
+    wait_child(child, "the ROS subscriber", Duration::from_secs(60));
     let s = publisher.stats();
     // All but the image larger than the pool written into SHM.
     assert_eq!((s.base_puts, s.base_shm), (3, 2), "{s:?}");

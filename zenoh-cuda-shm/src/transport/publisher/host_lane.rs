@@ -1,7 +1,8 @@
-//! Host blocks, for the subscribers of a CUDA publisher's host that map host memory
-//! only (processes without CUDA): each message copied once, device→host, into a sealed
-//! memfd block page-locked for the driver, on a stream of the lane's own after the
-//! producer's ready signal, and shared by every such subscriber. The put only enqueues
+//! Host blocks, for the subscribers of a CUDA publisher's host that do not map its GPU's
+//! memory (processes without CUDA, which read them in place, and GPUs without peer
+//! access, which copy them onto theirs): each message copied once, device→host, into a
+//! sealed memfd block page-locked for the driver, on a stream of the lane's own after
+//! the producer's ready signal, and shared by every such subscriber. The put only enqueues
 //! the copy; the lane's thread waits for it and then sends the descriptors. Every frame
 //! to these subscribers goes through the lane, so each sees its messages in sequence.
 //!

@@ -57,7 +57,8 @@ pub struct PublisherStats {
     /// (`zenoh_shm_out_bytes`); the others went through pinned staging.
     pub shm_out: u64,
     /// Messages copied device→host into a host block, shared by this host's
-    /// subscribers that map host memory only (processes without CUDA).
+    /// subscribers that do not map this GPU's memory (processes without CUDA, and GPUs
+    /// without peer access to this one).
     pub host_blocks: u64,
     /// Leases on host blocks charged to those subscribers.
     pub host_leases: u64,
@@ -141,8 +142,8 @@ struct Ready {
     lease_stalled: bool,
     /// Blocks whose FD this connection was sent with a descriptor: id → allocation.
     fds_sent: HashMap<u32, u64>,
-    /// A host-memory subscriber of a CUDA publisher: served host blocks, every frame
-    /// through the [`HostLane`].
+    /// A subscriber of a CUDA publisher that asked for host blocks (its Hello's group is
+    /// `host`): every frame goes through the [`HostLane`].
     host: bool,
 }
 
