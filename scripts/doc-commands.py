@@ -363,6 +363,11 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the clone (its path is printed)")
     ap.add_argument("--only", help="run only the blocks of FILE (or the one at FILE:LINE)")
     args = ap.parse_args()
+    # Started as a background job of a non-interactive shell (`.ci/run &`), this process
+    # inherits SIGINT ignored, and so would every command it starts: zenohd keeps an
+    # ignored SIGINT ignored, and Ctrl-C would never stop it. A handler of ours is not
+    # inherited across exec, so the commands start with the default action again.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     repo = Path(__file__).resolve().parent.parent
     tmp = Path(tempfile.mkdtemp(prefix="zcs-doc-clone-"))
     clone = fresh_clone(repo, tmp)
