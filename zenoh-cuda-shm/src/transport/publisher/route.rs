@@ -50,8 +50,11 @@ impl State {
     /// The ready holders: those sent frames directly, and the host-memory subscribers
     /// whose frames go through the host lane.
     fn holders(&self) -> (Vec<u64>, Vec<u64>) {
-        let (host, direct): (Vec<_>, Vec<_>) = self.ready.iter().partition(|(_, r)| r.host);
-        (direct.into_iter().map(|(h, _)| *h).collect(), host.into_iter().map(|(h, _)| *h).collect())
+        let (mut direct, mut host) = (Vec::with_capacity(self.ready.len()), Vec::new());
+        for (&h, r) in &self.ready {
+            if r.host { host.push(h) } else { direct.push(h) }
+        }
+        (direct, host)
     }
 
     /// Whether a GPU-aware subscriber is off the zero-copy path (needs bytes).
