@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use zcs_tests::{child_role, free_tcp_port, recv_msg, send_msg, spawn_child, watchdog_guard};
 use zenoh::Wait;
 use zenoh::qos::CongestionControl;
-use zenoh_cuda_shm::config::DeviceChoice;
+use zenoh_cuda_shm::config::{DeviceChoice, HostId};
 use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
 use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
 use zenoh_cuda_shm::pool::BlockKey;
@@ -1243,6 +1243,43 @@ fn a_token_outliving_its_publisher_is_reported_as_a_gone_publisher() {
     assert!(reason.contains("the publisher is gone"), "{reason}");
     assert!(reason.contains("nothing listens on"), "the socket is still named: {reason}");
     assert_eq!(sub.stats().handshakes, 0);
+}
+
+/// `host_id` is what says "this host": sessions of one kernel with different ids
+/// exchange bytes, with the reason a user would see across hosts, and never try a
+/// handshake; with the same id they link as usual.
+#[test]
+fn sessions_with_different_host_ids_take_bytes_as_hosts_do() {
+    const TEST: &str = "sessions_with_different_host_ids_take_bytes_as_hosts_do";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let with_id = |id: &str| ZcsConfig { host_id: Some(HostId::new(id).unwrap()), ..host_config() };
+    let port = free_tcp_port();
+    let publisher_session = host_session_with(port, true, with_id("host-a"));
+    for (sub_id, path) in [("host-b", Path::CpuBytes), ("host-a", Path::ZeroCopy)] {
+        let key = format!("{}/{sub_id}", test_key(TEST));
+        let session = host_session_with(port, false, with_id(sub_id));
+        let sub = session.declare_subscriber(key.clone()).wait().expect("declare subscriber");
+        let p = publisher_session.declare_publisher(key).wait().expect("declare publisher");
+        wait_until("the subscriber to see its publisher", IO, || p.aware_subscribers() == 1);
+        if path == Path::ZeroCopy {
+            wait_zero_copy_only(&p, 1);
+        }
+        let len = 256 * KIB;
+        publish_block(&p, 1, len);
+        let s = recv(&sub, sub_id);
+        assert_eq!(s.path(), path, "{sub_id}");
+        assert_eq!(check_pattern(&s.host_bytes().expect("host memory"), 0, 1), None, "{sub_id}");
+        assert_eq!(s.len(), len);
+        let (instance, zero_copy) = sub.publishers()[0];
+        assert_eq!(zero_copy, path == Path::ZeroCopy, "{sub_id}");
+        let reason = sub.bytes_reason(instance);
+        match path {
+            Path::CpuBytes => assert_eq!(reason.as_deref(), Some("on another host")),
+            _ => assert_eq!(reason, None),
+        }
+        assert_eq!(sub.stats().handshake_failures, 0, "{sub_id}: no handshake across host ids");
+        assert_eq!(sub.stats().handshakes, u64::from(path == Path::ZeroCopy), "{sub_id}");
+    }
 }
 
 /// One put on `<key>/@zcs/b` with a well-formed header that names the real publisher

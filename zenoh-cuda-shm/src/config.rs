@@ -158,6 +158,50 @@ pub struct ZcsConfig {
     /// publisher writes the CDR messages it puts for ordinary ROS subscribers there too.
     /// Opening a session with a non-zero size fails in a build without the feature.
     pub zenoh_shm_out_bytes: u64,
+    /// The host this session says it runs on, in its locality group (default: the
+    /// kernel's boot id). Our publishers and subscribers attempt the same-host paths
+    /// (blocks, host blocks, the host provider) only with peers of the same host id.
+    /// Every container and network namespace of one kernel shares its boot id; give
+    /// processes that must act as separate hosts (network namespaces standing in for
+    /// hosts, a container that cannot reach its neighbours' control sockets) an id of
+    /// their own, and they exchange bytes through Zenoh as hosts do.
+    pub host_id: Option<HostId>,
+}
+
+/// A host identity (`host_id`): 1 to 64 ASCII letters, digits and `-`, compared
+/// exactly. It is a chunk of our key expressions, so nothing else is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct HostId(String);
+
+impl HostId {
+    /// What a valid id looks like, for error messages.
+    pub const EXPECTED: &'static str = "expected 1 to 64 ASCII letters, digits or '-'";
+
+    /// The id, if `id` is valid.
+    pub fn new(id: impl Into<String>) -> Result<Self, String> {
+        let id = id.into();
+        let ok = (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if ok { Ok(Self(id)) } else { Err(format!("host id {id:?}: {}", Self::EXPECTED)) }
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for HostId {
+    type Error = String;
+    fn try_from(id: String) -> Result<Self, String> {
+        Self::new(id)
+    }
+}
+
+impl From<HostId> for String {
+    fn from(id: HostId) -> String {
+        id.0
+    }
 }
 
 impl Default for ZcsConfig {
@@ -179,6 +223,7 @@ impl Default for ZcsConfig {
             host_blocks: true,
             spin_us: 0,
             zenoh_shm_out_bytes: 0,
+            host_id: None,
         }
     }
 }
@@ -256,7 +301,7 @@ impl ZcsConfig {
     /// Applies environment overrides: `ZCS_DEVICE` (`auto|host|cuda`),
     /// `ZCS_INLINE_THRESHOLD` (bytes), `ZCS_PROVIDER` (`auto|off|required`),
     /// `ZCS_PEER_GPUS` (`in_place|copy|host|off`), `ZCS_HOST_BLOCKS` (`true|false`),
-    /// `ZCS_SOCKET_DIR` (path).
+    /// `ZCS_SOCKET_DIR` (path), `ZCS_HOST_ID` (see `host_id`).
     pub fn with_env_overrides(mut self) -> Result<Self, ConfigError> {
         if let Ok(v) = std::env::var("ZCS_DEVICE") {
             self.device = match v.as_str() {
@@ -311,6 +356,13 @@ impl ZcsConfig {
         }
         if let Ok(v) = std::env::var("ZCS_SOCKET_DIR") {
             self.socket_dir = Some(v.into());
+        }
+        if let Ok(v) = std::env::var("ZCS_HOST_ID") {
+            self.host_id = Some(HostId::new(v.clone()).map_err(|_| ConfigError::Env {
+                var: "ZCS_HOST_ID",
+                value: v,
+                why: HostId::EXPECTED,
+            })?);
         }
         Ok(self)
     }
@@ -384,6 +436,20 @@ mod tests {
         let err = ZcsConfig::from_file(&file).unwrap_err().to_string();
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(err.contains(&format!("{} line 1: spin_us: invalid type", file.display())), "{err}");
+    }
+
+    #[test]
+    fn host_ids_are_checked_where_they_are_read() {
+        let c = ZcsConfig::from_json5("{ host_id: 'remote-1' }").unwrap();
+        assert_eq!(c.host_id.as_ref().map(HostId::as_str), Some("remote-1"));
+        assert_eq!(ZcsConfig::from_json5("{}").unwrap().host_id, None);
+        // A key-expression separator, a wildcard, an empty or an over-long id.
+        let long = "a".repeat(65);
+        for bad in ["a/b", "*", "", long.as_str(), "héte"] {
+            let err = ZcsConfig::from_json5(&format!("{{\n  host_id: {bad:?},\n}}")).unwrap_err().to_string();
+            assert!(err.contains("line 2: host_id:") && err.contains(HostId::EXPECTED), "{bad}: {err}");
+        }
+        assert_eq!(HostId::new("a".repeat(64)).map(String::from), Ok("a".repeat(64)));
     }
 
     #[test]

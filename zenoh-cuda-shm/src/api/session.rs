@@ -98,7 +98,10 @@ impl OpenBuilder {
         if let Some(dir) = &cfg.socket_dir {
             crate::ipc::ensure_runtime_dir(dir)?;
         }
-        let boot_id = crate::host::boot_id().map_err(OpenError::BootId)?;
+        let boot_id = match &cfg.host_id {
+            Some(id) => id.as_str().to_owned(),
+            None => crate::host::boot_id().map_err(OpenError::BootId)?,
+        };
         let device = match &gpu {
             Some(g) => Group::cuda_device(&g.uuid()),
             None => Group::HOST.to_owned(),
