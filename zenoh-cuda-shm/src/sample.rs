@@ -9,7 +9,7 @@ use crate::pool::{BlockKey, Fence as PoolFence};
 use crate::signal::SignalError;
 use crate::sync::Unpoisoned;
 use crate::transport::medium::Imported;
-use crate::transport::subscriber::{Link, PeerCopy, Shared, SubMedium};
+use crate::transport::subscriber::{Link, PeerCopy, Shared, SubMedium, Upload};
 
 /// How a sample reached this subscriber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -276,8 +276,10 @@ impl GpuSample {
 
     /// The payload in device memory, readable by work enqueued on `stream` after this
     /// call. Zero-copy samples: `stream` waits for the publisher's ready signal (no
-    /// host wait). Bytes samples: copied host→device on `stream`. Works with any
-    /// stream, the legacy default stream included.
+    /// host wait). Bytes samples: staged in pinned memory by this call (a CPU copy),
+    /// then copied host→device on `stream` (no host wait for that copy); the device
+    /// copy and the staging are recycled once `stream` has passed the reads. Works with
+    /// any stream, the legacy default stream included.
     pub fn read(&self, stream: &Stream) -> Result<DeviceRead<'_>, ReadError> {
         let SubMedium::Cuda(gpu) = &self.0.medium else { return Err(ReadError::NoGpu) };
         let (ptr, sink, staged) = match (self.begin_detached_read(stream)?, self.fences()) {
@@ -288,12 +290,9 @@ impl GpuSample {
                 let Body::Bytes(bytes) = &self.0.body else {
                     unreachable!("a CUDA subscriber's blocks are device blocks")
                 };
-                let host = bytes.to_bytes();
-                let staged = crate::cuda::DeviceBlock::allocate(gpu, host.len().max(1))?;
-                // SAFETY: `staged` has ≥ len bytes and is owned by the read, which keeps it
-                // until its reads on `stream` are fenced.
-                unsafe { copy::host_to_device(stream, staged.device_ptr(), &host) }?;
-                (staged.device_ptr(), None, Some(staged))
+                let parts: Vec<&[u8]> = bytes.slices().collect();
+                let upload = self.0.sub.copier()?.upload(&parts, stream)?;
+                (upload.block.device_ptr(), None, Some(upload))
             }
         };
         Ok(DeviceRead {
@@ -329,7 +328,8 @@ pub struct DeviceRead<'a> {
     gpu: crate::cuda::Gpu,
     sink: Option<&'a Mutex<Vec<Box<dyn PoolFence>>>>,
     sub: &'a Arc<Shared>,
-    staged: Option<crate::cuda::DeviceBlock>,
+    /// A bytes sample's copy onto the GPU, for this read only.
+    staged: Option<Upload>,
     ended: bool,
 }
 
@@ -370,9 +370,16 @@ impl DeviceRead<'_> {
         let fence = Fence::record(&self.gpu, &self.stream)?;
         match (self.sink, self.staged.take()) {
             (Some(sink), _) => sink.locked().push(Box::new(fence)),
-            // The staging block must outlive the reads: the subscriber's releaser frees
-            // it once they are done.
-            (None, Some(staged)) => self.sub.defer(vec![Box::new(fence)], Box::new(move || drop(staged))),
+            // The copy and its pinned source must outlive the reads: the subscriber's
+            // releaser recycles them once they are done.
+            (None, Some(staged)) => {
+                let sub = Arc::clone(self.sub);
+                let recycle = move || match sub.copier.get() {
+                    Some(c) => c.recycle_upload(staged),
+                    None => drop(staged),
+                };
+                self.sub.defer(vec![Box::new(fence)], Box::new(recycle));
+            }
             (None, None) => {}
         }
         Ok(())

@@ -11,11 +11,13 @@ fn bind(stream: &CudaStream) -> Result<(), CudaError> {
 }
 
 /// Enqueues a host→device copy of `src` to `dst` on `stream`. Pageable `src` is staged
-/// by the driver before the call returns, so it may be dropped afterwards.
+/// by the driver before the call returns, so it may be dropped afterwards; page-locked
+/// `src` (pinned, or registered with the driver) is read by the copy itself, later.
 ///
 /// # Safety
 /// `dst..dst + src.len()` is device memory mapped read-write in the stream's context,
-/// and stays mapped until the stream has passed the copy.
+/// and stays mapped until the stream has passed the copy. Page-locked `src` stays valid
+/// and unwritten until then too.
 pub unsafe fn host_to_device(stream: &CudaStream, dst: u64, src: &[u8]) -> Result<(), CudaError> {
     if src.is_empty() {
         return Ok(());

@@ -74,8 +74,8 @@ impl AsRef<[u8]> for PinnedBuf {
     fn as_ref(&self) -> &[u8] {
         let p = self.buf.as_ref().expect("present until drop");
         // SAFETY: `ptr` holds `size ≥ len` bytes of which the first `len` were written
-        // by a synchronised copy before this buffer was created, and nothing writes
-        // them while it exists.
+        // before this buffer was created (by a synchronised copy, or by the CPU), and
+        // nothing writes them while it exists.
         unsafe { std::slice::from_raw_parts(p.ptr, self.len) }
     }
 }
@@ -110,6 +110,24 @@ impl PinnedPool {
         // SAFETY: the context is current; the allocation is owned by the returned value.
         let ptr = unsafe { sys::mem_host_alloc(class) }?;
         Ok(Pinned { ptr, size: class, gpu: self.inner.gpu.clone() })
+    }
+
+    /// A pinned buffer holding `parts` one after the other, for a host→device copy at the
+    /// speed of pinned memory; the CPU copies them in.
+    pub fn copy_from_host(&self, parts: &[&[u8]]) -> Result<PinnedBuf, CudaError> {
+        let len = parts.iter().map(|p| p.len()).sum();
+        let buf = self.take(len)?;
+        let mut at = 0;
+        for part in parts {
+            // SAFETY: `buf` holds `size ≥ len` bytes, `len` being the sum of the parts'
+            // lengths, so `at + part.len() ≤ size` and `at` is in bounds.
+            let dst = unsafe { buf.ptr.add(at) };
+            // SAFETY: `dst..dst + part.len()` lies in `buf` (above), owned here; `part` is
+            // a live slice of other memory.
+            unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), dst, part.len()) };
+            at += part.len();
+        }
+        Ok(PinnedBuf { buf: Some(buf), len, pool: Arc::clone(&self.inner) })
     }
 
     /// Copies `len` bytes at device address `src` into a pinned buffer on `stream`,

@@ -41,7 +41,7 @@ use crate::sync::Unpoisoned;
 
 use discovery::{publisher_appeared, publisher_vanished};
 use order::{Order, Seen, on_bytes};
-pub(crate) use peer_copy::{PeerCopier, PeerCopy};
+pub(crate) use peer_copy::{PeerCopier, PeerCopy, Upload};
 
 /// Counters of one subscriber. All monotonic.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
@@ -484,7 +484,7 @@ impl Shared {
     }
 
     /// The copier, made now if this is its first use.
-    fn copier(&self) -> Result<&PeerCopier, crate::cuda::CudaError> {
+    pub(crate) fn copier(&self) -> Result<&PeerCopier, crate::cuda::CudaError> {
         if let Some(c) = self.copier.get() {
             return Ok(c);
         }
