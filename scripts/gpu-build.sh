@@ -97,6 +97,13 @@ for v in 3.10 3.11 3.12 3.13; do
   python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
     --python-version "$v" --platform manylinux2014_x86_64 -d .gpu-pack/ros-wheels xxhash==3.5.0
 done
+# The cross-host rows (ZCS_GPU_PART=cross-host) make a veth pair with `ip`, which the GPU
+# machine's image lacks: carry this machine's, with the libraries it links but libc.
+rm -rf .gpu-pack/iproute
+if ipbin=$(command -v ip); then
+  mkdir -p .gpu-pack/iproute && cp "$ipbin" .gpu-pack/iproute/
+  ldd "$ipbin" | awk '/=> \// {print $3}' | grep -v -e '/libc\.so' | xargs -r cp -t .gpu-pack/iproute/
+fi
 ls -l .gpu-pack/wheels .gpu-pack/ros-wheels
 du -sh .gpu-pack
 # The second pack, `.gpu-pack-extra` (carried on its own: with it the first would pass

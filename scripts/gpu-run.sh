@@ -38,8 +38,13 @@ fail=0
 # cpu-bytes and one pinned device→host copy.
 # ZCS_GPU_TESTS="gpu_peer demo python …": only these test targets (the name after the
 # last "-" of .gpu-bin/test-*), `demo` and `python` for those two.
+# ZCS_GPU_PART=shm-out: Zenoh SHM latency and throughput rows, user copies and ours
+# (`--shm-out`). ZCS_GPU_PART=cross-host: throughput to subscribers in a network
+# namespace standing in for another host (scripts/netns-link.sh; `ip` from
+# .gpu-pack/iproute/ where the machine has none), ours against Zenoh's host payloads.
+# Several parts at once: ZCS_GPU_PART="host shm-out cross-host".
 part=${ZCS_GPU_PART:-all}
-want() { [ "$part" = all ] || [ "$part" = "$1" ]; }
+want() { [ "$part" = all ] || [[ " $part " == *" $1 "* ]]; }
 picked() {
   [ -z "${ZCS_GPU_TESTS:-}" ] && return 0
   for w in $ZCS_GPU_TESTS; do [ "$w" = "$1" ] && return 0; done
@@ -89,6 +94,47 @@ if want host && [ -x .gpu-bin/zcs_latency ]; then
   echo "== zcs_throughput (host-block rows and anchors)" | tee -a "$out/bench.log"
   timeout 240 .gpu-bin/zcs_throughput --backend cuda --paths zero-copy,cpu-bytes,host-block --subscribers 1,4 \
     --first-subs 0 >"$out/zcs_throughput.jsonl" 2>>"$out/bench.log" || { echo "FAILED: zcs_throughput" | tee -a "$out/bench.log"; fail=1; }
+fi
+# Zenoh's SHM: a plain subscriber with shared memory on, fed by a user's own copies
+# (`zenoh-shm`) and by our publisher copying out itself (`zenoh-shm-out`).
+if want shm-out && [ -x .gpu-bin/zcs_zenoh_shm ]; then
+  for mode in user ours; do
+    args=(--backend cuda --sizes 4KiB,64KiB,1MiB,8MiB,32MiB,256MiB)
+    [ "$mode" = ours ] && args+=(--shm-out)
+    echo "== zcs_zenoh_shm ($mode copies)" | tee -a "$out/bench.log"
+    timeout 300 .gpu-bin/zcs_zenoh_shm "${args[@]}" >"$out/zcs_zenoh_shm_$mode.jsonl" 2>>"$out/bench.log" \
+      || { echo "FAILED: zcs_zenoh_shm $mode" | tee -a "$out/bench.log"; fail=1; }
+  done
+  # 1 GiB on its own (it cannot fail the run): a payload this large needs a segment of
+  # over 2 GiB for ours, and through the socket it would exceed Zenoh's max_message_size.
+  for mode in user ours; do
+    args=(--backend cuda --rows latency --sizes 1GiB --iters 50)
+    [ "$mode" = ours ] && args+=(--shm-out)
+    echo "== zcs_zenoh_shm 1 GiB ($mode copies)" | tee -a "$out/bench.log"
+    mkdir -p "$out/shm-1gib"
+    timeout 120 .gpu-bin/zcs_zenoh_shm "${args[@]}" >"$out/shm-1gib/zcs_zenoh_shm_$mode.jsonl" 2>>"$out/bench.log" \
+      || echo "zcs_zenoh_shm 1 GiB ($mode) failed (see bench.log)" | tee -a "$out/bench.log"
+  done
+fi
+# Across hosts: the subscribers in another network namespace, over a veth pair, with a
+# host id of their own; ours (`cross-host`) against Zenoh's host payloads on the link.
+if want cross-host && [ -x .gpu-bin/zcs_throughput ]; then
+  if ! command -v ip >/dev/null && [ -x .gpu-pack/iproute/ip ]; then
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$PWD/.gpu-pack/iproute" "$PWD/.gpu-pack/iproute/ip" >.gpu-bin/ip
+    chmod +x .gpu-bin/ip && export ZCS_IP=$PWD/.gpu-bin/ip
+  fi
+  echo "== cross-host link" | tee -a "$out/bench.log"
+  if link=$(scripts/netns-link.sh up 2>>"$out/bench.log"); then
+    eval "$link"
+    echo "$link" >>"$out/bench.log"
+    timeout 400 .gpu-bin/zcs_throughput --backend cuda --remote-netns "$NETNS" --link-ip "$LINK_IP" \
+      --paths zero-copy,zenoh-host,zenoh-host-cold,zenoh-pinned --sizes 1MiB,6220800,33177600 --subscribers 1,4 --first-subs 0 \
+      --max-secs 4 >"$out/zcs_throughput_cross_host.jsonl" 2>>"$out/bench.log" \
+      || { echo "FAILED: zcs_throughput cross-host" | tee -a "$out/bench.log"; fail=1; }
+    scripts/netns-link.sh down "$NETNS"
+  else
+    echo "FAILED: the cross-host link could not be made (see bench.log)" | tee -a "$out/bench.log"; fail=1
+  fi
 fi
 if { want bench || want peer; } && [ -x .gpu-bin/zcs_latency ] && [ "$gpus" -ge 2 ]; then
   echo "== zcs_latency --pong-gpu 1" | tee -a "$out/bench.log"

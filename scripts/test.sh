@@ -61,6 +61,8 @@ cargo run -q --locked -p zcs-bench --bin zcs_throughput -- --backend host --size
 # this one binary only (bench/Cargo.toml), hence a cargo invocation of its own.
 cargo run -q --locked -p zcs-bench --features zenoh-shm --bin zcs_zenoh_shm -- --backend host --sizes 4KiB,1MiB \
   --iters 20 --warmup 5 --frame-sizes 64KiB --subscribers 1 --frames 20 | tee "$smoke/zcs_zenoh_shm.jsonl"
+cargo run -q --locked -p zcs-bench --features zenoh-shm --bin zcs_zenoh_shm -- --backend host --shm-out --sizes 4KiB,1MiB \
+  --iters 20 --warmup 5 --frame-sizes 64KiB --subscribers 1 --frames 20 | tee "$smoke/zcs_zenoh_shm_out.jsonl"
 cargo run -q --locked -p zcs-bench --bin zcs_report -- "$smoke" "$smoke/report"
 # One closing line for the whole run: Rust test binaries, doc tests and pytest added up
 # (child processes that re-run a test binary for one entry test report "N filtered out"

@@ -62,6 +62,33 @@ pub fn parse_stamp(b: &[u8]) -> Option<(u64, u64)> {
     Some((u64::from_le_bytes(b.get(..8)?.try_into().ok()?), u64::from_le_bytes(b.get(8..16)?.try_into().ok()?)))
 }
 
+/// The `(seq, ts_ns)` of what a plain subscriber receives: from our publishers' attachment
+/// (sequence number and publication time of its `BytesHeader`), else from a [`stamp`].
+pub fn parse_any_stamp(b: &[u8]) -> Option<(u64, u64)> {
+    match zenoh_cuda_shm::protocol::decode_attachment(b) {
+        Ok(Some(h)) => Some((h.seq, h.timestamp_ns)),
+        Ok(None) => parse_stamp(b),
+        Err(_) => None,
+    }
+}
+
+/// Loans a block of `size` bytes, trying again past the pool's loan timeout while
+/// subscribers hold every block, for up to `limit`.
+pub fn loan_waiting(
+    p: &zenoh_cuda_shm::GpuPublisher,
+    size: usize,
+    limit: std::time::Duration,
+) -> zenoh_cuda_shm::GpuLoan {
+    let t = std::time::Instant::now();
+    loop {
+        match p.loan(size) {
+            Ok(l) => return l,
+            Err(zenoh_cuda_shm::pool::LoanError::Exhausted { .. }) if t.elapsed() < limit => {}
+            Err(e) => panic!("{}: loan of {size} bytes: {e}", p.key()),
+        }
+    }
+}
+
 pub mod latency {
     //! The ping side of a ping-pong latency row: rounds under a time budget, and the
     //! `latency` JSON line `zcs_report` reads.
@@ -161,9 +188,9 @@ pub mod check {
     //! `Kernels::check` against the publisher's pattern, then synchronise; without a GPU
     //! (`--backend host`), the same pattern check on the CPU.
 
-    use zenoh_cuda_shm::GpuSample;
     use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
     use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
+    use zenoh_cuda_shm::{GpuSample, ReadError};
 
     /// Mean host time per frame in each step (µs): where a frame's time goes.
     #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
@@ -276,20 +303,33 @@ pub mod check {
         /// 8 bytes of every 4 KiB page (every page touched, 1/512 of the bytes compared).
         /// For consumers without a GPU at frame rates no full CPU check keeps up with.
         pub fn host_pages(&mut self, s: &GpuSample) {
-            let b = s.host_bytes().expect("a host-memory sample");
+            self.pages(&s.host_bytes().expect("a host-memory sample"), s.seq());
+        }
+
+        /// Host bytes checked as by [`Checker::host_pages`], against `seed`'s pattern.
+        pub fn pages(&mut self, b: &[u8], seed: u64) {
             for start in (0..b.len()).step_by(4096) {
                 let page = &b[start..b.len().min(start + 8)];
-                self.cpu_errors += check_pattern(page, start as u64, s.seq()).map_or(0, |(_, bad)| bad);
+                self.cpu_errors += check_pattern(page, start as u64, seed).map_or(0, |(_, bad)| bad);
             }
         }
 
-        /// A sample of ours: read in place when it is a device block, else as host bytes.
+        /// A sample of ours. A CUDA session's samples are read on the GPU whatever their
+        /// path (`GpuSample::read`: in place, or copied there for bytes samples); a host
+        /// session's as host bytes, copied to the checker's GPU if it has one.
         pub fn sample(&mut self, s: &GpuSample) {
-            if let Some(b) = s.host_bytes() {
-                return self.host(&b, s.seq());
-            }
-            let d = self.dev.as_ref().expect("a device sample needs a CUDA session");
-            let read = s.read(&d.stream).expect("read");
+            let read = match &self.dev {
+                Some(d) => match s.read(&d.stream) {
+                    Ok(read) => Some(read),
+                    Err(ReadError::NoGpu) => None,
+                    Err(e) => panic!("read: {e}"),
+                },
+                None => None,
+            };
+            let Some(read) = read else {
+                return self.host(&s.host_bytes().expect("a host-memory sample"), s.seq());
+            };
+            let d = self.dev.as_ref().expect("a read needs the checker's GPU");
             self.clock.lap("read");
             d.check(read.device_ptr(), read.len(), s.seq());
             self.clock.lap("check_launch");

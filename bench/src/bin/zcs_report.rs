@@ -75,6 +75,10 @@ const HOST_BLOCK: &str = "host-block";
 /// `zcs_latency --peer-host`: a GPU consumer without peer access, through a host block.
 const HOST_COPY: &str = "host-copy";
 const D2H_PINNED: &str = "d2h-pinned";
+/// `zcs_throughput --remote-netns`: our GPU frames to a CUDA subscriber on another host
+/// (a network namespace over veth), and what Zenoh carries for host payloads there.
+const CROSS_HOST: &str = "cross-host";
+const ZENOH_HOST_CROSS_HOST: &str = "zenoh-host-cross-host";
 
 /// Whether a path is ours, not Zenoh's own (`zenoh-plain`, `zenoh-shm`, `zenoh-pinned`, …).
 fn is_ours(path: &str) -> bool {
@@ -104,6 +108,9 @@ const GOAL_PEER_READ: f64 = 0.8;
 /// A host block ready for a CPU consumer (publication to read, measured one way) ÷ one
 /// pinned device→host copy of the same size, at `COPY_SIZE`, at most.
 const GOAL_HOST_BLOCK: f64 = 1.3;
+/// Our GPU frames across hosts ÷ Zenoh's host payloads of the same size over the same
+/// link, msgs/s, at least.
+const GOAL_CROSS_HOST: f64 = 0.7;
 
 // ---------------------------------------------------------------------------------
 // Reading a run
@@ -667,6 +674,34 @@ fn goal_host_block(d: &Data) -> Goal {
     }
 }
 
+/// GPU frames to a CUDA subscriber on another host ÷ Zenoh's host payloads over the same
+/// link, msgs/s, at every frame size and subscriber count both rows have.
+fn goal_cross_host(d: &Data) -> Goal {
+    let goal = "GPU frames across hosts ÷ Zenoh's host payloads over the same link, msgs/s";
+    let target = format!("≥ {:.0} % at every size", GOAL_CROSS_HOST * 100.0);
+    let find = |path: &str| d.throughput.iter().find(|r| r.path == path);
+    let (Some(ours), Some(link)) = (find(CROSS_HOST), find(ZENOH_HOST_CROSS_HOST)) else {
+        return Goal::not_measured(goal, &target, "needs `cross-host` and `zenoh-host-cross-host` rows");
+    };
+    let (mut parts, mut checks) = (Vec::new(), Vec::new());
+    for (&(size, subs), c) in &ours.cells {
+        let Some(l) = link.cells.get(&(size, subs)) else { continue };
+        let share = c.msgs / l.msgs;
+        checks.push(share >= GOAL_CROSS_HOST);
+        parts.push(format!(
+            "{} × {subs}: {:.0} % ({} of {})",
+            frame_label(size),
+            share * 100.0,
+            fmt_num(c.msgs),
+            fmt_num(l.msgs)
+        ));
+    }
+    if checks.is_empty() {
+        return Goal::not_measured(goal, &target, "`cross-host` and `zenoh-host-cross-host` share no cell");
+    }
+    Goal::new(goal, &target, parts.join(", "), Status::of(&checks))
+}
+
 /// Zero-copy to a subscriber on another GPU ÷ on the same GPU, p50 (RTT/2), at every size
 /// both rows have.
 fn goal_peer_latency(d: &Data) -> Goal {
@@ -813,6 +848,7 @@ fn goals(d: &Data) -> Vec<Goal> {
         goal_peer_read(d),
         goal_4k_peer(d),
         goal_host_block(d),
+        goal_cross_host(d),
         goal_first(d),
         goal_vs(d, "torch-mp-ipc-hold", "Round trip vs torch.multiprocessing, tensors kept (hold)", &torch, |r| {
             r >= GOAL_TORCH_RATIO
@@ -1788,6 +1824,25 @@ mod tests {
         assert_eq!(goal_peer_latency(&d).status, Status::NotMet);
         assert_eq!(goal_peer_read(&d).status, Status::NotMeasured);
         assert_eq!(goal_4k_peer(&d).status, Status::NotMeasured);
+    }
+
+    #[test]
+    fn cross_host_goal_compares_each_cell_with_the_link_anchor() {
+        let rows = format!(
+            r#"{{"bench":"throughput","path":"cross-host","size":{FRAME_4K_RGBA},"subscribers":1,"msgs_per_s":80.0,"errors":0,"lost":0}}
+{{"bench":"throughput","path":"zenoh-host-cross-host","size":{FRAME_4K_RGBA},"subscribers":1,"msgs_per_s":100.0,"errors":0,"lost":0}}
+{{"bench":"throughput","path":"cross-host","size":{FRAME_1080P_RGB},"subscribers":1,"msgs_per_s":300.0,"errors":0,"lost":0}}"#
+        );
+        let (_, d, warnings) = data_of(&[("zcs_throughput_cross_host.jsonl", &rows)]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let g = goal_cross_host(&d);
+        // Only the cell both rows have is judged: 80 of 100.
+        assert_eq!(g.status, Status::Met, "{}", g.measured);
+        assert_eq!(g.measured, "4K RGBA × 1: 80 % (80.0 of 100)");
+        let slow = rows.replace("\"msgs_per_s\":80.0", "\"msgs_per_s\":60.0");
+        assert_eq!(goal_cross_host(&data_of(&[("t.jsonl", &slow)]).1).status, Status::NotMet);
+        let ours_only = rows.lines().next().unwrap();
+        assert_eq!(goal_cross_host(&data_of(&[("t.jsonl", ours_only)]).1).status, Status::NotMeasured);
     }
 
     #[test]

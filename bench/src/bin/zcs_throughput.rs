@@ -23,6 +23,22 @@
 //!   `PinnedPool`, handed to Zenoh without another copy) or into a fresh `Vec`, and put;
 //!   the subscriber copies host→device and runs the kernel.
 //! - `zenoh-bytes` (`--backend host` only): plain Zenoh, filled and checked on the CPU.
+//! - `zenoh-host`: plain Zenoh moving host payloads, what the link itself carries: the
+//!   publisher puts one buffer filled once per size (no GPU, no fill per frame), each
+//!   subscriber checks 8 bytes of every 4 KiB page on the CPU. The anchor of the
+//!   cross-host rows. The buffer is hot in the publisher's caches when it is put, as a
+//!   payload the CPU has just written would be.
+//! - `zenoh-host-cold` (only when named in `--paths`): the same, cycling through
+//!   256 MiB of buffers, so that each one put is no longer in the caches, as a frame the
+//!   GPU has just copied out is not.
+//!
+//! Across hosts (`--remote-netns`): the subscriber processes enter a network namespace
+//! joined to this one by a veth pair (`scripts/netns-link.sh`) and take their own
+//! `host_id`, so our sessions treat them as another host; Zenoh runs over the link
+//! (`--link-ip`), the control sockets are path sockets. Rows gain `link: veth` and their
+//! paths a `cross-host` name: `cross-host` is ours (a CUDA subscriber on another host:
+//! bytes, then its H2D and check kernel), `zenoh-host-cross-host` the link's anchor,
+//! `zenoh-pinned-cross-host` a user's own copies.
 //!
 //! Rows (one JSON object per line): `throughput-setup`, then `throughput` per path,
 //! size and subscriber count (msgs/s, GB/s, errors, lost frames, publish→checked
@@ -41,6 +57,9 @@
 //! zcs_throughput --backend cuda --sub-gpu 1 --paths zero-copy   # two GPUs: zero-copy-peer
 //! zcs_throughput --backend cuda --sub-gpu 1 --peer-copy --paths zero-copy   # peer-copy
 //! zcs_throughput --backend cuda --sub-gpu 1 --peer-host --paths zero-copy   # host-copy
+//! eval "$(scripts/netns-link.sh up)"      # NETNS=/proc/<pid>/ns/net LINK_IP=10.77.0.1
+//! zcs_throughput --backend cuda --remote-netns "$NETNS" --link-ip "$LINK_IP" \
+//!     --paths zero-copy,zenoh-host,zenoh-pinned --first-subs 0   # cross-host rows
 //! ```
 
 use std::sync::Arc;
@@ -52,20 +71,19 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use zcs_bench::check::{Checker, StageClock, Stages};
 use zcs_bench::frames::{CHILD_LIMIT, DRAIN_IDLE, FRAME_4K_RGBA, FRAME_1080P_RGB, ROUTE_TIMEOUT, SUB_FIFO};
-use zcs_bench::{cpu_secs, now_ns, parse_stamp, stamp};
+use zcs_bench::{cpu_secs, loan_waiting, now_ns, parse_stamp, stamp};
 use zcs_tests::{
     child_role, free_tcp_port, loopback_zenoh_config, parse_size, percentile, recv_msg, send_msg, spawn_child_bin,
     wait_child, watchdog_guard,
 };
 use zenoh::Wait;
 use zenoh::bytes::ZBytes;
-use zenoh_cuda_shm::config::{DeviceChoice, PeerGpus};
+use zenoh_cuda_shm::config::{DeviceChoice, HostId, PeerGpus};
 use zenoh_cuda_shm::cuda::kernels::fill_pattern;
 use zenoh_cuda_shm::cuda::pinned::PinnedPool;
 use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
 use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
-use zenoh_cuda_shm::pool::LoanError;
-use zenoh_cuda_shm::{GpuLoan, GpuPublisher, GpuSample, GpuSession, Path, ZcsConfig};
+use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, Path, ZcsConfig};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -121,6 +139,13 @@ struct Args {
     /// it onto their GPU, as without peer access (`peer_gpus: host`, row `host-copy`).
     #[arg(long)]
     peer_host: bool,
+    /// A network namespace (e.g. `/proc/<pid>/ns/net`) the subscriber processes enter,
+    /// standing in for another host (rows `cross-host…`). Needs `--link-ip`.
+    #[arg(long, requires = "link_ip")]
+    remote_netns: Option<std::path::PathBuf>,
+    /// This process's address on the link to `--remote-netns`: Zenoh listens there.
+    #[arg(long, requires = "remote_netns")]
+    link_ip: Option<std::net::IpAddr>,
 }
 
 const PREFIX: &str = "zcs-tput";
@@ -131,6 +156,9 @@ const PATH_ENV: &str = "ZCS_TPUT_PATH";
 const KEY_ENV: &str = "ZCS_TPUT_KEY";
 const SUB_GPU_ENV: &str = "ZCS_TPUT_SUB_GPU";
 const PEER_MODE_ENV: &str = "ZCS_TPUT_PEER_MODE";
+const NETNS_ENV: &str = "ZCS_TPUT_NETNS";
+const LINK_IP_ENV: &str = "ZCS_TPUT_LINK_IP";
+const HOST_ID_ENV: &str = "ZCS_TPUT_HOST_ID";
 /// `--sub-gpu`, set once by `main` (the parent) or read from the environment (a child).
 static SUB_GPU: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
 /// `--peer-copy` or `--peer-host` as the subscribers' `peer_gpus`, likewise.
@@ -149,13 +177,95 @@ fn peer_mode() -> PeerGpus {
 }
 
 /// A row's path: `zero-copy` is `zero-copy-peer` when the subscribers are on another GPU,
-/// `peer-copy` when they copy each frame onto it, `host-copy` when through host memory.
-fn row_path(route: Route) -> &'static str {
-    match (route, sub_gpu() != 0, peer_mode()) {
+/// `peer-copy` when they copy each frame onto it, `host-copy` when through host memory;
+/// across the link every path is named `cross-host…`.
+fn row_path(route: Route) -> String {
+    let name = match (route, sub_gpu() != 0, peer_mode()) {
         (Route::ZeroCopy, true, PeerGpus::Copy) => "peer-copy",
         (Route::ZeroCopy, true, PeerGpus::Host) => "host-copy",
         (Route::ZeroCopy, true, _) => "zero-copy-peer",
         _ => route.name(),
+    };
+    match (link().remote(), route) {
+        (false, _) => name.to_owned(),
+        (true, Route::ZeroCopy) => "cross-host".to_owned(),
+        (true, _) => format!("{name}-cross-host"),
+    }
+}
+
+/// Where the subscriber processes run: beside the publisher (loopback), or in a network
+/// namespace standing in for another host, over a veth link.
+#[derive(Debug, Clone, Default)]
+struct Link {
+    /// The namespace and the publisher's address on the link.
+    remote: Option<(std::path::PathBuf, std::net::IpAddr)>,
+}
+
+static LINK: std::sync::OnceLock<Link> = std::sync::OnceLock::new();
+
+/// The link, set once by `main` (the parent) or read from the environment (a child).
+fn link() -> &'static Link {
+    LINK.get_or_init(|| {
+        let netns = std::env::var_os(NETNS_ENV).map(std::path::PathBuf::from);
+        let ip = std::env::var(LINK_IP_ENV).ok().map(|v| v.parse().expect("link address"));
+        Link { remote: netns.zip(ip) }
+    })
+}
+
+impl Link {
+    fn remote(&self) -> bool {
+        self.remote.is_some()
+    }
+
+    /// A peer on loopback, or on the link's address when remote (the publisher listens
+    /// there, the subscribers connect to it).
+    fn zenoh_config(&self, listen: Option<u16>, connect: Option<u16>) -> zenoh::Config {
+        let mut c = loopback_zenoh_config(listen, connect, Some(PREFIX));
+        if let Some((_, ip)) = &self.remote {
+            let at = |port: u16| format!("[\"tcp/{}\"]", std::net::SocketAddr::new(*ip, port));
+            if let Some(port) = listen {
+                c.insert_json5("listen/endpoints", &at(port)).expect("listen endpoint");
+            }
+            if let Some(port) = connect {
+                c.insert_json5("listen/endpoints", "[]").expect("listen endpoint");
+                c.insert_json5("connect/endpoints", &at(port)).expect("connect endpoint");
+            }
+        }
+        c
+    }
+
+    /// The parent's control socket: abstract names are private to a network namespace,
+    /// so a remote child reaches a path socket instead.
+    fn control_socket(&self) -> SocketName {
+        match self.remote {
+            None => SocketName::random_abstract(),
+            Some(_) => {
+                SocketName::random_path_in(&std::env::temp_dir().join(format!("zcs-tput-{}", std::process::id())))
+                    .expect("a directory for path sockets")
+            }
+        }
+    }
+
+    /// The child's environment for the link.
+    fn child_env(&self) -> Vec<(&'static str, String)> {
+        match &self.remote {
+            None => Vec::new(),
+            Some((netns, ip)) => vec![
+                (NETNS_ENV, netns.display().to_string()),
+                (LINK_IP_ENV, ip.to_string()),
+                (HOST_ID_ENV, format!("remote-{}", std::process::id())),
+            ],
+        }
+    }
+
+    /// A child enters the namespace first, before it opens any socket or starts a thread
+    /// that would (threads inherit the namespace of the thread that creates them).
+    fn enter(&self) {
+        let Some((netns, _)) = &self.remote else { return };
+        let f = std::fs::File::open(netns).unwrap_or_else(|e| panic!("{}: {e}", netns.display()));
+        // SAFETY: `f` is an open namespace file for the duration of the call.
+        let r = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) };
+        assert_eq!(r, 0, "setns {}: {}", netns.display(), std::io::Error::last_os_error());
     }
 }
 const WARMUP_ENV: &str = "ZCS_TPUT_WARMUP";
@@ -170,16 +280,20 @@ enum Route {
     ZenohPinned,
     ZenohPageable,
     ZenohBytes,
+    ZenohHost,
+    ZenohHostCold,
 }
 
 impl Route {
-    const ALL: [Route; 6] = [
+    const ALL: [Route; 8] = [
         Route::ZeroCopy,
         Route::CpuBytes,
         Route::HostBlock,
         Route::ZenohPinned,
         Route::ZenohPageable,
         Route::ZenohBytes,
+        Route::ZenohHost,
+        Route::ZenohHostCold,
     ];
 
     fn name(self) -> &'static str {
@@ -190,6 +304,8 @@ impl Route {
             Route::ZenohPinned => "zenoh-pinned",
             Route::ZenohPageable => "zenoh-pageable",
             Route::ZenohBytes => "zenoh-bytes",
+            Route::ZenohHost => "zenoh-host",
+            Route::ZenohHostCold => "zenoh-host-cold",
         }
     }
 
@@ -200,7 +316,7 @@ impl Route {
     /// Whether the route runs on this backend.
     fn available(self, cuda: bool) -> bool {
         match self {
-            Route::ZeroCopy => true,
+            Route::ZeroCopy | Route::ZenohHost | Route::ZenohHostCold => true,
             Route::CpuBytes | Route::HostBlock | Route::ZenohPinned | Route::ZenohPageable => cuda,
             Route::ZenohBytes => !cuda,
         }
@@ -232,6 +348,14 @@ impl Route {
                  (pageable) into a reused buffer, check kernel, synchronized"
             }
             Route::ZenohBytes => "plain zenoh; filled and checked on the CPU",
+            Route::ZenohHost => {
+                "plain zenoh moving host payloads: one buffer filled once per size, put every frame; \
+                 subscriber checks 8 bytes per 4 KiB page on the CPU (what the link carries)"
+            }
+            Route::ZenohHostCold => {
+                "plain zenoh moving host payloads, as zenoh-host but cycling through 256 MiB of buffers \
+                 (each one put is out of the caches, like a frame just copied out of the GPU)"
+            }
         }
     }
 }
@@ -332,7 +456,7 @@ impl ChildEnv {
     }
 
     fn zenoh(&self) -> zenoh::Session {
-        zenoh::open(loopback_zenoh_config(None, Some(self.port), Some(PREFIX))).wait().expect("open zenoh")
+        zenoh::open(link().zenoh_config(None, Some(self.port))).wait().expect("open zenoh")
     }
 
     /// Our session: CUDA for `zero-copy` on the cuda backend, else host memory.
@@ -340,7 +464,9 @@ impl ChildEnv {
         let device = device_choice(self.cuda && self.route == Route::ZeroCopy);
         let peer_gpus = peer_mode();
         let host_blocks = self.route != Route::CpuBytes;
-        let cfg = ZcsConfig { gpu_ordinal: sub_gpu(), peer_gpus, host_blocks, ..zcs_config(device) };
+        // Across the link: another host, as our sessions see it.
+        let host_id = std::env::var(HOST_ID_ENV).ok().map(|id| HostId::new(id).expect("host id"));
+        let cfg = ZcsConfig { gpu_ordinal: sub_gpu(), peer_gpus, host_blocks, host_id, ..zcs_config(device) };
         GpuSession::from_zenoh(self.zenoh(), cfg).wait().expect("open the subscriber session")
     }
 }
@@ -448,13 +574,18 @@ fn sub_child() {
         let sub = z.declare_subscriber(env.key.clone()).with(fifo).wait().expect("plain subscriber");
         let token = z.liveliness().declare_token(format!("{}/@tput/{}", env.key, std::process::id())).wait();
         keep.push(Box::new(token.expect("liveliness token")));
-        let gpu = env.cuda.then(|| Gpu::open(sub_gpu()).expect("GPU for the H2D copy and the kernel"));
+        // zenoh-host: a host consumer, no GPU.
+        let pages = matches!(env.route, Route::ZenohHost | Route::ZenohHostCold);
+        let gpu = (env.cuda && !pages).then(|| Gpu::open(sub_gpu()).expect("GPU for the H2D copy and the kernel"));
         let (target, warmup) = (Arc::clone(&target), env.warmup);
         std::thread::spawn(move || {
             let rep = receive_loop(&target, warmup, &mut Checker::new(gpu), |c, t| {
                 let s = sub.recv_timeout(t).ok()??;
                 let (seq, ts) = parse_stamp(&s.attachment()?.to_bytes())?;
-                c.host(&s.payload().to_bytes(), seq);
+                match pages {
+                    true => c.pages(&s.payload().to_bytes(), HOST_SEED),
+                    false => c.host(&s.payload().to_bytes(), seq),
+                }
                 Some((seq, ts))
             });
             let _ = tx.send(rep);
@@ -579,7 +710,12 @@ impl UserFrame {
 enum Sink {
     Ours(Box<GpuPublisher>, Option<Kernels>),
     Plain(zenoh::pubsub::Publisher<'static>, Option<Box<UserFrame>>),
+    /// `zenoh-host`: the host buffers put in turn (one for `zenoh-host`), and the next.
+    Host(zenoh::pubsub::Publisher<'static>, Vec<bytes::Bytes>, usize),
 }
+
+/// The pattern seed of the `zenoh-host` buffer, filled once.
+const HOST_SEED: u64 = 0;
 
 /// Publishes frames of one route, each filled with the pattern of its sequence number.
 struct Producer {
@@ -594,6 +730,12 @@ impl Producer {
         let sink = if route.ours() {
             let p = session.declare_publisher(key.to_owned()).wait().expect("publisher");
             Sink::Ours(Box::new(p), session.gpu().map(|g| Kernels::load(g).expect("kernels")))
+        } else if matches!(route, Route::ZenohHost | Route::ZenohHostCold) {
+            let p = session.zenoh().declare_publisher(key.to_owned()).wait().expect("plain publisher");
+            let mut v = vec![0u8; max_size];
+            fill_pattern(&mut v, 0, HOST_SEED);
+            let n = if route == Route::ZenohHost { 1 } else { (256 << 20) / max_size.max(1) + 2 };
+            Sink::Host(p, (0..n).map(|_| bytes::Bytes::copy_from_slice(&v)).collect(), 0)
         } else {
             let p = session.zenoh().declare_publisher(key.to_owned()).wait().expect("plain publisher");
             let frame = session.gpu().map(|g| {
@@ -612,10 +754,10 @@ impl Producer {
 
     fn send(&mut self, size: usize) {
         let seq = self.sent + 1;
-        match &self.sink {
+        match &mut self.sink {
             Sink::Ours(p, kernels) => {
                 self.clock.start();
-                let mut loan = loan_waiting(p, size);
+                let mut loan = loan_waiting(p, size, IO);
                 self.clock.lap("loan");
                 match (kernels, loan.device_ptr()) {
                     (Some(k), Some(ptr)) => {
@@ -643,6 +785,12 @@ impl Producer {
                 };
                 p.put(payload).attachment(stamp(seq, ts)).wait().expect("plain put");
             }
+            Sink::Host(p, bufs, next) => {
+                let ts = now_ns();
+                let buf = bufs[*next].slice(..size);
+                *next = (*next + 1) % bufs.len();
+                p.put(ZBytes::from(buf)).attachment(stamp(seq, ts)).wait().expect("plain put");
+            }
         }
         self.sent = seq;
     }
@@ -651,28 +799,17 @@ impl Producer {
     fn wait_route(&self, route: Route, subs: usize, z: &zenoh::Session, key: &str) {
         match &self.sink {
             Sink::Ours(p, _) => {
-                let zc = if matches!(route, Route::ZeroCopy | Route::HostBlock) { subs } else { 0 };
+                // Across the link nobody takes blocks.
+                let zc = if matches!(route, Route::ZeroCopy | Route::HostBlock) && !link().remote() { subs } else { 0 };
                 wait_until(key, || {
                     p.zero_copy_subscribers() == zc && p.aware_subscribers() == subs && !p.plain_subscribers()
                 });
             }
             // Zenoh's matching status is yes/no: count the subscribers' liveliness tokens.
-            Sink::Plain(..) => wait_until(key, || {
+            Sink::Plain(..) | Sink::Host(..) => wait_until(key, || {
                 let replies = z.liveliness().get(format!("{key}/@tput/*")).timeout(Duration::from_secs(1)).wait();
                 replies.map(|r| r.iter().filter(|x| x.result().is_ok()).count() == subs).unwrap_or(false)
             }),
-        }
-    }
-}
-
-/// Loans a block, waiting past the pool's loan timeout while subscribers hold blocks.
-fn loan_waiting(p: &GpuPublisher, size: usize) -> GpuLoan {
-    let t = Instant::now();
-    loop {
-        match p.loan(size) {
-            Ok(l) => return l,
-            Err(LoanError::Exhausted { .. }) if t.elapsed() < IO => {}
-            Err(e) => panic!("{}: loan of {size} bytes: {e}", p.key()),
         }
     }
 }
@@ -684,9 +821,9 @@ struct Children {
 
 impl Children {
     fn spawn(role: &str, n: usize, port: u16, backend: &str, route: Route, key: &str, warmup: u64) -> Self {
-        let name = SocketName::random_abstract();
+        let name = link().control_socket();
         let listener = ControlListener::bind(&name).expect("bind");
-        let env = [
+        let mut env = vec![
             (PORT_ENV, port.to_string()),
             (SOCK_ENV, name.to_key_chunk()),
             (BACKEND_ENV, backend.to_owned()),
@@ -696,6 +833,7 @@ impl Children {
             (SUB_GPU_ENV, sub_gpu().to_string()),
             (PEER_MODE_ENV, format!("{:?}", peer_mode()).to_lowercase()),
         ];
+        env.extend(link().child_env());
         let mut procs = Vec::new();
         for _ in 0..n {
             let child = spawn_child_bin(role, &env);
@@ -773,7 +911,7 @@ impl Ctx {
         // disconnects, a subscriber not yet handshaken).
         let (pool_bytes, copies_out, pub_stats) = match &producer.sink {
             Sink::Ours(p, _) => (Some(p.pool_stats().bytes), Some(p.stats().copies_out), Some(p.stats())),
-            Sink::Plain(..) => (None, None, None),
+            Sink::Plain(..) | Sink::Host(..) => (None, None, None),
         };
         let r0 = &reports[0];
         println!(
@@ -782,6 +920,7 @@ impl Ctx {
                 "bench": "throughput",
                 "path": row_path(route),
                 "backend": self.session.backend().to_string(),
+                "link": if link().remote() { "veth" } else { "loopback" },
                 "size": size,
                 "subscribers": subs,
                 "frames": timed,
@@ -959,12 +1098,12 @@ fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(std::io::stderr).try_init();
-    match child_role().as_deref() {
-        Some("sub") => return sub_child(),
-        Some("first") => return first_child(),
-        _ => {}
+    if let Some(role @ ("sub" | "first")) = child_role().as_deref() {
+        link().enter();
+        return if role == "sub" { sub_child() } else { first_child() };
     }
     let args = Args::parse();
+    LINK.set(Link { remote: args.remote_netns.clone().zip(args.link_ip) }).expect("set once, before any child starts");
     SUB_GPU.set(args.sub_gpu).expect("set once, before any child starts");
     assert!(!(args.peer_copy || args.peer_host) || args.sub_gpu != 0, "--peer-copy and --peer-host need --sub-gpu");
     let mode = match (args.peer_copy, args.peer_host) {
@@ -982,7 +1121,8 @@ fn main() {
         args.sizes.clone().unwrap_or(if cuda { vec![FRAME_1080P_RGB, FRAME_4K_RGBA] } else { vec![64 << 10, 1 << 20] });
     let routes: Vec<Route> = match &args.paths {
         Some(names) => names.iter().map(|n| Route::parse(n).unwrap_or_else(|| panic!("unknown path {n:?}"))).collect(),
-        None => Route::ALL.into_iter().filter(|r| r.available(cuda)).collect(),
+        // zenoh-host-cold is a diagnosis of its anchor, run when named.
+        None => Route::ALL.into_iter().filter(|&r| r.available(cuda) && r != Route::ZenohHostCold).collect(),
     };
     for r in &routes {
         assert!(r.available(cuda), "path {} needs --backend {}", r.name(), if cuda { "host" } else { "cuda" });
@@ -991,14 +1131,18 @@ fn main() {
     // The publisher's pool is capped (subscribers publish nothing: their pools stay empty).
     let mut config = zcs_config(device_choice(cuda));
     config.pool.max_blocks = args.pool_blocks;
-    let session = GpuSession::open(loopback_zenoh_config(Some(port), None, Some(PREFIX)), config)
+    let session = GpuSession::open(link().zenoh_config(Some(port), None), config)
         .wait()
         .unwrap_or_else(|e| panic!("--backend {}: {e}", args.backend));
 
     let mut setup = json!({"bench": "throughput-setup", "backend": session.backend().to_string(),
         "frames": args.frames, "warmup": args.warmup,
         "pool_max_blocks": args.pool_blocks, "subscriber_fifo": SUB_FIFO, "max_secs_per_row": args.max_secs,
-        "transport": "zenoh peer, tcp 127.0.0.1, congestion control block",
+        "transport": match link().remote {
+            None => "zenoh peer, tcp 127.0.0.1, congestion control block".to_owned(),
+            Some((_, ip)) => format!("zenoh peer, tcp {ip} over a veth pair into another network namespace, \
+                subscribers with their own host_id (another host), congestion control block"),
+        },
         "subscriber_work": if cuda { "Kernels::check on every frame, stream synchronized" } else { "CPU pattern check" }});
     if let (Some(g), Some(o)) = (session.gpu(), setup.as_object_mut()) {
         o.insert("gpu".into(), json!(g.name()));
