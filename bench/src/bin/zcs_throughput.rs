@@ -31,6 +31,8 @@
 //! - `zenoh-host-cold` (only when named in `--paths`): the same, cycling through
 //!   256 MiB of buffers, so that each one put is no longer in the caches, as a frame the
 //!   GPU has just copied out is not.
+//! - `zenoh-host-gpu` (only when named): `zenoh-host` with a GPU consumer, as `zenoh-pinned`'s
+//!   (H2D into a reused buffer, check kernel): which side a GPU costs the link.
 //!
 //! Across hosts (`--remote-netns`): the subscriber processes enter a network namespace
 //! joined to this one by a veth pair (`scripts/netns-link.sh`) and take their own
@@ -282,10 +284,11 @@ enum Route {
     ZenohBytes,
     ZenohHost,
     ZenohHostCold,
+    ZenohHostGpu,
 }
 
 impl Route {
-    const ALL: [Route; 8] = [
+    const ALL: [Route; 9] = [
         Route::ZeroCopy,
         Route::CpuBytes,
         Route::HostBlock,
@@ -294,6 +297,7 @@ impl Route {
         Route::ZenohBytes,
         Route::ZenohHost,
         Route::ZenohHostCold,
+        Route::ZenohHostGpu,
     ];
 
     fn name(self) -> &'static str {
@@ -306,6 +310,7 @@ impl Route {
             Route::ZenohBytes => "zenoh-bytes",
             Route::ZenohHost => "zenoh-host",
             Route::ZenohHostCold => "zenoh-host-cold",
+            Route::ZenohHostGpu => "zenoh-host-gpu",
         }
     }
 
@@ -317,6 +322,7 @@ impl Route {
     fn available(self, cuda: bool) -> bool {
         match self {
             Route::ZeroCopy | Route::ZenohHost | Route::ZenohHostCold => true,
+            Route::ZenohHostGpu => cuda,
             Route::CpuBytes | Route::HostBlock | Route::ZenohPinned | Route::ZenohPageable => cuda,
             Route::ZenohBytes => !cuda,
         }
@@ -355,6 +361,10 @@ impl Route {
             Route::ZenohHostCold => {
                 "plain zenoh moving host payloads, as zenoh-host but cycling through 256 MiB of buffers \
                  (each one put is out of the caches, like a frame just copied out of the GPU)"
+            }
+            Route::ZenohHostGpu => {
+                "plain zenoh moving host payloads, as zenoh-host; subscriber H2D (pageable) into a reused \
+                 buffer, check kernel, synchronized"
             }
         }
     }
@@ -577,14 +587,15 @@ fn sub_child() {
         // zenoh-host: a host consumer, no GPU.
         let pages = matches!(env.route, Route::ZenohHost | Route::ZenohHostCold);
         let gpu = (env.cuda && !pages).then(|| Gpu::open(sub_gpu()).expect("GPU for the H2D copy and the kernel"));
-        let (target, warmup) = (Arc::clone(&target), env.warmup);
+        let (target, warmup, route) = (Arc::clone(&target), env.warmup, env.route);
         std::thread::spawn(move || {
             let rep = receive_loop(&target, warmup, &mut Checker::new(gpu), |c, t| {
                 let s = sub.recv_timeout(t).ok()??;
                 let (seq, ts) = parse_stamp(&s.attachment()?.to_bytes())?;
-                match pages {
-                    true => c.pages(&s.payload().to_bytes(), HOST_SEED),
-                    false => c.host(&s.payload().to_bytes(), seq),
+                match (pages, route) {
+                    (true, _) => c.pages(&s.payload().to_bytes(), HOST_SEED),
+                    (false, Route::ZenohHostGpu) => c.host(&s.payload().to_bytes(), HOST_SEED),
+                    (false, _) => c.host(&s.payload().to_bytes(), seq),
                 }
                 Some((seq, ts))
             });
@@ -730,7 +741,7 @@ impl Producer {
         let sink = if route.ours() {
             let p = session.declare_publisher(key.to_owned()).wait().expect("publisher");
             Sink::Ours(Box::new(p), session.gpu().map(|g| Kernels::load(g).expect("kernels")))
-        } else if matches!(route, Route::ZenohHost | Route::ZenohHostCold) {
+        } else if matches!(route, Route::ZenohHost | Route::ZenohHostCold | Route::ZenohHostGpu) {
             let p = session.zenoh().declare_publisher(key.to_owned()).wait().expect("plain publisher");
             let mut v = vec![0u8; max_size];
             fill_pattern(&mut v, 0, HOST_SEED);
@@ -1121,8 +1132,11 @@ fn main() {
         args.sizes.clone().unwrap_or(if cuda { vec![FRAME_1080P_RGB, FRAME_4K_RGBA] } else { vec![64 << 10, 1 << 20] });
     let routes: Vec<Route> = match &args.paths {
         Some(names) => names.iter().map(|n| Route::parse(n).unwrap_or_else(|| panic!("unknown path {n:?}"))).collect(),
-        // zenoh-host-cold is a diagnosis of its anchor, run when named.
-        None => Route::ALL.into_iter().filter(|&r| r.available(cuda) && r != Route::ZenohHostCold).collect(),
+        // zenoh-host-cold and zenoh-host-gpu diagnose the anchor, run when named.
+        None => Route::ALL
+            .into_iter()
+            .filter(|&r| r.available(cuda) && !matches!(r, Route::ZenohHostCold | Route::ZenohHostGpu))
+            .collect(),
     };
     for r in &routes {
         assert!(r.available(cuda), "path {} needs --backend {}", r.name(), if cuda { "host" } else { "cuda" });
