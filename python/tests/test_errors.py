@@ -171,6 +171,9 @@ def test_bad_configurations():
         zcs.open({"devise": "host"})
     with pytest.raises(ValueError, match="invalid config"):
         zcs.open("{ device: 'tpu' }")
+    # A host id is a chunk of our key expressions: no '/' or wildcard gets through.
+    with pytest.raises(ValueError, match="host_id"):
+        zcs.open({"device": "host", "host_id": "robot/a"})
     with pytest.raises(ValueError, match="invalid zenoh config"):
         zcs.open({"device": "host"}, zenoh={"mode": "not-a-mode"})
     with pytest.raises(ValueError, match="invalid zenoh config"):
