@@ -128,7 +128,7 @@ if want cross-host && [ -x .gpu-bin/zcs_throughput ]; then
     eval "$link"
     echo "$link" >>"$out/bench.log"
     timeout 400 .gpu-bin/zcs_throughput --backend cuda --remote-netns "$NETNS" --link-ip "$LINK_IP" \
-      --paths zero-copy,zenoh-host,zenoh-host-cold,zenoh-pinned --sizes 1MiB,6220800,33177600 --subscribers 1,4 --first-subs 0 \
+      --paths zero-copy,zenoh-host,zenoh-host-cold,zenoh-host-gpu,zenoh-pinned --sizes 1MiB,6220800,33177600 --subscribers 1,4 --first-subs 0 \
       --max-secs 4 >"$out/zcs_throughput_cross_host.jsonl" 2>>"$out/bench.log" \
       || { echo "FAILED: zcs_throughput cross-host" | tee -a "$out/bench.log"; fail=1; }
     scripts/netns-link.sh down "$NETNS"

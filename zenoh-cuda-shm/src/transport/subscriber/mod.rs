@@ -8,7 +8,7 @@
 //! | `link.rs` | the link thread per publisher: what it routes, received in order |
 //! | `import.rs` | descriptors verified, blocks imported and cached |
 //! | `order.rs` | bytes merged with routed messages in sequence order, exactly once, losses counted |
-//! | `peer_copy.rs` | `peer_gpus: copy`: messages from another GPU copied onto ours on arrival |
+//! | `peer_copy.rs` | copies onto our GPU: another GPU's messages (`peer_gpus: copy`) and host blocks on arrival, bytes samples when read |
 
 mod discovery;
 mod handshake;

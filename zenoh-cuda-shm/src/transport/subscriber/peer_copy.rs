@@ -23,7 +23,8 @@ const KEEP: usize = 8;
 /// Idle pinned staging kept for bytes read on the GPU; more is freed.
 const KEEP_STAGING_BYTES: usize = 256 << 20;
 
-/// One subscriber's copies from peer GPUs: its stream and its recycled blocks.
+/// One subscriber's copies onto its GPU (from peer GPUs, host blocks, and bytes read on
+/// the GPU): its stream, its recycled blocks and its pinned staging.
 pub(crate) struct PeerCopier {
     gpu: Gpu,
     stream: Stream,
