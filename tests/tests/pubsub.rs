@@ -1245,6 +1245,34 @@ fn a_token_outliving_its_publisher_is_reported_as_a_gone_publisher() {
     assert_eq!(sub.stats().handshakes, 0);
 }
 
+/// A message larger than Zenoh's largest (`transport/link/rx/max_message_size`), put
+/// as bytes, never reaches a receiver with that limit, and Zenoh tells neither side: the
+/// publisher counts it (and logs it), and the messages around it still arrive.
+#[test]
+fn bytes_over_zenohs_largest_message_are_counted() {
+    const TEST: &str = "bytes_over_zenohs_largest_message_are_counted";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let limit = |mut c: zenoh::Config| {
+        c.insert_json5("transport/link/rx/max_message_size", "1048576").expect("max_message_size");
+        c
+    };
+    let port = free_tcp_port();
+    let session = GpuSession::open(limit(zenoh_config(port, true)), host_config()).wait().expect("open host session");
+    let raw = zenoh::open(limit(zenoh_config(port, false))).wait().expect("open zenoh session");
+    let key = test_key(TEST);
+    let plain = raw.declare_subscriber(key.clone()).wait().expect("plain subscriber");
+    let p = session.declare_publisher(key).wait().expect("declare publisher");
+    wait_until("the plain subscriber", IO, || p.plain_subscribers());
+    publish_block(&p, 1, 2048 * KIB);
+    publish_block(&p, 2, 256 * KIB);
+    let s = plain.recv_timeout(IO).expect("subscriber channel").expect("the 256 KiB message");
+    assert_eq!(s.payload().len(), 256 * KIB, "the 2 MiB message was not dropped: is the limit still enforced?");
+    assert_eq!(check_pattern(&s.payload().to_bytes(), 0, 2), None);
+    assert!(plain.recv_timeout(Duration::from_millis(300)).expect("subscriber channel").is_none());
+    let st = p.stats();
+    assert_eq!((st.copies_out, st.oversized_bytes), (2, 1), "{st:?}");
+}
+
 /// `host_id` is what says "this host": sessions of one kernel with different ids
 /// exchange bytes, with the reason a user would see across hosts, and never try a
 /// handshake; with the same id they link as usual.

@@ -73,6 +73,7 @@ impl PublisherBuilder {
             Duration::from_millis(s.cfg.lease_wait_ms),
             provider.as_ref().map(|c| c.provider().clone()),
             s.shm_out.clone(),
+            s.max_message,
         )?;
         let report = core.reporter();
         self.session.report(Box::new(move |out| report().map(|p| out.publishers.push(p)).is_some()));

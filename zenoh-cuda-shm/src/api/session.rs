@@ -55,7 +55,13 @@ pub(super) struct SessionInner {
     pub(super) reports: Arc<Mutex<Reports>>,
     /// The Zenoh SHM pool its publishers copy out into (`zenoh_shm_out_bytes`).
     pub(super) shm_out: Option<Arc<ShmOut>>,
+    /// The largest message Zenoh's receivers take, from the configuration this session
+    /// was opened with (Zenoh's default where it was opened elsewhere).
+    pub(super) max_message: usize,
 }
+
+/// Zenoh's default `transport/link/rx/max_message_size` (zenoh-config 1.10.2).
+const ZENOH_MAX_MESSAGE: usize = 1 << 30;
 
 /// A Zenoh session with a GPU (or host-memory) block provider. Cheap to clone.
 #[derive(Clone)]
@@ -78,12 +84,13 @@ impl OpenBuilder {
     /// Opens the session (blocking).
     pub fn wait(self) -> Result<GpuSession, OpenError> {
         use zenoh::Wait;
-        let (zenoh, dials) = match self.zenoh {
+        let (zenoh, dials, max_message) = match self.zenoh {
             Ok(c) => {
                 let dials = names_connect_endpoints(&c).then(|| c.get_json("connect/endpoints").unwrap_or_default());
-                (zenoh::open(c).wait().map_err(OpenError::Zenoh)?, dials)
+                let max = c.get_json("transport/link/rx/max_message_size").ok().and_then(|v| v.trim().parse().ok());
+                (zenoh::open(c).wait().map_err(OpenError::Zenoh)?, dials, max.unwrap_or(ZENOH_MAX_MESSAGE))
             }
-            Err(s) => (s, None),
+            Err(s) => (s, None, ZENOH_MAX_MESSAGE),
         };
         let cfg = self.cfg;
         let (gpu, why_host) = match cfg.device {
@@ -167,6 +174,7 @@ impl OpenBuilder {
             watch,
             reports: Arc::default(),
             shm_out,
+            max_message,
         });
         if let Some(endpoints) = dials {
             warn_if_unreached(Arc::downgrade(&inner), endpoints);
@@ -280,6 +288,7 @@ impl GpuSession {
             watch: s.watch.clone(),
             reports: Arc::clone(&s.reports),
             shm_out: s.shm_out.clone(),
+            max_message: s.max_message,
         }))
     }
 }

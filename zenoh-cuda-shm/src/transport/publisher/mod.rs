@@ -98,6 +98,11 @@ pub struct PublisherStats {
     /// Subscriber processes whose death their lifeline reported: each connection of
     /// theirs was ended (and its leases released) at once, before the kernel closed it.
     pub lifeline_deaths: u64,
+    /// Messages put as bytes although larger than Zenoh's largest message
+    /// (`transport/link/rx/max_message_size` of this session's configuration, 1 GiB by
+    /// default): a receiver with that limit drops such a message without a word, so it
+    /// is counted and logged here.
+    pub oversized_bytes: u64,
 }
 
 #[derive(Default)]
@@ -125,6 +130,7 @@ struct Counters {
     slow_disconnects: AtomicU64,
     held_until_exit: AtomicU64,
     lifeline_deaths: AtomicU64,
+    oversized_bytes: AtomicU64,
 }
 
 fn inc(c: &AtomicU64) {
@@ -180,6 +186,8 @@ pub(crate) struct Shared {
     provider: Option<protocol::ProviderRef>,
     /// The session's Zenoh SHM pool for copies out, if it has one.
     pub(crate) shm_out: Option<Arc<ShmOut>>,
+    /// The largest message Zenoh's receivers take (`transport/link/rx/max_message_size`).
+    max_message: usize,
     /// Host blocks for host-memory subscribers (CUDA publishers), made at the first
     /// such subscriber's Hello.
     host_lane: OnceLock<HostLane>,
@@ -336,6 +344,7 @@ impl PublisherCore {
         lease_wait: Duration,
         provider: Option<protocol::ProviderRef>,
         shm_out: Option<Arc<ShmOut>>,
+        max_message: usize,
     ) -> Result<Self, DeclareError> {
         let ke = KeyExpr::try_from(key.to_owned()).map_err(|source| DeclareError::Key { key: key.into(), source })?;
         // Verbatim chunks are concrete (e.g. the ROS channel `<base>/@zcs_ros2`); only our
@@ -370,6 +379,7 @@ impl PublisherCore {
             probe,
             provider,
             shm_out,
+            max_message,
             probe_token,
             host_lane: OnceLock::new(),
             host_lane_init: Mutex::new(()),
@@ -532,6 +542,7 @@ impl PublisherCore {
             slow_disconnects: l(&c.slow_disconnects),
             held_until_exit: l(&c.held_until_exit),
             lifeline_deaths: l(&c.lifeline_deaths),
+            oversized_bytes: l(&c.oversized_bytes),
         }
     }
 

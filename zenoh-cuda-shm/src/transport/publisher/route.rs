@@ -16,6 +16,10 @@ use crate::protocol::{self, BytesHeader, Descriptor, Reply};
 use crate::transport::medium::{PubMedium, PublishedAny};
 use crate::transport::now_ns;
 
+/// What a message of bytes carries besides its payload on the wire, at most: our
+/// attachment, the key and Zenoh's headers (a margin, not an exact count).
+const MESSAGE_OVERHEAD: usize = 4096;
+
 /// How long a put waits for room in a subscriber's control socket. A subscriber that
 /// has not read for this long (its handler is full) is disconnected: nothing more is
 /// routed to it (it receives bytes, and it handshakes again on a new connection), but
@@ -216,6 +220,16 @@ impl PublisherCore {
             c.copied_bytes.fetch_add(len as u64, Ordering::Relaxed);
             let tag = sh.medium.capability_key().bytes_tag(sh.instance, seq, len as u64);
             let header = BytesHeader { publisher: sh.instance, seq, timestamp_ns: ts, from_block: true, tag, meta };
+            // A receiver drops a message over its max_message_size and says nothing
+            // (Zenoh 1.10.2 logs it at trace level): make it visible here.
+            if len.saturating_add(MESSAGE_OVERHEAD) > sh.max_message {
+                inc(&c.oversized_bytes);
+                sh.bad_input.warn(
+                    "a message larger than Zenoh's transport/link/rx/max_message_size goes out as bytes; receivers \
+                     with that limit drop it (raise the limit on every peer, or keep its subscribers on a block path)",
+                    &format!("{} ({len} bytes, limit {})", sh.key, sh.max_message),
+                );
+            }
             self.put_bytes(bytes, &header, aware_need_bytes, to_plain)?;
         }
         drop(published);
