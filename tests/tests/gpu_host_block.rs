@@ -16,7 +16,7 @@ use zcs_tests::{
 };
 use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::cuda::DeviceBlock;
-use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern};
+use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern, fill_pattern};
 use zenoh_cuda_shm::pool::PoolConfig;
 use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, Path, ZcsConfig};
 
@@ -239,6 +239,34 @@ fn gpu_host_block_slow_cpu_consumer_does_not_slow_the_gpu_ones() {
     assert!(published < Duration::from_millis(20) * n as u32 / 2, "publishing took {published:?}");
 }
 
+/// The other way round: a publisher without a GPU (`device: host`, a camera driver
+/// say) and a CUDA subscriber of its host, which maps its blocks (host memory already)
+/// and copies each message onto its GPU (`host-copy`) instead of taking bytes. Every
+/// byte checked on the GPU; every lease back once the copies are done.
+#[test]
+fn gpu_host_block_cuda_subscriber_copies_a_host_publishers_blocks() {
+    const TEST: &str = "gpu_host_block_cuda_subscriber_copies_a_host_publishers_blocks";
+    let Some(_gpu) = gpu_or_skip(TEST) else { return };
+    let _w = watchdog_guard(TEST, Duration::from_secs(180));
+    let (port, key, n) = (free_tcp_port(), format!("{PREFIX}/host-pub"), 40);
+    let session =
+        GpuSession::open(loopback_zenoh_config(Some(port), None, Some(PREFIX)), host_config()).wait().unwrap();
+    let p = session.declare_publisher(&key).wait().unwrap();
+    let cuda = subscriber("gpu-sub", port, &key, n, "host-copy", &[]);
+    wait_until("the CUDA subscriber on the host blocks", Duration::from_secs(60), || p.zero_copy_subscribers() == 1);
+    for seq in 1..=n {
+        let len = size_of(&SIZES, seq);
+        let mut loan = p.loan(len).unwrap();
+        fill_pattern(loan.as_mut_slice().unwrap(), 0, seq);
+        assert_eq!(p.put(loan).unwrap().seq, seq);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    wait_child(cuda, "the CUDA subscriber", Duration::from_secs(120));
+    let s = p.stats();
+    assert_eq!((s.leases, s.copies_out), (n, 0), "every message by its block, none as bytes: {s:?}");
+    wait_until("every lease back", Duration::from_secs(10), || p.pool_stats().blocks_in_use == 0);
+}
+
 /// Entry point of the child processes; ignored in normal runs.
 #[test]
 #[ignore = "entry point of the child processes started by the tests above"]
@@ -285,6 +313,8 @@ fn child_entry() {
         }
         "gpu-sub" => {
             let sizes = sizes();
+            // `host-copy`: a host-memory publisher's blocks copied onto this GPU.
+            let path = if env(ENV_MODE) == "host-copy" { Path::HostCopy } else { Path::ZeroCopy };
             let session = GpuSession::open(z, gpu_config()).wait().unwrap();
             let gpu = session.gpu().unwrap().clone();
             let sub = session.declare_subscriber(&key).wait().unwrap();
@@ -292,7 +322,7 @@ fn child_entry() {
             let stream = gpu.new_stream().unwrap();
             for seq in 1..=count {
                 let s = sub.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|e| panic!("message {seq}: {e}"));
-                assert_eq!((s.seq(), s.path()), (seq, Path::ZeroCopy), "in order, in place");
+                assert_eq!((s.seq(), s.path()), (seq, path), "in order, by its block");
                 let read = s.read(&stream).unwrap();
                 // SAFETY: the read range is mapped and held by `s` until `end`.
                 let bad =
@@ -301,7 +331,7 @@ fn child_entry() {
                 read.end().unwrap();
                 assert_eq!((bad, s.len()), (0, size_of(&sizes, seq)), "message {seq}");
             }
-            println!("gpu-sub: {count} messages in place, every byte checked");
+            println!("gpu-sub: {count} messages by {path}, every byte checked");
         }
         "gpu-pub" => {
             let session = GpuSession::open(z, gpu_config()).wait().unwrap();

@@ -141,7 +141,8 @@ pub struct ZcsConfig {
     /// this host: each message copied once, device→host, by the publisher into shared
     /// host memory, for all such subscribers (default true). A session without a GPU
     /// (`device` `host`, or `auto` without one) reads them in place; a CUDA one takes
-    /// them from a GPU it cannot map (see `peer_gpus`) and copies them onto its own.
+    /// them from a GPU it cannot map (see `peer_gpus`) and copies them onto its own, as
+    /// it does with the blocks of a publisher of this host without a GPU.
     /// False: bytes through Zenoh, as from another host.
     pub host_blocks: bool,
     /// Busy-polling by subscribers, in µs (default 0: none). Before sleeping, a

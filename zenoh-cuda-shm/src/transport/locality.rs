@@ -1,8 +1,9 @@
 //! Which path a subscriber can take to a publisher, from their locality groups and what
 //! the subscriber's process sees of the host's GPUs: the publisher's block itself (same
 //! device), the block mapped over NVLink or PCIe (another GPU of the host, with peer
-//! access), a host-memory copy of it (a subscriber without CUDA on the GPU's host), or
-//! bytes. The subscriber decides; the publisher checks that a `Hello` comes from its own
+//! access), a host-memory copy of it (a subscriber without CUDA on the GPU's host, or
+//! one whose GPU cannot map the publisher's), a host-memory publisher's block copied onto
+//! a CUDA subscriber's GPU, or bytes. The subscriber decides; the publisher checks that a `Hello` comes from its own
 //! host and serves it the blocks its group can map.
 
 use crate::config::PeerGpus;
@@ -70,6 +71,11 @@ pub(crate) fn decide(ours: &Group, theirs: &Group, peer: Option<&PeerView>, host
     };
     if ours.is_host() && gpu_publisher.is_some() {
         return host_blocks_or("this process has no GPU".to_owned());
+    }
+    // A host-memory publisher's blocks are host blocks already: a CUDA subscriber maps
+    // them and copies each message onto its GPU.
+    if theirs.is_host() && Group::cuda_uuid(&ours.device).is_some() {
+        return host_blocks_or("the publisher's blocks are in host memory".to_owned());
     }
     let (Some(view), Some(uuid)) = (peer, gpu_publisher) else {
         // A host-memory publisher, or a GPU we do not model.
@@ -238,10 +244,21 @@ mod tests {
             decide(&gpu(0xa0), &elsewhere, Some(&nvlink_pair()), true),
             Locality::Bytes("on another host".into())
         );
-        // A GPU subscriber and a host-memory publisher.
-        assert!(!decide(&gpu(0xa1), &group("host"), Some(&nvlink_pair()), true).maps());
         // A CUDA subscriber without a view (no topology): bytes, never a guess.
         assert!(!decide(&gpu(0xa1), &gpu(0xa0), None, true).maps());
+    }
+
+    #[test]
+    fn a_cuda_subscriber_of_a_host_memory_publisher_of_its_host_copies_its_blocks() {
+        // With or without a view of the GPUs, whatever `peer_gpus` says: no GPU to reach.
+        assert_eq!(decide(&gpu(0xa1), &group("host"), Some(&nvlink_pair()), true), Locality::HostBlock);
+        assert_eq!(decide(&gpu(0xa1), &group("host"), None, true), Locality::HostBlock);
+        let Locality::Bytes(why) = decide(&gpu(0xa1), &group("host"), None, false) else { panic!("expected bytes") };
+        assert!(why.contains("in host memory") && why.contains("host blocks are off"), "{why}");
+        let elsewhere = Group { boot_id: "another-boot".into(), device: "host".into() };
+        assert_eq!(decide(&gpu(0xa1), &elsewhere, None, true), Locality::Bytes("on another host".into()));
+        // The publisher serves such a Hello (from group `host`) its own blocks.
+        assert_eq!(serves(&group("host"), &group("host")), Some(Serve::Blocks));
     }
 
     #[test]
