@@ -42,8 +42,8 @@ pub enum Path {
     /// Copied once, on arrival, from a host block (as for `HostBlock`) into a block of
     /// this subscriber's GPU, on the subscriber's stream: the publisher is on a GPU of
     /// this host that this one cannot map (no peer access, a GPU this process does not
-    /// see), or `peer_gpus: host`. The publisher's lease went back when the copy
-    /// completed; reads are local.
+    /// see), or `peer_gpus: host`; or it has no GPU, and its own blocks are the host
+    /// blocks. The publisher's lease went back when the copy completed; reads are local.
     HostCopy,
 }
 
