@@ -72,6 +72,19 @@ pub fn parse_any_stamp(b: &[u8]) -> Option<(u64, u64)> {
     }
 }
 
+/// Writes `seq`'s pattern into the whole of `loan`: the fill kernel on the loan's stream
+/// for a device block (with `kernels`), the CPU for a host block.
+pub fn fill_loan(loan: &mut zenoh_cuda_shm::GpuLoan, kernels: Option<&zenoh_cuda_shm::cuda::Kernels>, seq: u64) {
+    match (kernels, loan.device_ptr()) {
+        (Some(k), Some(ptr)) => {
+            // SAFETY: the loan owns `len()` mapped bytes until its `put`, which orders the
+            // ready signal after this launch on the loan's stream.
+            unsafe { k.fill(loan.stream().expect("CUDA loan"), ptr, loan.len() as u64, seq) }.expect("fill")
+        }
+        _ => zenoh_cuda_shm::cuda::kernels::fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seq),
+    }
+}
+
 /// Loans a block of `size` bytes, trying again past the pool's loan timeout while
 /// subscribers hold every block, for up to `limit`.
 pub fn loan_waiting(

@@ -73,7 +73,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use zcs_bench::check::{Checker, StageClock, Stages};
 use zcs_bench::frames::{CHILD_LIMIT, DRAIN_IDLE, FRAME_4K_RGBA, FRAME_1080P_RGB, ROUTE_TIMEOUT, SUB_FIFO};
-use zcs_bench::{cpu_secs, loan_waiting, now_ns, parse_stamp, stamp};
+use zcs_bench::{cpu_secs, fill_loan, loan_waiting, now_ns, parse_stamp, stamp};
 use zcs_tests::{
     child_role, free_tcp_port, loopback_zenoh_config, parse_size, percentile, recv_msg, send_msg, spawn_child_bin,
     wait_child, watchdog_guard,
@@ -770,14 +770,7 @@ impl Producer {
                 self.clock.start();
                 let mut loan = loan_waiting(p, size, IO);
                 self.clock.lap("loan");
-                match (kernels, loan.device_ptr()) {
-                    (Some(k), Some(ptr)) => {
-                        // SAFETY: the loan owns ≥ size mapped bytes until `put`, which
-                        // orders the ready signal after this launch on the loan's stream.
-                        unsafe { k.fill(loan.stream().expect("CUDA loan"), ptr, size as u64, seq) }.expect("fill")
-                    }
-                    _ => fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seq),
-                }
+                fill_loan(&mut loan, kernels.as_ref(), seq);
                 self.clock.lap("fill_launch");
                 let r = p.put(loan).expect("put");
                 self.clock.lap("put");

@@ -62,7 +62,7 @@ use serde_json::json;
 use zcs_bench::check::Checker;
 use zcs_bench::frames::{CHILD_LIMIT, DRAIN_IDLE, FRAME_4K_RGBA, FRAME_1080P_RGB, ROUTE_TIMEOUT, SUB_FIFO};
 use zcs_bench::latency::{Plan, Samples, row};
-use zcs_bench::{cpu_secs, loan_waiting, now_ns, parse_any_stamp, stamp};
+use zcs_bench::{cpu_secs, fill_loan, loan_waiting, now_ns, parse_any_stamp, stamp};
 use zcs_tests::{
     child_role, free_tcp_port, loopback_shm_zenoh_config, parse_size, percentile, recv_msg, send_msg, spawn_child_bin,
     wait_child, watchdog_guard,
@@ -552,14 +552,7 @@ impl Ours {
         let before = self.publisher.stats().shm_out;
         let mut loan = loan_waiting(&self.publisher, size, IO);
         if let Some(seq) = seq {
-            match (&self.kernels, loan.device_ptr()) {
-                (Some(k), Some(ptr)) => {
-                    // SAFETY: the loan owns ≥ size mapped bytes until `put`, which orders
-                    // its ready signal (and the copy out) after this launch on its stream.
-                    unsafe { k.fill(loan.stream().expect("CUDA loan"), ptr, size as u64, seq) }.expect("fill")
-                }
-                _ => fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seq),
-            }
+            fill_loan(&mut loan, self.kernels.as_ref(), seq);
         }
         self.publisher.put(loan).expect("put");
         self.publisher.stats().shm_out > before

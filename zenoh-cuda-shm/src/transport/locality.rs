@@ -2,9 +2,9 @@
 //! the subscriber's process sees of the host's GPUs: the publisher's block itself (same
 //! device), the block mapped over NVLink or PCIe (another GPU of the host, with peer
 //! access), a host-memory copy of it (a subscriber without CUDA on the GPU's host, or
-//! one whose GPU cannot map the publisher's), a host-memory publisher's block copied onto
-//! a CUDA subscriber's GPU, or bytes. The subscriber decides; the publisher checks that a `Hello` comes from its own
-//! host and serves it the blocks its group can map.
+//! one whose GPU cannot map the publisher's), a host-memory publisher's block copied
+//! onto a CUDA subscriber's GPU, or bytes. The subscriber decides; the publisher checks
+//! that a `Hello` comes from its own host and serves it the blocks its group can map.
 
 use crate::config::PeerGpus;
 use crate::cuda::Topology;
