@@ -249,7 +249,7 @@ fn raw_send(conn: &ControlConn, bytes: &[u8], nfds: usize) {
 }
 
 fn hello(group: Group) -> Vec<u8> {
-    protocol::encode(&Request::Hello { subscriber: rand::random(), group, lifeline: false })
+    protocol::encode(&Request::Hello { subscriber: rand::random(), group, lifeline: false, handles: protocol::HANDLES })
 }
 
 /// A subscriber played by hand: it finishes the real handshake (Hello, probe import,
@@ -343,9 +343,20 @@ fn hostile_frames_before_the_handshake_are_refused_and_bounded() {
     // Hello { subscriber: 1, group: { boot_id: <string of 2^32-1 bytes> ...: a length
     // far beyond the frame must be refused without allocating it.
     let huge_len = vec![protocol::VERSION, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f, b'x'];
-    let lifeline = protocol::encode(&Request::Hello { subscriber: 1, group: host_group(), lifeline: true });
+    let lifeline = protocol::encode(&Request::Hello {
+        subscriber: 1,
+        group: host_group(),
+        lifeline: true,
+        handles: protocol::HANDLES,
+    });
     let (lifeline2, good2) = (lifeline.clone(), good.clone());
     let other_group = hello(Group { boot_id: host_group().boot_id, device: "cuda-00".into() });
+    let fabric_only = protocol::encode(&Request::Hello {
+        subscriber: 1,
+        group: host_group(),
+        lifeline: false,
+        handles: protocol::HANDLE_FABRIC,
+    });
     let fd_first = protocol::encode(&Request::Fd { block: BlockKey { id: 0, alloc: 1, generation: 1 }, capability: 7 });
     let release_first =
         protocol::encode(&Request::Release { blocks: vec![BlockKey { id: 0, alloc: 1, generation: 1 }] });
@@ -359,6 +370,7 @@ fn hostile_frames_before_the_handshake_are_refused_and_bounded() {
         ("Hello + trailing byte", send(trailing)),
         ("length beyond the frame", send(huge_len)),
         ("another locality group", send(other_group)),
+        ("no handle type in common", send(fabric_only)),
         ("Fd before Hello", send(fd_first)),
         ("Release before Hello", send(release_first)),
         // A Hello carries its lifeline's descriptor and nothing else: stray fds, a
@@ -390,6 +402,9 @@ fn hostile_frames_before_the_handshake_are_refused_and_bounded() {
         let end = expect_closed_after(&conn, what, what.starts_with("Hello, then"));
         if what.contains("lifeline") || what.contains("stray") {
             assert!(matches!(&end, End::Refused(r) if r.contains("lifeline")), "{what}: {end:?}");
+        }
+        if what.contains("handle type") {
+            assert!(matches!(&end, End::Refused(r) if r.contains("handle type")), "{what}: {end:?}");
         }
         let took = t.elapsed();
         slowest = slowest.max(took);

@@ -1176,11 +1176,12 @@ fn hostile_publisher(x: &Target) -> u64 {
         probe_size: 4096,
         probe_token,
         provider: None,
+        handles: protocol::HANDLES,
     };
     conn.send(&protocol::encode(&welcome), &[probe.fd()]).expect("send welcome");
     let ack = protocol::decode::<Request>("ack", &conn.recv(IO).expect("ack").bytes).expect("decode ack");
     assert_eq!(ack, Request::Ack { token: Some(probe_token), error: None });
-    conn.send(&protocol::encode(&Reply::Ready { first_seq: 1 }), &[]).expect("send ready");
+    conn.send(&protocol::encode(&Reply::Ready { first_seq: 1, bytes_through: 0 }), &[]).expect("send ready");
 
     let forged = Descriptor {
         publisher: x.publisher_id,
@@ -1242,6 +1243,44 @@ fn a_token_outliving_its_publisher_is_reported_as_a_gone_publisher() {
     let reason = sub.bytes_reason(instance).expect("a reason for the bytes path");
     assert!(reason.contains("the publisher is gone"), "{reason}");
     assert!(reason.contains("nothing listens on"), "the socket is still named: {reason}");
+    assert_eq!(sub.stats().handshakes, 0);
+}
+
+/// A publisher whose blocks travel only as a handle type this build cannot import (a
+/// later release's fabric handles, say) is refused at its `Welcome`, with the reason,
+/// and its messages keep coming as bytes.
+#[test]
+fn a_publisher_exporting_no_handle_type_we_import_is_refused() {
+    const TEST: &str = "a_publisher_exporting_no_handle_type_we_import_is_refused";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let port = free_tcp_port();
+    let session = host_session(port, true);
+    let key = test_key(TEST);
+    let sub = session.declare_subscriber(key.clone()).wait().expect("declare subscriber");
+    let raw = raw_session(port);
+    let name = SocketName::random_abstract();
+    let listener = ControlListener::bind(&name).expect("bind the publisher's socket");
+    let instance = 0xfab0_0000_0000_0001;
+    let group = Group { boot_id: zenoh_cuda_shm::host::boot_id().unwrap(), device: "host".into() };
+    let token = Token { role: Role::Pub, key, instance, group, socket: Some(name.to_key_chunk()) };
+    let _token = raw.liveliness().declare_token(token.to_key()).wait().expect("declare token");
+    let conn = listener.accept_timeout(IO).expect("the subscriber connects");
+    let hello = protocol::decode::<Request>("hello", &conn.recv(IO).expect("hello").bytes).expect("decode hello");
+    assert!(matches!(hello, Request::Hello { handles, .. } if handles & protocol::HANDLE_POSIX_FD != 0), "{hello:?}");
+    let probe = zenoh_cuda_shm::host::HostBlock::create(c"fabric-probe", 4096).expect("probe memfd");
+    let welcome = Reply::Welcome {
+        publisher: instance,
+        holder: 1,
+        capability_key: [7; 16],
+        probe_size: 4096,
+        probe_token: 1,
+        provider: None,
+        handles: protocol::HANDLE_FABRIC,
+    };
+    conn.send(&protocol::encode(&welcome), &[probe.fd()]).expect("send welcome");
+    wait_until("the handshake to fail", IO, || sub.stats().handshake_failures == 1);
+    let reason = sub.bytes_reason(instance).expect("a reason for the bytes path");
+    assert!(reason.contains("handle types 0x08"), "{reason}");
     assert_eq!(sub.stats().handshakes, 0);
 }
 

@@ -95,7 +95,11 @@ fn dropping_a_publisher_session_with_work_outstanding_is_bounded() {
     let silent = ControlConn::connect(&socket, IO).expect("silent peer");
     let half = ControlConn::connect(&socket, IO).expect("half-handshaken peer");
     let group = Group { boot_id: zenoh_cuda_shm::host::boot_id().expect("boot id"), device: "host".into() };
-    half.send(&protocol::encode(&Request::Hello { subscriber: 7, group, lifeline: false }), &[]).expect("Hello");
+    half.send(
+        &protocol::encode(&Request::Hello { subscriber: 7, group, lifeline: false, handles: protocol::HANDLES }),
+        &[],
+    )
+    .expect("Hello");
     half.recv(IO).expect("Welcome");
 
     let t = Instant::now();

@@ -58,6 +58,15 @@ pub struct BytesHeader {
 /// Magic prefix of our attachment, so a plain publisher's attachment is not misread.
 pub const ATTACHMENT_MAGIC: &[u8; 4] = b"ZCS\x01";
 
+/// Handle type bit: a block travels as a POSIX file descriptor over the control
+/// connection (CUDA's `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`; memfds alike).
+pub const HANDLE_POSIX_FD: u8 = 1;
+/// Handle type bit reserved for CUDA fabric handles (`CU_MEM_HANDLE_TYPE_FABRIC`),
+/// which cross nodes of one NVLink domain; no release sets it yet.
+pub const HANDLE_FABRIC: u8 = 8;
+/// The handle types this build imports and exports.
+pub const HANDLES: u8 = HANDLE_POSIX_FD;
+
 /// Control messages, subscriber → publisher.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
@@ -71,6 +80,8 @@ pub enum Request {
         /// [`crate::ipc::Lifeline`]): the publisher learns of the process's death from
         /// it, before the connection ends.
         lifeline: bool,
+        /// The block handle types the subscriber can import ([`HANDLE_POSIX_FD`], …).
+        handles: u8,
     },
     /// The probe was imported (`token` read back from it), or failed.
     Ack {
@@ -115,6 +126,9 @@ pub enum Reply {
         /// The host provider this publisher borrows blocks from, if any: a subscriber
         /// opens lent blocks there, so it must reach it to be GPU-ready.
         provider: Option<ProviderRef>,
+        /// The handle types the publisher's blocks are exported as; it serves one that
+        /// the subscriber's `Hello` names.
+        handles: u8,
     },
     /// The handshake failed.
     Refused {
@@ -128,6 +142,10 @@ pub enum Reply {
     Ready {
         /// The first sequence number routed over this connection.
         first_seq: u64,
+        /// The last earlier message put as bytes on the publisher's channel after it
+        /// learned of this subscriber (0 if none): the link's first delivery waits
+        /// for it, so a late joiner's first messages keep their order.
+        bytes_through: u64,
     },
     /// A block to read in place, leased to this subscriber.
     Block(Descriptor),

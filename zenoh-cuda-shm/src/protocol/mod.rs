@@ -18,7 +18,7 @@ pub use report::*;
 pub use token::*;
 
 /// Protocol version carried first in every descriptor, header and control frame.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 
 /// Root of our liveliness tokens (verbatim chunk: `**` never matches it).
 pub const TOKEN_ROOT: &str = "@zcs/v1";

@@ -65,7 +65,7 @@ fn descriptors_round_trip_and_reject_bad_input() {
         Reply::Block(d),
         Reply::Inline { seq: 9, timestamp_ns: 1, meta: None, data: vec![7; 300] },
         Reply::ViaBytes { seq: 10 },
-        Reply::Ready { first_seq: 11 },
+        Reply::Ready { first_seq: 11, bytes_through: 9 },
         Reply::Left,
     ] {
         assert_eq!(decode::<Reply>("reply", &encode(&r)), Ok(r));

@@ -156,7 +156,7 @@ struct Ready {
 #[derive(Default)]
 struct State {
     /// GPU-aware subscribers whose key intersects ours, by instance (from tokens).
-    aware: HashMap<u64, Token>,
+    aware: HashMap<u64, Aware>,
     /// Handshaken connections by holder id. Frames are sent to them with this state
     /// locked, so each connection sees messages in sequence order, and `Ready` /
     /// `Left` exactly where its routing starts and ends.
@@ -164,6 +164,28 @@ struct State {
     /// Sequence number of the last message (allocated with the state locked, together
     /// with the routing decision).
     seq: u64,
+    /// Sequence number of the last message put as bytes on our channel (decided with
+    /// the state locked; the put itself follows).
+    aware_bytes_seq: u64,
+}
+
+/// A GPU-aware subscriber known from its token.
+struct Aware {
+    token: Token,
+    /// `State::seq` when its token arrived: bytes on our channel of later messages
+    /// were meant for it too.
+    learned_at: u64,
+}
+
+impl State {
+    /// The last message put as bytes on our channel since `subscriber`'s token
+    /// arrived (0 if none): what `Ready` tells it to wait for before its link delivers.
+    fn bytes_through(&self, subscriber: u64) -> u64 {
+        match self.aware.get(&subscriber) {
+            Some(a) if self.aware_bytes_seq > a.learned_at => self.aware_bytes_seq,
+            _ => 0,
+        }
+    }
 }
 
 pub(crate) struct Shared {
@@ -414,7 +436,8 @@ impl PublisherCore {
             let mut st = s3.state.locked();
             match kind {
                 SampleKind::Put => {
-                    st.aware.insert(t.instance, t);
+                    let learned_at = st.seq;
+                    st.aware.entry(t.instance).or_insert(Aware { token: t, learned_at });
                 }
                 SampleKind::Delete => {
                     st.aware.remove(&t.instance);
@@ -482,7 +505,8 @@ impl PublisherCore {
                 let st = sh.state.locked();
                 st.aware
                     .iter()
-                    .map(|(i, t)| {
+                    .map(|(i, a)| {
+                        let t = &a.token;
                         let ready = st.ready.values().find(|r| r.subscriber == *i);
                         let path = match ready {
                             Some(r) if r.host => "host-block",

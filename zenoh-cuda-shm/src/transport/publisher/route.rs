@@ -108,8 +108,8 @@ impl PublisherCore {
             st.seq += 1;
             let seq = st.seq;
             let mut to_aware = st.aware_needs_bytes();
-            if st.ready.is_empty() {
-                (seq, to_aware, data, meta)
+            let (data, meta) = if st.ready.is_empty() {
+                (data, meta)
             } else {
                 // Encoded from the message itself, which is taken back for the bytes path.
                 let inline = Reply::Inline { seq, timestamp_ns: ts, meta, data };
@@ -126,8 +126,12 @@ impl PublisherCore {
                 if let (false, Some(lane)) = (host.is_empty(), sh.host_lane.get()) {
                     lane.send_frame(frame, host);
                 }
-                (seq, to_aware, data, meta)
+                (data, meta)
+            };
+            if to_aware {
+                st.aware_bytes_seq = seq;
             }
+            (seq, to_aware, data, meta)
         };
         inc(&c.messages);
         inc(&c.inline);
@@ -201,6 +205,9 @@ impl PublisherCore {
                         Err(LeaseError::Departed { .. }) => {}
                     }
                 }
+            }
+            if aware_need_bytes {
+                st.aware_bytes_seq = seq;
             }
             (seq, zero_copy, aware_need_bytes)
         };

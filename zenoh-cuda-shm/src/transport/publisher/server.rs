@@ -134,9 +134,15 @@ pub(super) fn connection(sh: Arc<Shared>, conn: ControlConn) {
         let _ = send_reply(&conn, &Reply::Refused { reason: why.into() }, &[]);
     };
     let (subscriber, lifeline, serve) = match recv_request_with_fds(&sh, &conn, sh.handshake_timeout) {
-        Ok((Request::Hello { subscriber, group, lifeline }, mut fds)) if serves(&sh.group, &group).is_some() => {
+        Ok((Request::Hello { subscriber, group, lifeline, handles }, mut fds)) if serves(&sh.group, &group).is_some() => {
             if fds.len() != usize::from(lifeline) {
                 return fail("a Hello carries its lifeline's descriptor and nothing else");
+            }
+            if handles & protocol::HANDLES == 0 {
+                return fail(&format!(
+                    "no block handle type in common (the subscriber imports {handles:#04x}, this publisher exports {:#04x})",
+                    protocol::HANDLES
+                ));
             }
             (subscriber, fds.pop(), serves(&sh.group, &group))
         }
@@ -171,6 +177,7 @@ pub(super) fn connection(sh: Arc<Shared>, conn: ControlConn) {
         probe_size: probe_size as u64,
         probe_token,
         provider: if host { None } else { sh.provider.clone() },
+        handles: protocol::HANDLES,
     };
     if !send_reply(&conn, &welcome, &[probe_fd.as_fd()]) {
         return fail("send Welcome");
@@ -186,7 +193,8 @@ pub(super) fn connection(sh: Arc<Shared>, conn: ControlConn) {
     // and goes out with the state locked, so no put can slip in between.
     {
         let mut st = sh.state.locked();
-        if !send_reply(&conn, &Reply::Ready { first_seq: st.seq + 1 }, &[]) {
+        let ready = Reply::Ready { first_seq: st.seq + 1, bytes_through: st.bytes_through(subscriber) };
+        if !send_reply(&conn, &ready, &[]) {
             drop(st);
             return fail("send Ready");
         }

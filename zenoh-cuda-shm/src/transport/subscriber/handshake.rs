@@ -71,7 +71,7 @@ pub(super) fn hello(sh: &Shared, socket: &str, theirs: &Group, timeout: Duration
         true => Group { boot_id: sh.group.boot_id.clone(), device: Group::HOST.to_owned() },
         false => sh.group.clone(),
     };
-    let hello = Request::Hello { subscriber: sh.instance, group, lifeline: lifeline.is_some() };
+    let hello = Request::Hello { subscriber: sh.instance, group, lifeline: lifeline.is_some(), handles: protocol::HANDLES };
     let fds: Vec<_> = lifeline.iter().map(|l| l.fd()).collect();
     conn.send(&protocol::encode(&hello), &fds).map_err(HandshakeError::Send)?;
     crate::transport::step!("subscriber: Hello sent");
@@ -86,7 +86,14 @@ pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn, t: &Token) -> Resul
     crate::transport::step!("subscriber: Welcome received");
     let (publisher, cap_key, probe_size, probe_token, provider) =
         match protocol::decode::<Reply>("control reply", &frame.bytes).map_err(HandshakeError::Decode)? {
-            Reply::Welcome { publisher, capability_key, probe_size, probe_token, provider, .. } => {
+            Reply::Welcome { publisher, capability_key, probe_size, probe_token, provider, handles, .. } => {
+                if handles & protocol::HANDLES == 0 {
+                    return Err(HandshakeError::Protocol(format!(
+                        "the publisher's blocks are exported as handle types {handles:#04x}, none of which this build \
+                         imports ({:#04x})",
+                        protocol::HANDLES
+                    )));
+                }
                 (publisher, capability_key, probe_size, probe_token, provider)
             }
             Reply::Refused { reason } => return Err(HandshakeError::Refused(reason)),
@@ -133,11 +140,12 @@ pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn, t: &Token) -> Resul
     conn.send(&protocol::encode(&Request::Ack { token: Some(probe_token), error: None }), &[])
         .map_err(HandshakeError::Send)?;
     let frame = conn.recv(sh.handshake_timeout).map_err(HandshakeError::Recv)?;
-    let first_seq = match protocol::decode::<Reply>("control reply", &frame.bytes).map_err(HandshakeError::Decode)? {
-        Reply::Ready { first_seq } => first_seq,
-        Reply::Refused { reason } => return Err(HandshakeError::Refused(reason)),
-        other => return Err(HandshakeError::Protocol(format!("{other:?} instead of Ready"))),
-    };
+    let (first_seq, bytes_through) =
+        match protocol::decode::<Reply>("control reply", &frame.bytes).map_err(HandshakeError::Decode)? {
+            Reply::Ready { first_seq, bytes_through } => (first_seq, bytes_through),
+            Reply::Refused { reason } => return Err(HandshakeError::Refused(reason)),
+            other => return Err(HandshakeError::Protocol(format!("{other:?} instead of Ready"))),
+        };
     // Lock order everywhere: an `Order` before the state, never the state first.
     let order = sh.state.locked().pubs.get(&publisher).map(|e| Arc::clone(&e.order));
     let order = order.ok_or(HandshakeError::Vanished)?;
@@ -148,6 +156,7 @@ pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn, t: &Token) -> Resul
         peer: t.group.device != sh.group.device && !host_blocks,
         host_blocks,
         first_seq,
+        bytes_through: bytes_through.min(first_seq.saturating_sub(1)),
         order: Arc::clone(&order),
         cap_key: CapabilityKey::from_bytes(cap_key),
         signals: link_signals,

@@ -177,7 +177,7 @@ fn run_link(sh: &Arc<Shared>, link: &Arc<Link>) -> LinkEnd {
 pub(super) fn deliver_routed(sh: &Shared, link: &Link, sample: GpuSample, counter: &AtomicU64) {
     let seq = sample.seq();
     {
-        let mut o = link.order.switch_over(link.order.lock(), link.first_seq);
+        let mut o = link.order.switch_over(link.order.lock(), link.first_seq, link.bytes_through);
         // The same message may also have come as bytes (for another subscriber).
         o.inbox.remove(&seq);
     }
@@ -192,7 +192,7 @@ pub(super) fn deliver_routed(sh: &Shared, link: &Link, sample: GpuSample, counte
 fn on_via_bytes(sh: &Shared, link: &Link, seq: u64) {
     let deadline = Instant::now() + VIA_BYTES_WAIT;
     let order = &link.order;
-    let mut o = order.switch_over(order.lock(), link.first_seq);
+    let mut o = order.switch_over(order.lock(), link.first_seq, link.bytes_through);
     let sample = loop {
         if let Some(s) = o.inbox.remove(&seq) {
             break Some(s);

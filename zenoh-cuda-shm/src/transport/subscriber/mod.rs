@@ -140,6 +140,9 @@ pub(crate) struct Link {
     host_blocks: bool,
     /// The first message routed over this link (`Reply::Ready`).
     first_seq: u64,
+    /// The last earlier message the publisher put as bytes for this subscriber
+    /// (`Reply::Ready`; below `first_seq`).
+    bytes_through: u64,
     /// Its publisher's delivery order (shared with the publisher's entry).
     order: Arc<Order>,
     cap_key: CapabilityKey,

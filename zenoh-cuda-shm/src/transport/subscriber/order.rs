@@ -85,17 +85,22 @@ impl Order {
     }
 
     /// Before the link's first delivery: let the bytes sent just before `first_seq`
-    /// land first.
+    /// land first: those through `bytes_through`, which the publisher put for this
+    /// subscriber, and, if bytes were arriving already, all up to `first_seq`.
     pub(super) fn switch_over<'a>(
         &'a self,
         mut g: MutexGuard<'a, OrderState>,
         first_seq: u64,
+        bytes_through: u64,
     ) -> MutexGuard<'a, OrderState> {
         if g.switched {
             return g;
         }
         let deadline = Instant::now() + SWITCH_WAIT;
-        while g.direct_inflight > 0 || (g.direct_max > 0 && g.direct_max + 1 < first_seq) {
+        while g.direct_inflight > 0
+            || g.direct_max < bytes_through
+            || (g.direct_max > 0 && g.direct_max + 1 < first_seq)
+        {
             let (g2, more) = self.wait(g, deadline);
             g = g2;
             if !more {
@@ -323,6 +328,9 @@ fn take_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
         }
         _ => {
             if !sh.first_copy(publisher, seq, !plain_key) {
+                // Its other copy was delivered; the switch-over may wait for it.
+                o.direct_max = o.direct_max.max(seq);
+                order.cv.notify_all();
                 return;
             }
             o.direct_inflight += 1;
