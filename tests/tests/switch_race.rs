@@ -97,16 +97,18 @@ impl RouterLayout {
 }
 
 /// Receives until `N` messages came or nothing came for 15 s (delayed bytes are held
-/// back one after another); checks every byte.
-fn receive(sub: &Sub) -> BTreeMap<u64, u32> {
-    let mut seen = BTreeMap::new();
+/// back one after another); checks every byte. The sequence numbers in arrival order.
+fn receive(sub: &Sub) -> Vec<u64> {
+    let mut order = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
     while seen.len() < N as usize {
         let Ok(s) = sub.recv_timeout(Duration::from_secs(15)) else { break };
         let data = s.host_bytes().expect("host data");
         assert_eq!(check_pattern(&data, 0, s.seq()), None, "message {} has wrong bytes", s.seq());
-        *seen.entry(s.seq()).or_insert(0) += 1;
+        seen.insert(s.seq());
+        order.push(s.seq());
     }
-    seen
+    order
 }
 
 /// Publishes `N` messages of 1 MiB at 20 Hz.
@@ -122,15 +124,20 @@ fn publish(publisher: &zenoh_cuda_shm::GpuPublisher) {
 
 /// Publishes `N` messages while both subscribers receive (as applications do: a full
 /// queue would hold Zenoh back), and checks that each got every message exactly once and
-/// counted nothing lost. Returns the publisher's copies out.
-fn publish_to_both(publisher: &zenoh_cuda_shm::GpuPublisher, wide: &Sub, exact: &Sub) -> u64 {
+/// counted nothing lost. Returns the publisher's copies out, and each subscriber's
+/// sequence numbers in arrival order.
+fn publish_to_both(publisher: &zenoh_cuda_shm::GpuPublisher, wide: &Sub, exact: &Sub) -> (u64, [Vec<u64>; 2]) {
     let (got, copies_out) = std::thread::scope(|scope| {
         let receivers = [scope.spawn(|| receive(wide)), scope.spawn(|| receive(exact))];
         publish(publisher);
         let copies_out = publisher.stats().copies_out;
         (receivers.map(|r| r.join().expect("receiver")), copies_out)
     });
-    for (name, sub, seen) in [("camera/**", wide, &got[0]), ("camera/front", exact, &got[1])] {
+    for (name, sub, order) in [("camera/**", wide, &got[0]), ("camera/front", exact, &got[1])] {
+        let mut seen = BTreeMap::new();
+        for &seq in order {
+            *seen.entry(seq).or_insert(0u32) += 1;
+        }
         let st = sub.stats();
         let missing: Vec<u64> = (1..=N).filter(|s| !seen.contains_key(s)).collect();
         assert!(missing.is_empty(), "{name}: messages {missing:?} never arrived ({st:?}, copies out {copies_out})");
@@ -138,7 +145,7 @@ fn publish_to_both(publisher: &zenoh_cuda_shm::GpuPublisher, wide: &Sub, exact: 
         assert_eq!(st.lost, 0, "{name}: {st:?}");
         assert!(sub.try_recv().is_none(), "{name}: more than {N} messages");
     }
-    copies_out
+    (copies_out, got)
 }
 
 #[test]
@@ -148,7 +155,8 @@ fn bytes_sent_while_the_link_comes_up_arrive_once_through_a_router() {
     let _turn = HOOKS.lock().unwrap_or_else(|p| p.into_inner());
     let x = RouterLayout::new();
     let (port, wide, exact) = (x.port, &x.wide, &x.exact);
-    let _hooks = Hooks::set(Duration::from_millis(300), Duration::from_millis(400), Duration::ZERO);
+    // Bytes lag longer than a link's first delivery waits for them (500 ms).
+    let _hooks = Hooks::set(Duration::from_millis(300), Duration::from_millis(700), Duration::ZERO);
     let publisher_session = client(port);
     let publisher = publisher_session.declare_publisher("camera/front").wait().unwrap();
 
@@ -170,7 +178,7 @@ fn bytes_sent_while_the_link_comes_up_arrive_once_through_a_router() {
     assert_eq!(publisher.zero_copy_subscribers(), 0, "handshakes are held back");
     assert!(!live);
     assert_eq!(reason.as_deref(), Some("handshake in progress"));
-    let copies_out = publish_to_both(&publisher, wide, exact);
+    let (copies_out, _) = publish_to_both(&publisher, wide, exact);
     assert!(wide.publishers().contains(&(instance, true)));
     assert_eq!(wide.bytes_reason(instance), None, "on the zero-copy path");
     // The race was really run: some bytes came after their subscriber's link had
@@ -178,6 +186,34 @@ fn bytes_sent_while_the_link_comes_up_arrive_once_through_a_router() {
     let late = wide.stats().late_bytes + exact.stats().late_bytes;
     assert!(copies_out >= 1 && late >= 1, "no late bytes (copies out {copies_out}): the race was not forced");
     eprintln!("copies out {copies_out}, late bytes delivered {late}");
+}
+
+/// Bytes that lag behind a link's first delivery by less than its wait (500 ms) keep
+/// their place: `Ready` names the last message put as bytes for the subscriber, and the
+/// link delivers nothing before it. Each subscriber gets every message once, in
+/// sequence order, none of them late.
+#[test]
+fn bytes_put_before_the_link_is_ready_come_first() {
+    let _w = watchdog_guard("bytes_put_before_the_link_is_ready_come_first", Duration::from_secs(120));
+    let _turn = HOOKS.lock().unwrap_or_else(|p| p.into_inner());
+    let x = RouterLayout::new();
+    let (port, wide, exact) = (x.port, &x.wide, &x.exact);
+    // Three messages (20 Hz) go as bytes before the handshakes end; those bytes arrive
+    // 300 ms late, long after the links could deliver the fourth.
+    let _hooks = Hooks::set(Duration::from_millis(120), Duration::from_millis(300), Duration::ZERO);
+    let publisher_session = client(port);
+    let publisher = publisher_session.declare_publisher("camera/front").wait().unwrap();
+    let t = Instant::now();
+    while publisher.aware_subscribers() < 2 {
+        assert!(t.elapsed() < Duration::from_secs(10), "the publisher never saw both subscribers");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (copies_out, got) = publish_to_both(&publisher, wide, exact);
+    assert!(copies_out >= 1, "no message went as bytes: nothing was tested");
+    for (name, order, sub) in [("camera/**", &got[0], wide), ("camera/front", &got[1], exact)] {
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{name}: out of order: {order:?}");
+        assert_eq!(sub.stats().late_bytes, 0, "{name}: {:?}", sub.stats());
+    }
 }
 
 /// A publisher that puts right after its declaration reaches the subscribers that were
