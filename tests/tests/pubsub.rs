@@ -1284,6 +1284,49 @@ fn a_publisher_exporting_no_handle_type_we_import_is_refused() {
     assert_eq!(sub.stats().handshakes, 0);
 }
 
+/// A publisher puts the bytes it copied out of a large block through its bytes lane
+/// (the put returns before Zenoh has them), and smaller messages put while the lane
+/// holds one go behind it. A plain subscriber gets every message once, in sequence
+/// order, with its own length, including those the lane still held when the publisher
+/// was dropped right after its last put.
+#[test]
+fn bytes_lane_keeps_sequence_order_and_empties_on_drop() {
+    const TEST: &str = "bytes_lane_keeps_sequence_order_and_empties_on_drop";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let (port, key, n) = (free_tcp_port(), test_key(TEST), 90u64);
+    let session = host_session(port, true);
+    let publisher = session.declare_publisher(key.clone()).wait().expect("declare publisher");
+    let raw = raw_session(port);
+    let (tx, rx) = mpsc::channel();
+    let _plain = raw
+        .declare_subscriber(key)
+        .callback(move |s| {
+            let header = s.attachment().and_then(|a| protocol::decode_attachment(&a.to_bytes()).ok().flatten());
+            let _ = tx.send((header.map(|h| h.seq), s.payload().len()));
+        })
+        .wait()
+        .expect("declare plain subscriber");
+    wait_until("the plain subscriber", IO, || publisher.plain_subscribers());
+    // Through the lane (≥ 256 KiB), at once unless the lane is busy, and inline.
+    let len_of = |seq: u64| match seq % 3 {
+        0 => 300 * KIB + seq as usize,
+        1 => 64 * KIB + seq as usize,
+        _ => 100,
+    };
+    for seq in 1..=n {
+        match len_of(seq) {
+            100 => assert_eq!(publisher.put_bytes(&[seq as u8; 100]).expect("put bytes").seq, seq),
+            len => _ = publish_block(&publisher, seq, len),
+        }
+    }
+    assert!(len_of(n) >= 256 * KIB, "the last message goes through the lane");
+    drop(publisher);
+    let got: Vec<(Option<u64>, usize)> = (0..n).map(|_| rx.recv_timeout(IO).expect("a message")).collect();
+    let want: Vec<(Option<u64>, usize)> = (1..=n).map(|seq| (Some(seq), len_of(seq))).collect();
+    assert_eq!(got, want);
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "a message came twice");
+}
+
 /// A message larger than Zenoh's largest (`transport/link/rx/max_message_size`), put
 /// as bytes, never reaches a receiver with that limit, and Zenoh tells neither side: the
 /// publisher counts it (and logs it), and the messages around it still arrive.

@@ -156,8 +156,9 @@ pub struct ZcsConfig {
     /// peers of this host with shared memory on (plain Zenoh subscribers, our subscribers
     /// that take bytes) receive those copies by reference instead of through a socket.
     /// 0 (default): off. A message that does not fit takes the usual staging copy (and
-    /// the socket): size the pool for what subscribers hold plus two of the largest
-    /// message, as the buffer of the previous put may not be reclaimed yet. A ROS 2
+    /// the socket): size the pool for what subscribers hold plus three of the largest
+    /// message: a publisher's bytes lane has up to two copies out in flight, and a
+    /// buffer Zenoh has sent may not be reclaimed yet. A ROS 2
     /// publisher writes the CDR messages it puts for ordinary ROS subscribers there too.
     /// Opening a session with a non-zero size fails in a build without the feature.
     pub zenoh_shm_out_bytes: u64,

@@ -799,8 +799,9 @@ fn throughput_row(ctx: &Ctx, size: usize, subs: usize) {
     let key = format!("{PREFIX}/tput/{size}/{subs}");
     // `--pool-frames` frames, or fewer (down to 2) where the host cannot hold that many.
     // Ours: its GPU pool holds `--pool-frames` blocks, and the SHM copies out live on
-    // in the subscribers' queues after their blocks are back, so room for those too.
-    let mut pool_frames = args.pool_frames.max(2) + if args.shm_out { SUB_FIFO + 2 } else { 0 };
+    // in the subscribers' queues after their blocks are back and in the publisher's
+    // bytes lane (two in flight), so room for those too.
+    let mut pool_frames = args.pool_frames.max(2) + if args.shm_out { SUB_FIFO + 3 } else { 0 };
     let pool = loop {
         match ShmPool::new(pool_frames * (round_up(size, PAGE) + PAGE) + (1 << 20), ctx.pool_gpu()) {
             Ok(p) => break p,

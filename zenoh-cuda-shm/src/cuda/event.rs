@@ -45,6 +45,45 @@ impl Fence {
     }
 }
 
+/// The destination of a copy under way on a stream, given back once the GPU has passed
+/// the copy's fence. Dropped before that, it waits for the fence first, so the memory
+/// is never reused under the copy; if that wait fails (a broken context) the
+/// destination is leaked rather than freed.
+#[derive(Debug)]
+pub struct Filling<T> {
+    dest: Option<T>,
+    done: Arc<Fence>,
+}
+
+impl<T> Filling<T> {
+    /// `dest`, which a copy enqueued before `done` was recorded writes into.
+    pub fn new(dest: T, done: Arc<Fence>) -> Self {
+        Self { dest: Some(dest), done }
+    }
+
+    /// The fence that completes the copy.
+    pub fn fence(&self) -> &Arc<Fence> {
+        &self.done
+    }
+
+    /// Waits for the copy and gives the destination back.
+    pub fn wait(mut self) -> Result<T, CudaError> {
+        self.done.wait()?;
+        Ok(self.dest.take().expect("present until waited for or dropped"))
+    }
+}
+
+impl<T> Drop for Filling<T> {
+    fn drop(&mut self) {
+        if let Some(dest) = self.dest.take()
+            && let Err(e) = self.done.wait()
+        {
+            tracing::warn!(error = %crate::error::Chain(&e), "a copy's fence failed: its destination is leaked");
+            std::mem::forget(dest);
+        }
+    }
+}
+
 /// An interprocess CUDA event: exported as a 64-byte handle by its creator, opened by
 /// peers. Needs a `/dev/shm` shared between the processes (the driver uses it), which
 /// is why the ready signal prefers stream memory operations.

@@ -7,7 +7,8 @@
 //!   here, FD exported once) and [`ImportedBlock`] (from a peer's FD).
 //! - [`copy`]: copies and fills on a stream, each binding the stream's context.
 //! - [`topology`]: the visible GPUs by UUID, and which can map which (peer access).
-//! - [`event`]: [`Fence`]s, [`IpcEvent`]s and the 64-bit stream memory operations.
+//! - [`event`]: [`Fence`]s, [`Filling`] (a copy's destination until its fence),
+//!   [`IpcEvent`]s and the 64-bit stream memory operations.
 //! - `kernels` (feature `test-support`): small PTX kernels (fill/check a pattern, spin)
 //!   used by the examples, tests and benchmarks.
 //!
@@ -36,7 +37,7 @@ pub mod topology;
 pub mod vmm;
 
 pub use device::{Gpu, GpuUuid, ProbeError};
-pub use event::{Fence, IpcEvent, Stream};
+pub use event::{Fence, Filling, IpcEvent, Stream};
 #[cfg(feature = "test-support")]
 pub use kernels::Kernels;
 pub use sys::CudaError;

@@ -35,8 +35,9 @@ impl Drop for Pinned {
         if !self.gpu.bind_for_drop("pinned host memory") {
             return;
         }
-        // SAFETY: `ptr` came from `mem_host_alloc`, is freed once here, and every copy
-        // into it was synchronised before the buffer left `PinnedPool::copy_from_device`.
+        // SAFETY: `ptr` came from `mem_host_alloc` and is freed once here; a buffer a
+        // copy writes is held (by `copy_from_device`, or in a `Filling`) until the copy
+        // is done.
         if let Err(e) = unsafe { sys::mem_free_host(self.ptr) } {
             tracing::warn!(error = %crate::error::Chain(&e), "cuMemFreeHost failed in drop");
         }
@@ -73,9 +74,9 @@ pub struct PinnedBuf {
 impl AsRef<[u8]> for PinnedBuf {
     fn as_ref(&self) -> &[u8] {
         let p = self.buf.as_ref().expect("present until drop");
-        // SAFETY: `ptr` holds `size ≥ len` bytes of which the first `len` were written
-        // before this buffer was created (by a synchronised copy, or by the CPU), and
-        // nothing writes them while it exists.
+        // SAFETY: `ptr` holds `size ≥ len` bytes, initialised memory of the process
+        // (filled by the CPU, or by a copy that a `Filling` waited for before handing
+        // the buffer out); nothing writes them while this shared borrow exists.
         unsafe { std::slice::from_raw_parts(p.ptr, self.len) }
     }
 }
@@ -142,14 +143,32 @@ impl PinnedPool {
         len: usize,
         stream: &super::Stream,
     ) -> Result<PinnedBuf, CudaError> {
-        let buf = self.take(len)?;
+        let mut buf = self.spare(len)?;
         self.inner.gpu.bind()?;
-        // SAFETY: `buf` has ≥ len bytes and is owned here until the synchronize below;
+        // SAFETY: `buf` has ≥ len bytes and is owned here until the synchronize below
+        // (an error there leaks it rather than reuse memory a copy may still write);
         // the source range is the caller's contract.
-        unsafe { sys::memcpy_dtoh_async(buf.ptr, src, len, stream.cu_stream()) }?;
+        unsafe { sys::memcpy_dtoh_async(buf.as_mut_ptr(), src, len, stream.cu_stream()) }?;
         // SAFETY: a stream of the current context.
-        unsafe { sys::stream_synchronize(stream.cu_stream()) }?;
-        Ok(PinnedBuf { buf: Some(buf), len, pool: Arc::clone(&self.inner) })
+        if let Err(e) = unsafe { sys::stream_synchronize(stream.cu_stream()) } {
+            std::mem::forget(buf);
+            return Err(e);
+        }
+        Ok(buf)
+    }
+
+    /// A buffer of `len` bytes for a copy the caller enqueues into it
+    /// ([`PinnedBuf::as_mut_ptr`]); what it holds until then is unspecified.
+    pub fn spare(&self, len: usize) -> Result<PinnedBuf, CudaError> {
+        Ok(PinnedBuf { buf: Some(self.take(len)?), len, pool: Arc::clone(&self.inner) })
+    }
+}
+
+impl PinnedBuf {
+    /// The start of the buffer, for a copy into it. Nothing may read the buffer while a
+    /// copy writes it (keep it in a [`super::Filling`] until the copy's fence).
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.buf.as_ref().expect("present until drop").ptr
     }
 }
 

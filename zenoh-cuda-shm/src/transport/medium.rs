@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use zenoh::bytes::ZBytes;
 
-use crate::cuda::pinned::{HostRegistration, PinnedPool};
-use crate::cuda::{ImportedBlock, Stream};
+use crate::cuda::pinned::{HostRegistration, PinnedBuf, PinnedPool};
+use crate::cuda::{Fence, Filling, ImportedBlock, Stream};
 use crate::host::HostBlock;
 use crate::pool::{
     BlockKey, BlockMemory, CapabilityKey, CudaBackend, HolderId, HostBackend, LeaseError, Pool, PoolStats, Published,
@@ -79,49 +79,98 @@ impl PubMedium {
         }
     }
 
-    /// Copies `len` bytes at `offset` of a published block out as a Zenoh payload, into
-    /// a buffer of `shm` where it has room (then also `true`). For device memory the copy
-    /// is ordered after the block's ready signal on a stream of its own (one wait, either
-    /// way), and waited for; without an SHM buffer it goes into pinned staging, which
-    /// becomes the payload without another copy.
+    /// Copies `len` bytes at `offset` of a published block out for a Zenoh payload,
+    /// into a buffer of `shm` where it has room, else (device memory) into pinned
+    /// staging, which becomes the payload without another copy. Host memory is copied
+    /// at once ([`CopyOut::Done`]). Device memory is copied on a stream of its own after
+    /// the block's ready signal, and the copy is only enqueued ([`CopyOut::Copying`]):
+    /// the block is kept from reuse until it is done.
     pub(crate) fn copy_out(
         &self,
         p: &PublishedAny,
         offset: usize,
         len: usize,
         shm: Option<&ShmOut>,
-    ) -> Result<(ZBytes, bool), SignalError> {
-        if let (Self::Cuda { signals, copy_stream, .. }, PublishedAny::Cuda(p)) = (self, p) {
-            let key = p.key();
-            signals.wait(copy_stream, key.id, key.generation)?;
-        }
-        #[cfg(feature = "zenoh-shm")]
-        if let Some(mut buf) = shm.and_then(|s| s.buffer(len)) {
-            match (self, p) {
-                (Self::Cuda { copy_stream, .. }, PublishedAny::Cuda(p)) => {
-                    // SAFETY: the block is held by `p` (mapped, ≥ offset+len bytes) and
-                    // nothing writes it once published; `buf` is ours until the copy,
-                    // which this call waits for, is done.
-                    unsafe { crate::cuda::copy::device_to_host(copy_stream, p.addr() + offset as u64, &mut buf[..]) }?;
-                }
-                (Self::Host { .. }, PublishedAny::Host(p)) => buf.copy_from_slice(host_range(p, offset, len)),
-                _ => unreachable!("a publisher's blocks come from its own medium"),
-            }
-            return Ok((ZBytes::from(buf), true));
-        }
+    ) -> Result<CopyOut, SignalError> {
         #[cfg(not(feature = "zenoh-shm"))]
         let _ = shm;
-        let bytes = match (self, p) {
-            (Self::Cuda { copy_stream, staging, .. }, PublishedAny::Cuda(p)) => {
+        match (self, p) {
+            (Self::Cuda { pool, signals, copy_stream, staging, .. }, PublishedAny::Cuda(p)) => {
+                let key = p.key();
+                signals.wait(copy_stream, key.id, key.generation)?;
+                #[cfg(feature = "zenoh-shm")]
+                let mut dest = match shm.and_then(|s| s.buffer(len)) {
+                    Some(buf) => OutBuf::Shm(buf),
+                    None => OutBuf::Staging(staging.spare(len)?),
+                };
+                #[cfg(not(feature = "zenoh-shm"))]
+                let mut dest = OutBuf::Staging(staging.spare(len)?);
                 // SAFETY: the block is held by `p` (mapped, ≥ offset+len bytes: the caller
-                // passes the loaned range) and nothing writes it once published.
-                let buf = unsafe { staging.copy_from_device(p.addr() + offset as u64, len, copy_stream) }?;
-                ZBytes::from(bytes::Bytes::from_owner(buf))
+                // passes the loaned range) and nothing writes it once published; `dest`
+                // has ≥ len bytes and goes into a `Filling` below, which holds it until
+                // the copy's fence (or, if the fence cannot be recorded, we wait here).
+                unsafe { crate::cuda::copy::device_to_host_async(copy_stream, dest.as_mut_ptr(), p.addr() + offset as u64, len) }?;
+                let done = match Fence::record(pool.backend().gpu(), copy_stream) {
+                    Ok(f) => Arc::new(f),
+                    Err(e) => {
+                        // `dest` must outlive the copy: wait for the stream before it goes.
+                        let _ = crate::cuda::copy::wait(copy_stream);
+                        return Err(e.into());
+                    }
+                };
+                // The recycler keeps the block until the copy has read it.
+                p.add_fence(Arc::clone(&done));
+                let in_shm = !matches!(dest, OutBuf::Staging(_));
+                Ok(CopyOut::Copying(Filling::new(dest, done), in_shm))
             }
-            (Self::Host { .. }, PublishedAny::Host(p)) => ZBytes::from(host_range(p, offset, len).to_vec()),
+            (Self::Host { .. }, PublishedAny::Host(p)) => {
+                let src = host_range(p, offset, len);
+                #[cfg(feature = "zenoh-shm")]
+                if let Some(mut buf) = shm.and_then(|s| s.buffer(len)) {
+                    buf.copy_from_slice(src);
+                    return Ok(CopyOut::Done(ZBytes::from(buf), true));
+                }
+                Ok(CopyOut::Done(ZBytes::from(src.to_vec()), false))
+            }
             _ => unreachable!("a publisher's blocks come from its own medium"),
-        };
-        Ok((bytes, false))
+        }
+    }
+}
+
+/// A copy out of a block, for a Zenoh payload.
+pub(crate) enum CopyOut {
+    /// Copied: the payload, and whether it is in a Zenoh SHM buffer.
+    Done(ZBytes, bool),
+    /// Enqueued on the GPU: the payload once its fence is passed, and whether it will
+    /// be in a Zenoh SHM buffer.
+    Copying(Filling<OutBuf>, bool),
+}
+
+/// Where a device→host copy out lands.
+pub(crate) enum OutBuf {
+    /// Pinned staging of the publisher's.
+    Staging(PinnedBuf),
+    /// A buffer of the session's Zenoh SHM pool.
+    #[cfg(feature = "zenoh-shm")]
+    Shm(zenoh::shm::ZShmMut),
+}
+
+impl OutBuf {
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        match self {
+            Self::Staging(b) => b.as_mut_ptr(),
+            #[cfg(feature = "zenoh-shm")]
+            Self::Shm(b) => b.as_mut_ptr(),
+        }
+    }
+
+    /// The payload, and whether it is in a Zenoh SHM buffer.
+    pub(crate) fn into_payload(self) -> (ZBytes, bool) {
+        match self {
+            Self::Staging(b) => (ZBytes::from(bytes::Bytes::from_owner(b)), false),
+            #[cfg(feature = "zenoh-shm")]
+            Self::Shm(b) => (ZBytes::from(b), true),
+        }
     }
 }
 

@@ -12,7 +12,9 @@
 //!
 //! The device→host copy for 2 and 3 happens once, and only when 2 or 3 is needed; with
 //! `zenoh_shm_out_bytes` (feature `zenoh-shm`) it lands in Zenoh's shared memory
-//! (`shm_out.rs`).
+//! (`shm_out.rs`). The put only enqueues it: the publisher's bytes lane waits for it and
+//! puts the bytes, in sequence order, while the next message is copied
+//! (`publisher/bytes_lane.rs`).
 //! Routed frames go out in sequence order with the routing decision; a subscriber's
 //! link thread merges them with bytes from Zenoh by sequence number and delivers every
 //! sequence number of a publisher at most once (`docs/protocol.md`).

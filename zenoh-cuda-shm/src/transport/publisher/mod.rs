@@ -4,11 +4,13 @@
 //! |---|---|
 //! | `mod.rs` | the publisher's state, its declaration (`PublisherCore`), counters, errors |
 //! | `route.rs` | each put routed: descriptors, inline, `ViaBytes`, bytes; the one device→host copy |
+//! | `bytes_lane.rs` | bytes out through Zenoh in order; a CUDA publisher's copies out put while the next one runs |
 //! | `server.rs` | the control socket: accepting subscribers, the handshake, each connection's requests |
 //! | `fd.rs` | a block's FD sent: with a connection's first descriptor of it, or when asked |
 //! | `host_lane.rs` | host blocks for host-memory subscribers: the copy, and every frame to them in order |
 //! | `watch.rs` | a subscriber's death: its lifeline, and its leases held until its process exits |
 
+mod bytes_lane;
 mod fd;
 mod host_lane;
 mod route;
@@ -31,6 +33,7 @@ use super::RateLimitedWarn;
 use super::medium::PubMedium;
 use super::shm_out::ShmOut;
 use crate::pool::{BlockKey, HolderId, StaleError};
+use bytes_lane::{BytesLane, BytesOut};
 use host_lane::HostLane;
 use crate::config::Congestion;
 use crate::host::HostBlock;
@@ -62,9 +65,11 @@ pub struct PublisherStats {
     pub host_blocks: u64,
     /// Leases on host blocks charged to those subscribers.
     pub host_leases: u64,
-    /// Puts of bytes on the plain key.
+    /// Puts of bytes on the plain key, counted when `put` decides them (a failure is
+    /// returned by `put` or, once it has returned, counted in `late_failures`).
     pub plain_puts: u64,
-    /// Puts of bytes on `<key>/@zcs/b` for GPU-aware subscribers off the zero-copy path.
+    /// Puts of bytes on `<key>/@zcs/b` for GPU-aware subscribers off the zero-copy path,
+    /// counted likewise.
     pub aware_bytes_puts: u64,
     /// Leases refused by a subscriber's lease limit (it got bytes instead): at once
     /// with congestion `drop`, after waiting `lease_wait_ms` with `block`.
@@ -98,6 +103,10 @@ pub struct PublisherStats {
     /// Subscriber processes whose death their lifeline reported: each connection of
     /// theirs was ended (and its leases released) at once, before the kernel closed it.
     pub lifeline_deaths: u64,
+    /// Messages whose bytes were lost after `put` had returned: a CUDA publisher's copy
+    /// out, or Zenoh's put of it, failed in its bytes lane (each failure is logged).
+    /// Their subscribers that needed bytes never get them.
+    pub late_failures: u64,
     /// Messages put as bytes although larger than Zenoh's largest message
     /// (`transport/link/rx/max_message_size` of this session's configuration, 1 GiB by
     /// default): a receiver with that limit drops such a message without a word, so it
@@ -131,6 +140,7 @@ struct Counters {
     held_until_exit: AtomicU64,
     lifeline_deaths: AtomicU64,
     oversized_bytes: AtomicU64,
+    late_failures: AtomicU64,
 }
 
 fn inc(c: &AtomicU64) {
@@ -306,8 +316,9 @@ pub(crate) struct PublisherCore {
     _token: zenoh::liveliness::LivelinessToken,
     _sub_tokens: zenoh::pubsub::Subscriber<()>,
     pub(crate) shared: Arc<Shared>,
-    plain: zenoh::pubsub::Publisher<'static>,
-    aware_bytes: zenoh::pubsub::Publisher<'static>,
+    /// The bytes lane: emptied (putting what it holds) in `drop`, before anything else.
+    lane: BytesLane,
+    out: Arc<BytesOut>,
     plain_matching: Arc<AtomicBool>,
     server: Option<std::thread::JoinHandle<()>>,
     session: zenoh::Session,
@@ -473,11 +484,13 @@ impl PublisherCore {
         let token =
             Token { role: Role::Pub, key: key.to_owned(), instance, group, socket: Some(socket.to_key_chunk()) };
         let token = session.liveliness().declare_token(token.to_key()).wait().map_err(DeclareError::Zenoh)?;
+        let out = Arc::new(BytesOut { plain, aware: aware_bytes, late: RateLimitedWarn::new(Duration::from_secs(5)) });
+        let lane = BytesLane::new(Arc::clone(&out), Arc::clone(&shared))?;
         Ok(Self {
             shared,
             session: session.clone(),
-            plain,
-            aware_bytes,
+            lane,
+            out,
             plain_matching,
             _matching: matching,
             _token: token,
@@ -567,6 +580,7 @@ impl PublisherCore {
             held_until_exit: l(&c.held_until_exit),
             lifeline_deaths: l(&c.lifeline_deaths),
             oversized_bytes: l(&c.oversized_bytes),
+            late_failures: l(&c.late_failures),
         }
     }
 
@@ -587,6 +601,8 @@ impl PublisherCore {
 
 impl Drop for PublisherCore {
     fn drop(&mut self) {
+        // What the bytes lane holds goes out while the publisher is still announced.
+        self.lane.close();
         self.shared.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.server.take() {
             let _ = t.join();

@@ -7,18 +7,25 @@ use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use zenoh::Wait;
+use zenoh::bytes::ZBytes;
 
+use super::bytes_lane::{Job, Payload};
 use super::host_lane::HostLane;
 use super::{Counters, PublisherCore, PutError, PutReport, State, inc};
 use crate::pool::{HolderId, LeaseError};
 use crate::protocol::{self, BytesHeader, Descriptor, Reply};
-use crate::transport::medium::{PubMedium, PublishedAny};
+use crate::transport::medium::{CopyOut, PubMedium, PublishedAny};
 use crate::transport::now_ns;
 
 /// What a message of bytes carries besides its payload on the wire, at most: our
 /// attachment, the key and Zenoh's headers (a margin, not an exact count).
 const MESSAGE_OVERHEAD: usize = 4096;
+
+/// From this size on, bytes a host publisher copied out are put by its bytes lane: a
+/// thread hop (microseconds) buys the overlap of the next message's copy with this
+/// one's put. Smaller ones are put at once while the lane is idle. A CUDA publisher's
+/// copies out always go through the lane, which waits for them off the put's path.
+const LANE_MIN_BYTES: usize = 256 * 1024;
 
 /// How long a put waits for room in a subscriber's control socket. A subscriber that
 /// has not read for this long (its handler is full) is disconnected: nothing more is
@@ -68,32 +75,36 @@ impl State {
 }
 
 impl PublisherCore {
+    /// Puts bytes that need no copy: through the bytes lane when `lane` says so or while
+    /// it holds messages (they keep their order behind those), else at once.
     fn put_bytes(
         &self,
-        bytes: zenoh::bytes::ZBytes,
-        header: &BytesHeader,
-        to_aware: bool,
-        to_plain: bool,
+        bytes: ZBytes,
+        header: BytesHeader,
+        (to_aware, to_plain): (bool, bool),
+        lane: bool,
     ) -> Result<(), PutError> {
-        let att = protocol::encode_attachment(header);
+        if !(to_aware || to_plain) {
+            return Ok(());
+        }
+        self.count_puts(to_aware, to_plain);
+        if lane || self.lane.busy() {
+            self.lane.send(Job { payload: Payload::Ready(bytes), header, to_aware, to_plain });
+            return Ok(());
+        }
+        self.out.put(bytes, &header, to_aware, to_plain)
+    }
+
+    /// Counts a message's puts of bytes when they are decided (the lane may make them
+    /// after `put` has returned).
+    fn count_puts(&self, to_aware: bool, to_plain: bool) {
         let c = &self.shared.counters;
         if to_aware {
-            self.aware_bytes
-                .put(bytes.clone())
-                .attachment(att.clone())
-                .wait()
-                .map_err(|source| PutError::Zenoh { key: protocol::bytes_key(&self.shared.key), source })?;
             inc(&c.aware_bytes_puts);
         }
         if to_plain {
-            self.plain
-                .put(bytes)
-                .attachment(att)
-                .wait()
-                .map_err(|source| PutError::Zenoh { key: self.shared.key.clone(), source })?;
             inc(&c.plain_puts);
         }
-        Ok(())
     }
 
     /// Publishes small host bytes inline: carried whole over the control connection of
@@ -138,7 +149,7 @@ impl PublisherCore {
         let to_plain = self.plain_matching();
         let tag = sh.medium.capability_key().bytes_tag(sh.instance, seq, data.len() as u64);
         let header = BytesHeader { publisher: sh.instance, seq, timestamp_ns: ts, from_block: false, tag, meta };
-        self.put_bytes(data.into(), &header, to_aware, to_plain)?;
+        self.put_bytes(data.into(), header, (to_aware, to_plain), false)?;
         Ok(PutReport { seq, zero_copy: 0, copied_out: false, plain: to_plain, aware_bytes: to_aware })
     }
 
@@ -219,7 +230,10 @@ impl PublisherCore {
         let to_plain = self.plain_matching();
         let copied_out = to_plain || aware_need_bytes;
         if copied_out {
-            let (bytes, in_shm) = sh.medium.copy_out(&published, 0, len, sh.shm_out.as_deref())?;
+            let copy = sh.medium.copy_out(&published, 0, len, sh.shm_out.as_deref())?;
+            let in_shm = match &copy {
+                CopyOut::Done(_, in_shm) | CopyOut::Copying(_, in_shm) => *in_shm,
+            };
             inc(&c.copies_out);
             if in_shm {
                 inc(&c.shm_out);
@@ -237,7 +251,17 @@ impl PublisherCore {
                     &format!("{} ({len} bytes, limit {})", sh.key, sh.max_message),
                 );
             }
-            self.put_bytes(bytes, &header, aware_need_bytes, to_plain)?;
+            let to = (aware_need_bytes, to_plain);
+            match copy {
+                // Copied on the CPU: a large one goes through the lane, so that the copy
+                // of the next message overlaps this one's put.
+                CopyOut::Done(bytes, _) => self.put_bytes(bytes, header, to, len >= LANE_MIN_BYTES)?,
+                CopyOut::Copying(filling, _) => {
+                    self.count_puts(to.0, to.1);
+                    let payload = Payload::Copying(filling);
+                    self.lane.send(Job { payload, header, to_aware: to.0, to_plain: to.1 });
+                }
+            }
         }
         drop(published);
         Ok(PutReport { seq, zero_copy, copied_out, plain: to_plain, aware_bytes: aware_need_bytes })
