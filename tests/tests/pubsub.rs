@@ -1280,7 +1280,7 @@ fn a_publisher_exporting_no_handle_type_we_import_is_refused() {
     conn.send(&protocol::encode(&welcome), &[probe.fd()]).expect("send welcome");
     wait_until("the handshake to fail", IO, || sub.stats().handshake_failures == 1);
     let reason = sub.bytes_reason(instance).expect("a reason for the bytes path");
-    assert!(reason.contains("handle types 0x08"), "{reason}");
+    assert!(reason.contains("no block handle type in common (the publisher exports 0x08"), "{reason}");
     assert_eq!(sub.stats().handshakes, 0);
 }
 

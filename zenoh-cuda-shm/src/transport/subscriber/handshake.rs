@@ -89,8 +89,7 @@ pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn, t: &Token) -> Resul
             Reply::Welcome { publisher, capability_key, probe_size, probe_token, provider, handles, .. } => {
                 if handles & protocol::HANDLES == 0 {
                     return Err(HandshakeError::Protocol(format!(
-                        "the publisher's blocks are exported as handle types {handles:#04x}, none of which this build \
-                         imports ({:#04x})",
+                        "no block handle type in common (the publisher exports {handles:#04x}, this build imports {:#04x})",
                         protocol::HANDLES
                     )));
                 }
