@@ -410,8 +410,10 @@ fn pong() {
         std::thread::sleep(Duration::from_millis(5));
     }
     wait_route(&reply_zc, 1, 1);
+    // These reply publishers are in host memory: the ping's CUDA subscriber links to
+    // them (`host-copy`), and the small replies go inline over that link.
     for (_, r) in host_session.iter().chain(&host_block_session) {
-        wait_route(r, 0, 1);
+        wait_route(r, 1, 1);
     }
     send_msg(&conn, &Msg::Ready, &[]);
     let (m, _) = recv_msg::<Msg>(&conn, Duration::MAX);
