@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # The pages whose command blocks a new user pastes, in the order they are run.
-PAGES = ["README.md", "docs/quickstart.md", "python/README.md", "docs/plugin.md", "docs/ros2.md"]
+PAGES = ["README.md", "docs/quickstart.md", "python/README.md", "docs/plugin.md", "docs/ros2.md", "docs/c.md"]
 EXAMPLE_DOCS = ["examples/examples/*.rs", "examples/python/*.py"]
 # Output that fails a block whatever its directive says.
 ALWAYS_FAILS = re.compile(r"panicked at|CONTENT MISMATCH|MISMATCH|Traceback \(most recent call last\)")

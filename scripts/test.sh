@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README), also run by CI:
 #   1. every Rust test in the workspace (GPU tests print "SKIPPED <name>: <reason>"
-#      without a usable GPU; ZCS_REQUIRE_GPU=1 turns that into a failure), the router
+#      without a usable GPU; ZCS_REQUIRE_GPU=1 turns that into a failure), the C ABI's
+#      among them (the C and C++ examples built with CMake under AddressSanitizer and run
+#      against Rust in other processes; cmake comes from pip), the router
 #      plugin's among them: in stock zenohd 1.10.2 and its REST plugin, built from
 #      crates.io by scripts/zenohd.sh (cached per machine), and in the static bridge;
 #      zenohd refusing a plugin built with other zenoh features (scripts/plugin-mismatch.sh);
@@ -22,6 +24,9 @@ trap 'rm -f "$log"' EXIT
 echo "== zenohd and its REST plugin for the plugin tests (scripts/zenohd.sh, cached)"
 ZCS_ZENOHD_DIR=$(./scripts/zenohd.sh)
 export ZCS_ZENOHD_DIR
+
+echo "== cmake for the C and C++ examples' build (tests of zenoh-cuda-shm-c; pip)"
+command -v cmake >/dev/null || python3 -m pip install -q --disable-pip-version-check "cmake>=3.16"
 
 echo "== cargo test"
 # Build first: the mismatched plugin is built from what this build leaves in target/debug.

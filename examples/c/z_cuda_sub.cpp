@@ -1,0 +1,69 @@
+// Receives COUNT frames on KEY through zenoh-cuda-shm and checks every byte against
+// the pattern of the frame's sequence number; prints how the frames came (zero-copy,
+// cpu-bytes, inline, …). Exits 1 on a wrong byte, a frame out of order or a silence
+// of 20 s. C++: the owners of zenoh_cuda_shm.hpp, errors as exceptions.
+//
+//   z_cuda_sub -k demo/zcs/frame -e tcp/127.0.0.1:7447 -n 100
+#include <chrono>
+#include <cstdio>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <zenoh_cuda_shm.hpp>
+
+extern "C" {
+#include "common.h"
+}
+
+int main(int argc, char **argv) try {
+    zcs_flags f = zcs_parse(argc, argv, 0, 10);
+    char zenoh[1024], ours[128];
+    zcs_configs(&f, zenoh, ours);
+    zcs::Session session(zenoh, ours);
+    zcs::Subscriber sub(session, f.key);
+    std::printf("[sub] ready\n");
+    std::fflush(stdout);
+    uint64_t got = 0, bad = 0, last = 0;
+    std::set<std::string> paths;
+    while (got < f.count) {
+        auto s = sub.recv(std::chrono::seconds(20));
+        if (!s) {
+            std::fprintf(stderr, "[sub] nothing for 20 s after %llu frames\n", (unsigned long long)got);
+            return 1;
+        }
+        uint64_t seq = s->seq();
+        std::vector<uint8_t> copy;
+        const uint8_t *data;
+        size_t len;
+        if (auto host = s->host_data()) {
+            std::tie(data, len) = *host;
+        } else {
+            copy = s->to_vector();
+            data = copy.data();
+            len = copy.size();
+        }
+        for (size_t i = 0; i < len; i++) {
+            if (data[i] != zcs_pattern_byte(i, seq)) {
+                std::fprintf(stderr, "[sub] frame %llu: byte %zu is wrong\n", (unsigned long long)seq, i);
+                bad++;
+                break;
+            }
+        }
+        if (last != 0 && seq != last + 1) {
+            std::fprintf(stderr, "[sub] frame %llu after %llu\n", (unsigned long long)seq, (unsigned long long)last);
+            bad++;
+        }
+        paths.insert(s->path());
+        last = seq;
+        got++;
+    }
+    std::string all;
+    for (const auto &p : paths) all += (all.empty() ? "" : ",") + p;
+    std::printf("[sub] %llu frames, %llu bad, paths %s\n", (unsigned long long)got, (unsigned long long)bad, all.c_str());
+    return bad == 0 ? 0 : 1;
+} catch (const zcs::Error &e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+}

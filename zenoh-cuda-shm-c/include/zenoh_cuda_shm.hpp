@@ -1,0 +1,203 @@
+// zenoh-cuda-shm for C++: a header-only layer over the C ABI (zenoh_cuda_shm.h).
+//
+// Owners are move-only and end their object in their destructor (which never throws).
+// Errors are thrown as zcs::Error, carrying the C result code and the library's
+// message: the convention of zenoh-cpp, whose users this header is for. A call that
+// waits and may find nothing (Subscriber::recv) returns std::optional instead.
+//
+//   zcs::Session session(R"({mode: "peer"})", R"({device: "auto"})");
+//   zcs::Publisher pub(session, "camera/front");
+//   zcs::Loan loan = pub.loan(size);       // write loan.host_data() or loan.device_ptr()
+//   uint64_t seq = pub.put(std::move(loan));
+//   zcs::Subscriber sub(session, "camera/front");
+//   if (auto s = sub.recv(std::chrono::milliseconds(100))) { s->seq(); s->host_data(); }
+#ifndef ZENOH_CUDA_SHM_HPP
+#define ZENOH_CUDA_SHM_HPP
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "zenoh_cuda_shm.h"
+
+namespace zcs {
+
+// A failed call: its result code and message.
+class Error : public std::runtime_error {
+   public:
+    Error(zcs_result_t code, const std::string &what)
+        : std::runtime_error(what + ": " + zcs_last_error() + " (" + zcs_result_name(code) + ")"), code_(code) {}
+    zcs_result_t code() const noexcept { return code_; }
+
+   private:
+    zcs_result_t code_;
+};
+
+namespace detail {
+inline void check(zcs_result_t r, const char *what) {
+    if (r != ZCS_OK) throw Error(r, what);
+}
+
+// A move-only owner of a handle `H`, ended by `Drop` (its error, if any, ignored: a
+// destructor does not throw).
+template <typename H, zcs_result_t (*Drop)(H *)>
+class Owner {
+   public:
+    Owner() noexcept : h_{} {}
+    explicit Owner(H h) noexcept : h_(h) {}
+    Owner(const Owner &) = delete;
+    Owner &operator=(const Owner &) = delete;
+    Owner(Owner &&o) noexcept : h_(std::exchange(o.h_, H{})) {}
+    Owner &operator=(Owner &&o) noexcept {
+        if (this != &o) {
+            reset();
+            h_ = std::exchange(o.h_, H{});
+        }
+        return *this;
+    }
+    ~Owner() { reset(); }
+    void reset() noexcept {
+        if (h_.id != 0) (void)Drop(&h_);
+    }
+    H handle() const noexcept { return h_; }
+    H *handle_ptr() noexcept { return &h_; }
+    explicit operator bool() const noexcept { return h_.id != 0; }
+
+   private:
+    H h_;
+};
+}  // namespace detail
+
+// A received message. Its bytes stay valid while it lives; dropping it gives a block
+// back to its publisher.
+class Sample : public detail::Owner<zcs_sample_t, zcs_sample_drop> {
+   public:
+    explicit Sample(zcs_sample_t h) noexcept : Owner(h) {}
+    uint64_t seq() const {
+        uint64_t v = 0;
+        detail::check(zcs_sample_seq(handle(), &v), "zcs_sample_seq");
+        return v;
+    }
+    size_t size() const {
+        size_t v = 0;
+        detail::check(zcs_sample_len(handle(), &v), "zcs_sample_len");
+        return v;
+    }
+    // How it came: "zero-copy", "cpu-bytes", "inline", "host-block", …
+    std::string path() const {
+        const char *p = nullptr;
+        detail::check(zcs_sample_path(handle(), &p), "zcs_sample_path");
+        return p;
+    }
+    // Its bytes in host memory, read in place; nullopt for a block in device memory.
+    std::optional<std::pair<const uint8_t *, size_t>> host_data() const {
+        const uint8_t *d = nullptr;
+        size_t n = 0;
+        zcs_result_t r = zcs_sample_host_data(handle(), &d, &n);
+        if (r == ZCS_ERR_MEMORY) return std::nullopt;
+        detail::check(r, "zcs_sample_host_data");
+        return std::make_pair(d, n);
+    }
+    // A host copy of its bytes (device→host for a block on the GPU).
+    std::vector<uint8_t> to_vector() const {
+        std::vector<uint8_t> v(size());
+        detail::check(zcs_sample_copy_to_host(handle(), v.data(), v.size()), "zcs_sample_copy_to_host");
+        return v;
+    }
+};
+
+class Session : public detail::Owner<zcs_session_t, zcs_session_close> {
+   public:
+    // Zenoh's configuration and ours as JSON5 text; nullptr: defaults.
+    explicit Session(const char *zenoh_json5 = nullptr, const char *zcs_json5 = nullptr) {
+        detail::check(zcs_session_open(zenoh_json5, zcs_json5, handle_ptr()), "zcs_session_open");
+    }
+    // "cuda" or "host".
+    std::string backend() const {
+        const char *b = nullptr;
+        detail::check(zcs_session_backend(handle(), &b), "zcs_session_backend");
+        return b;
+    }
+};
+
+// A block loaned from a publisher: write it, then Publisher::put it.
+class Loan : public detail::Owner<zcs_loan_t, zcs_loan_drop> {
+   public:
+    explicit Loan(zcs_loan_t h) noexcept : Owner(h) {}
+    size_t size() const {
+        size_t v = 0;
+        detail::check(zcs_loan_len(handle(), &v), "zcs_loan_len");
+        return v;
+    }
+    // Host memory to write, or nullptr when the loan is in device memory.
+    uint8_t *host_data() const {
+        uint8_t *p = nullptr;
+        zcs_result_t r = zcs_loan_host_ptr(handle(), &p);
+        if (r == ZCS_ERR_MEMORY) return nullptr;
+        detail::check(r, "zcs_loan_host_ptr");
+        return p;
+    }
+    // The device address and the CUstream to write it on (device memory only).
+    std::pair<uint64_t, void *> device_ptr() const {
+        uint64_t p = 0;
+        void *s = nullptr;
+        detail::check(zcs_loan_device_ptr(handle(), &p, &s), "zcs_loan_device_ptr");
+        return {p, s};
+    }
+};
+
+class Publisher : public detail::Owner<zcs_publisher_t, zcs_publisher_drop> {
+   public:
+    Publisher(const Session &s, const std::string &key) {
+        detail::check(zcs_publisher_declare(s.handle(), key.c_str(), handle_ptr()), "zcs_publisher_declare");
+    }
+    Loan loan(size_t size) const {
+        zcs_loan_t l{};
+        detail::check(zcs_publisher_loan(handle(), size, &l), "zcs_publisher_loan");
+        return Loan(l);
+    }
+    // Publishes the loan (which is consumed either way); the message's sequence number.
+    uint64_t put(Loan &&loan) const {
+        Loan l = std::move(loan);
+        uint64_t seq = 0;
+        detail::check(zcs_publisher_put(handle(), l.handle_ptr(), &seq), "zcs_publisher_put");
+        return seq;
+    }
+    uint64_t put_bytes(const void *data, size_t size) const {
+        uint64_t seq = 0;
+        detail::check(zcs_publisher_put_bytes(handle(), static_cast<const uint8_t *>(data), size, &seq),
+                      "zcs_publisher_put_bytes");
+        return seq;
+    }
+    // GPU-aware subscribers known, and whether a plain Zenoh subscriber listens.
+    std::pair<size_t, bool> subscribers() const {
+        size_t aware = 0;
+        bool plain = false;
+        detail::check(zcs_publisher_subscribers(handle(), &aware, &plain), "zcs_publisher_subscribers");
+        return {aware, plain};
+    }
+};
+
+class Subscriber : public detail::Owner<zcs_subscriber_t, zcs_subscriber_drop> {
+   public:
+    Subscriber(const Session &s, const std::string &key) {
+        detail::check(zcs_subscriber_declare(s.handle(), key.c_str(), handle_ptr()), "zcs_subscriber_declare");
+    }
+    // The next sample, or nullopt if none came within `timeout`; throws once the
+    // session is closed (ZCS_ERR_CLOSED).
+    std::optional<Sample> recv(std::chrono::milliseconds timeout) const {
+        zcs_sample_t s{};
+        zcs_result_t r = zcs_subscriber_recv(handle(), static_cast<uint64_t>(timeout.count()), &s);
+        if (r == ZCS_ERR_TIMEOUT) return std::nullopt;
+        detail::check(r, "zcs_subscriber_recv");
+        return Sample(s);
+    }
+};
+
+}  // namespace zcs
+
+#endif

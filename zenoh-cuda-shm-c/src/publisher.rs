@@ -1,0 +1,278 @@
+//! Publishers and their loans: bytes put from host memory, or a block loaned, written
+//! (by the CPU for host memory, by the producer's kernels on the loan's stream for
+//! device memory) and put.
+
+use std::ffi::{c_char, c_void};
+use std::sync::Mutex;
+
+use zenoh_cuda_shm::{GpuLoan, GpuPublisher};
+
+use crate::error::{
+    Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, ZCS_ERR_STALE, declare_failed, guard, non_null, set_out, str_arg,
+    zcs_result_t,
+};
+use crate::handle::Registry;
+use crate::session::{SESSIONS, zcs_session_t};
+
+/// A publisher on one key.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct zcs_publisher_t {
+    /// The handle (0: null).
+    pub id: u64,
+}
+
+/// A block loaned from a publisher's pool, to write and then put (or drop).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct zcs_loan_t {
+    /// The handle (0: null).
+    pub id: u64,
+}
+
+static PUBLISHERS: Registry<GpuPublisher> = Registry::new("publisher");
+/// A loan until it is put (then `None`, while its handle is being removed).
+static LOANS: Registry<Mutex<Option<GpuLoan>>> = Registry::new("loan");
+
+/// Declares a publisher on `key` (one key, no wildcards).
+///
+/// # Safety
+/// `key` is NULL or NUL-terminated; `out` is NULL or points to a handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_publisher_declare(
+    session: zcs_session_t,
+    key: *const c_char,
+    out: *mut zcs_publisher_t,
+) -> zcs_result_t {
+    guard(|| {
+        non_null(out, "out")?;
+        // SAFETY: NULL or NUL-terminated (the caller's contract).
+        let key = unsafe { str_arg(key, "key") }?;
+        let s = SESSIONS.get(session.id)?;
+        let p = s.declare_publisher(key).wait().map_err(|e| declare_failed(key, &e))?;
+        // SAFETY: not null (checked above); the caller passes a writable value (the contract).
+        unsafe { set_out(out, zcs_publisher_t { id: PUBLISHERS.insert(p) }) };
+        Ok(())
+    })
+}
+
+/// Undeclares a publisher and zeroes its handle; the bytes it still had to send go
+/// out first. Its loans not yet put stay valid until dropped.
+///
+/// # Safety
+/// `publisher` is NULL or points to a handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_publisher_drop(publisher: *mut zcs_publisher_t) -> zcs_result_t {
+    guard(|| {
+        non_null(publisher, "publisher")?;
+        // SAFETY: not null (checked); points to a handle.
+        let h = unsafe { &mut *publisher };
+        PUBLISHERS.remove(h.id)?;
+        h.id = 0;
+        Ok(())
+    })
+}
+
+/// Publishes `len` bytes at `data` (copied before the call returns); `seq`, if not
+/// NULL, receives the message's sequence number.
+///
+/// # Safety
+/// `data` points to `len` readable bytes (or is anything when `len` is 0); `seq` is
+/// NULL or points to a `uint64_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_publisher_put_bytes(
+    publisher: zcs_publisher_t,
+    data: *const u8,
+    len: usize,
+    seq: *mut u64,
+) -> zcs_result_t {
+    guard(|| {
+        let bytes: &[u8] = match len {
+            0 => &[],
+            _ => {
+                non_null(data, "data")?;
+                // SAFETY: not null (checked); `len` readable bytes (the caller's contract).
+                unsafe { std::slice::from_raw_parts(data, len) }
+            }
+        };
+        let p = PUBLISHERS.get(publisher.id)?;
+        let report = p.put_bytes(bytes).map_err(|e| Error::failed("put bytes", &e))?;
+        if !seq.is_null() {
+            // SAFETY: not null (checked above); the caller passes a writable value (the contract).
+            unsafe { set_out(seq, report.seq) };
+        }
+        Ok(())
+    })
+}
+
+/// How many GPU-aware subscribers (ours, on any path) the publisher knows of, and
+/// whether a plain Zenoh subscriber listens on its key: what a producer may wait for
+/// before its first put.
+///
+/// # Safety
+/// `aware` and `plain` are NULL or point to a `size_t` and a `bool`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_publisher_subscribers(
+    publisher: zcs_publisher_t,
+    aware: *mut usize,
+    plain: *mut bool,
+) -> zcs_result_t {
+    guard(|| {
+        let p = PUBLISHERS.get(publisher.id)?;
+        if !aware.is_null() {
+            // SAFETY: not null (checked); the caller passes a writable value.
+            unsafe { set_out(aware, p.aware_subscribers()) };
+        }
+        if !plain.is_null() {
+            // SAFETY: as above.
+            unsafe { set_out(plain, p.plain_subscribers()) };
+        }
+        Ok(())
+    })
+}
+
+/// Loans a block of `len` bytes (waiting, up to the pool's `loan_timeout_ms`, while
+/// every block is in use).
+///
+/// # Safety
+/// `out` is NULL or points to a handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_publisher_loan(
+    publisher: zcs_publisher_t,
+    len: usize,
+    out: *mut zcs_loan_t,
+) -> zcs_result_t {
+    guard(|| {
+        non_null(out, "out")?;
+        if len == 0 {
+            return Err(Error::new(ZCS_ERR_INVALID, "a loan of 0 bytes"));
+        }
+        let p = PUBLISHERS.get(publisher.id)?;
+        let loan = p.loan(len).map_err(|e| Error::failed(&format!("loan {len} bytes"), &e))?;
+        // SAFETY: not null (checked above); the caller passes a writable value (the contract).
+        unsafe { set_out(out, zcs_loan_t { id: LOANS.insert(Mutex::new(Some(loan))) }) };
+        Ok(())
+    })
+}
+
+/// Runs `f` on the loan `loan` names.
+fn with_loan<R>(loan: zcs_loan_t, f: impl FnOnce(&mut GpuLoan) -> Result<R, Error>) -> Result<R, Error> {
+    let l = LOANS.get(loan.id)?;
+    let mut g = l.lock().unwrap_or_else(|p| p.into_inner());
+    match g.as_mut() {
+        Some(loan) => f(loan),
+        None => Err(Error::new(ZCS_ERR_STALE, "this loan was put already")),
+    }
+}
+
+/// The loan's length in bytes.
+///
+/// # Safety
+/// `out` is NULL or points to a `size_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_loan_len(loan: zcs_loan_t, out: *mut usize) -> zcs_result_t {
+    guard(|| {
+        non_null(out, "out")?;
+        let len = with_loan(loan, |l| Ok(l.len()))?;
+        // SAFETY: not null (checked above); the caller passes a writable value (the contract).
+        unsafe { set_out(out, len) };
+        Ok(())
+    })
+}
+
+/// The loan's memory for the CPU to write, when it is host memory (`ZCS_ERR_MEMORY`
+/// for device memory: see `zcs_loan_device_ptr`). Valid until the loan is put or
+/// dropped.
+///
+/// # Safety
+/// `out` is NULL or points to a `uint8_t*`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_loan_host_ptr(loan: zcs_loan_t, out: *mut *mut u8) -> zcs_result_t {
+    guard(|| {
+        non_null(out, "out")?;
+        let ptr = with_loan(loan, |l| match l.as_mut_slice() {
+            Some(s) => Ok(s.as_mut_ptr()),
+            None => Err(Error::new(ZCS_ERR_MEMORY, "this loan is device memory: use zcs_loan_device_ptr")),
+        })?;
+        // SAFETY: not null (checked above); the caller passes a writable value (the contract).
+        unsafe { set_out(out, ptr) };
+        Ok(())
+    })
+}
+
+/// The loan's device address (a `CUdeviceptr`) and the stream (a `CUstream`) the
+/// producer must enqueue its writes on: `zcs_publisher_put` orders the subscribers'
+/// reads after the work on that stream, without waiting on the host. `ZCS_ERR_MEMORY`
+/// for host memory (see `zcs_loan_host_ptr`). Valid until the loan is put or dropped.
+///
+/// # Safety
+/// `ptr` and `stream` are NULL or point to a `uint64_t` and a `void*`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_loan_device_ptr(
+    loan: zcs_loan_t,
+    ptr: *mut u64,
+    stream: *mut *mut c_void,
+) -> zcs_result_t {
+    guard(|| {
+        non_null(ptr, "ptr")?;
+        non_null(stream, "stream")?;
+        let (p, s) = with_loan(loan, |l| match (l.device_ptr(), l.stream()) {
+            (Some(p), Some(s)) => Ok((p, s.cu_stream() as *mut c_void)),
+            _ => Err(Error::new(ZCS_ERR_MEMORY, "this loan is host memory: use zcs_loan_host_ptr")),
+        })?;
+        // SAFETY: not null (checked above); the caller passes a writable value (the contract).
+        unsafe { set_out(ptr, p) };
+        // SAFETY: not null (checked above); the caller passes a writable value (the contract).
+        unsafe { set_out(stream, s) };
+        Ok(())
+    })
+}
+
+/// Publishes a loaned block and zeroes the loan's handle (also when the put fails: the
+/// block then goes back to the pool). `seq`, if not NULL, receives the message's
+/// sequence number.
+///
+/// # Safety
+/// `loan` is NULL or points to a handle; `seq` is NULL or points to a `uint64_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_publisher_put(
+    publisher: zcs_publisher_t,
+    loan: *mut zcs_loan_t,
+    seq: *mut u64,
+) -> zcs_result_t {
+    guard(|| {
+        non_null(loan, "loan")?;
+        let p = PUBLISHERS.get(publisher.id)?;
+        // SAFETY: not null (checked); points to a handle.
+        let h = unsafe { &mut *loan };
+        let taken = {
+            let l = LOANS.get(h.id)?;
+            let mut g = l.lock().unwrap_or_else(|p| p.into_inner());
+            g.take().ok_or_else(|| Error::new(ZCS_ERR_STALE, "this loan was put already"))?
+        };
+        let _ = LOANS.remove(h.id);
+        h.id = 0;
+        let report = p.put(taken).map_err(|e| Error::failed("put", &e))?;
+        if !seq.is_null() {
+            // SAFETY: not null (checked above); the caller passes a writable value (the contract).
+            unsafe { set_out(seq, report.seq) };
+        }
+        Ok(())
+    })
+}
+
+/// Gives a loan back unpublished and zeroes its handle.
+///
+/// # Safety
+/// `loan` is NULL or points to a handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_loan_drop(loan: *mut zcs_loan_t) -> zcs_result_t {
+    guard(|| {
+        non_null(loan, "loan")?;
+        // SAFETY: not null (checked); points to a handle.
+        let h = unsafe { &mut *loan };
+        LOANS.remove(h.id)?;
+        h.id = 0;
+        Ok(())
+    })
+}

@@ -1,0 +1,88 @@
+//! Sessions: opened from a Zenoh JSON5 configuration and ours.
+
+use std::ffi::{CStr, c_char};
+
+use zenoh_cuda_shm::{GpuSession, ZcsConfig};
+
+use crate::error::{Error, ZCS_ERR_INVALID, guard, non_null, str_arg, zcs_result_t};
+use crate::handle::Registry;
+
+/// A session: a Zenoh session with our transport on top.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct zcs_session_t {
+    /// The handle (0: null).
+    pub id: u64,
+}
+
+pub(crate) static SESSIONS: Registry<GpuSession> = Registry::new("session");
+
+/// Opens a session. `zenoh_json5`: Zenoh's configuration as JSON5 text (NULL: Zenoh's
+/// defaults); `zcs_json5`: ours (NULL: our defaults; the keys of `examples/config.json5`).
+/// A configuration that does not parse is `ZCS_ERR_INVALID`, with its line and key.
+///
+/// # Safety
+/// The strings are NULL or NUL-terminated; `out` is NULL or points to a handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_session_open(
+    zenoh_json5: *const c_char,
+    zcs_json5: *const c_char,
+    out: *mut zcs_session_t,
+) -> zcs_result_t {
+    guard(|| {
+        non_null(out, "out")?;
+        let zenoh_config = match zenoh_json5.is_null() {
+            true => zenoh::Config::default(),
+            // SAFETY: not null; NUL-terminated (the caller's contract).
+            false => zenoh::Config::from_json5(unsafe { str_arg(zenoh_json5, "zenoh_json5") }?)
+                .map_err(|e| Error::new(ZCS_ERR_INVALID, format!("Zenoh configuration: {e}")))?,
+        };
+        let config = match zcs_json5.is_null() {
+            true => ZcsConfig::default(),
+            // SAFETY: as above.
+            false => ZcsConfig::from_json5(unsafe { str_arg(zcs_json5, "zcs_json5") }?)
+                .map_err(|e| Error::new(ZCS_ERR_INVALID, format!("zenoh-cuda-shm configuration: {e}")))?,
+        };
+        let session =
+            GpuSession::open(zenoh_config, config).wait().map_err(|e| Error::failed("open the session", &e))?;
+        // SAFETY: `out` is not null (checked) and points to a handle.
+        unsafe { out.write(zcs_session_t { id: SESSIONS.insert(session) }) };
+        Ok(())
+    })
+}
+
+/// Closes this handle of a session and zeroes it. Publishers and subscribers declared
+/// on it keep it open until they are dropped.
+///
+/// # Safety
+/// `session` is NULL or points to a handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_session_close(session: *mut zcs_session_t) -> zcs_result_t {
+    guard(|| {
+        non_null(session, "session")?;
+        // SAFETY: not null (checked); points to a handle.
+        let h = unsafe { &mut *session };
+        SESSIONS.remove(h.id)?;
+        h.id = 0;
+        Ok(())
+    })
+}
+
+/// Where the session's blocks live: "cuda" or "host" (a static string).
+///
+/// # Safety
+/// `out` is NULL or points to a `const char*`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_session_backend(session: zcs_session_t, out: *mut *const c_char) -> zcs_result_t {
+    guard(|| {
+        non_null(out, "out")?;
+        let s = SESSIONS.get(session.id)?;
+        let name: &'static CStr = match s.gpu() {
+            Some(_) => c"cuda",
+            None => c"host",
+        };
+        // SAFETY: not null (checked); points to a `const char*`.
+        unsafe { out.write(name.as_ptr()) };
+        Ok(())
+    })
+}

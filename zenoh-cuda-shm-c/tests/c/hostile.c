@@ -1,0 +1,158 @@
+/* Hostile use of the C ABI: null arguments, null, stale and made-up handles, double
+ * drops, use after close, bad configurations and lengths. Every call must return the
+ * documented error (never crash), with a message. Built with AddressSanitizer by
+ * tests/c_abi.rs; exits 1 at the first surprise. Argument: a Zenoh JSON5 configuration
+ * for the one real session (an isolated peer). */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <zenoh_cuda_shm.h>
+
+static int failures = 0;
+
+/* A callback subscriber's: counts the samples of 4 bytes and drops each. */
+static void on_sample(zcs_sample_t sample, void *context) {
+    size_t len = 0;
+    if (zcs_sample_len(sample, &len) == ZCS_OK && len == 4) atomic_fetch_add((atomic_int *)context, 1);
+    zcs_sample_drop(&sample);
+}
+
+#define EXPECT(call, want)                                                                        \
+    do {                                                                                          \
+        zcs_result_t got_ = (call);                                                               \
+        if (got_ != (want)) {                                                                     \
+            fprintf(stderr, "%s:%d: %s returned %s, expected %s (%s)\n", __FILE__, __LINE__, #call, \
+                    zcs_result_name(got_), zcs_result_name(want), zcs_last_error());              \
+            failures++;                                                                           \
+        } else if ((want) != ZCS_OK && zcs_last_error()[0] == '\0') {                             \
+            fprintf(stderr, "%s:%d: %s gave no message\n", __FILE__, __LINE__, #call);             \
+            failures++;                                                                           \
+        }                                                                                         \
+    } while (0)
+
+int main(int argc, char **argv) {
+    const char *zenoh = argc > 1 ? argv[1] : "{mode: \"peer\", scouting: {multicast: {enabled: false}}}";
+    zcs_session_t null_session = {0};
+    zcs_publisher_t null_pub = {0};
+    zcs_subscriber_t null_sub = {0};
+    zcs_sample_t null_sample = {0};
+    zcs_loan_t null_loan = {0};
+    uint64_t u64 = 0;
+    size_t size = 0;
+    const char *str = NULL;
+
+    /* Null out-parameters and arguments. */
+    EXPECT(zcs_session_open(zenoh, "{device: \"host\"}", NULL), ZCS_ERR_NULL);
+    EXPECT(zcs_session_close(NULL), ZCS_ERR_NULL);
+    EXPECT(zcs_publisher_drop(NULL), ZCS_ERR_NULL);
+    EXPECT(zcs_subscriber_drop(NULL), ZCS_ERR_NULL);
+    EXPECT(zcs_sample_drop(NULL), ZCS_ERR_NULL);
+    EXPECT(zcs_loan_drop(NULL), ZCS_ERR_NULL);
+
+    /* Bad configurations. */
+    zcs_session_t s = {0};
+    EXPECT(zcs_session_open("{mode: ", NULL, &s), ZCS_ERR_INVALID);
+    EXPECT(zcs_session_open(zenoh, "{no_such_key: 1}", &s), ZCS_ERR_INVALID);
+    EXPECT(zcs_session_open(zenoh, "{device: \"quantum\"}", &s), ZCS_ERR_INVALID);
+    if (s.id != 0) { fprintf(stderr, "a failed open wrote its handle\n"); failures++; }
+
+    /* Null handles. */
+    EXPECT(zcs_session_backend(null_session, &str), ZCS_ERR_STALE);
+    EXPECT(zcs_session_close(&null_session), ZCS_ERR_STALE);
+    EXPECT(zcs_publisher_declare(null_session, "k", &null_pub), ZCS_ERR_STALE);
+    EXPECT(zcs_publisher_put_bytes(null_pub, (const uint8_t *)"x", 1, NULL), ZCS_ERR_STALE);
+    EXPECT(zcs_subscriber_recv(null_sub, 0, &null_sample), ZCS_ERR_STALE);
+    EXPECT(zcs_sample_seq(null_sample, &u64), ZCS_ERR_STALE);
+    EXPECT(zcs_loan_len(null_loan, &size), ZCS_ERR_STALE);
+
+    /* A real session, publisher, subscriber and loan. */
+    EXPECT(zcs_session_open(zenoh, "{device: \"host\"}", &s), ZCS_OK);
+    zcs_publisher_t p = {0};
+    zcs_subscriber_t sub = {0};
+    EXPECT(zcs_publisher_declare(s, NULL, &p), ZCS_ERR_NULL);
+    EXPECT(zcs_publisher_declare(s, "hostile/**", &p), ZCS_ERR_INVALID);
+    EXPECT(zcs_publisher_declare(s, "hostile/c", &p), ZCS_OK);
+    EXPECT(zcs_subscriber_declare(s, "hostile/c", &sub), ZCS_OK);
+    size_t aware = 0;
+    for (int i = 0; i < 500 && aware == 0; i++) {
+        EXPECT(zcs_publisher_subscribers(p, &aware, NULL), ZCS_OK);
+        struct timespec t = {0, 10000000L};
+        nanosleep(&t, NULL);
+    }
+    EXPECT(zcs_publisher_put_bytes(p, NULL, 4, NULL), ZCS_ERR_NULL);
+    zcs_loan_t loan = {0};
+    EXPECT(zcs_publisher_loan(p, 0, &loan), ZCS_ERR_INVALID);
+    EXPECT(zcs_publisher_loan(p, 4096, &loan), ZCS_OK);
+    uint8_t *host = NULL;
+    uint64_t dptr = 0;
+    void *stream = NULL;
+    EXPECT(zcs_loan_host_ptr(loan, &host), ZCS_OK);
+    EXPECT(zcs_loan_device_ptr(loan, &dptr, &stream), ZCS_ERR_MEMORY);
+    memset(host, 7, 4096);
+    zcs_loan_t copy = loan;
+    EXPECT(zcs_publisher_put(p, &loan, &u64), ZCS_OK);
+    if (loan.id != 0) { fprintf(stderr, "put did not zero the loan\n"); failures++; }
+    EXPECT(zcs_publisher_put(p, &copy, &u64), ZCS_ERR_STALE); /* put twice */
+    EXPECT(zcs_loan_drop(&copy), ZCS_ERR_STALE);
+    EXPECT(zcs_loan_host_ptr(copy, &host), ZCS_ERR_STALE);  /* use after put */
+
+    /* A sample: dropped twice, used after drop. */
+    zcs_sample_t sample = {0};
+    EXPECT(zcs_subscriber_recv(sub, 10000, &sample), ZCS_OK);
+    EXPECT(zcs_sample_len(sample, &size), ZCS_OK);
+    if (size != 4096) { fprintf(stderr, "a sample of %zu bytes\n", size); failures++; }
+    uint8_t small[16];
+    EXPECT(zcs_sample_copy_to_host(sample, small, sizeof small), ZCS_ERR_INVALID);
+    zcs_sample_t sample2 = sample;
+    EXPECT(zcs_sample_drop(&sample), ZCS_OK);
+    EXPECT(zcs_sample_drop(&sample2), ZCS_ERR_STALE);
+    EXPECT(zcs_sample_seq(sample2, &u64), ZCS_ERR_STALE);
+    EXPECT(zcs_subscriber_recv(sub, 0, &sample), ZCS_ERR_TIMEOUT);
+
+    /* A callback subscriber: no queue to receive from; a null callback is refused. */
+    atomic_int called = 0;
+    zcs_subscriber_t cb = {0};
+    EXPECT(zcs_subscriber_declare_callback(s, "hostile/c", NULL, &called, &cb), ZCS_ERR_NULL);
+    EXPECT(zcs_subscriber_declare_callback(s, "hostile/c", on_sample, &called, &cb), ZCS_OK);
+    EXPECT(zcs_subscriber_recv(cb, 0, &sample), ZCS_ERR_INVALID);
+    for (int i = 0; i < 500 && aware < 2; i++) {
+        EXPECT(zcs_publisher_subscribers(p, &aware, NULL), ZCS_OK);
+        struct timespec t = {0, 10000000L};
+        nanosleep(&t, NULL);
+    }
+    EXPECT(zcs_publisher_put_bytes(p, (const uint8_t *)"abcd", 4, &u64), ZCS_OK);
+    for (int i = 0; i < 1000 && atomic_load(&called) == 0; i++) {
+        struct timespec t = {0, 10000000L};
+        nanosleep(&t, NULL);
+    }
+    if (atomic_load(&called) != 1) { fprintf(stderr, "the callback saw %d samples\n", atomic_load(&called)); failures++; }
+    EXPECT(zcs_subscriber_recv(sub, 10000, &sample), ZCS_OK); /* the queue got it too */
+    EXPECT(zcs_sample_drop(&sample), ZCS_OK);
+    EXPECT(zcs_subscriber_drop(&cb), ZCS_OK);
+
+    /* A handle made up, and one of another kind's number space. */
+    zcs_publisher_t madeup = {p.id ^ 0x500000000ull};
+    EXPECT(zcs_publisher_put_bytes(madeup, (const uint8_t *)"x", 1, NULL), ZCS_ERR_STALE);
+
+    /* Use after drop and close. */
+    zcs_publisher_t p2 = p;
+    zcs_subscriber_t sub2 = sub;
+    EXPECT(zcs_publisher_drop(&p), ZCS_OK);
+    EXPECT(zcs_publisher_drop(&p2), ZCS_ERR_STALE);
+    EXPECT(zcs_publisher_put_bytes(p2, (const uint8_t *)"x", 1, NULL), ZCS_ERR_STALE);
+    EXPECT(zcs_subscriber_drop(&sub), ZCS_OK);
+    EXPECT(zcs_subscriber_recv(sub2, 0, &sample), ZCS_ERR_STALE);
+    zcs_session_t s2 = s;
+    EXPECT(zcs_session_close(&s), ZCS_OK);
+    EXPECT(zcs_session_close(&s2), ZCS_ERR_STALE);
+    EXPECT(zcs_publisher_declare(s2, "hostile/c", &p), ZCS_ERR_STALE);
+
+    if (failures) {
+        fprintf(stderr, "%d hostile calls were not refused as documented\n", failures);
+        return 1;
+    }
+    printf("hostile: every call refused as documented\n");
+    return 0;
+}

@@ -1,0 +1,168 @@
+//! The C ABI from C: the library this build made, installed with
+//! `scripts/c-install.sh`, found by CMake (`find_package(zenoh_cuda_shm)`); the C
+//! examples and the hostile-use test built against it with AddressSanitizer and UBSan.
+//!
+//! - hostile use (null, stale and made-up handles, double drops, use after close, bad
+//!   configurations and lengths) returns the documented errors;
+//! - a C subscriber (linked statically) receives frames from this Rust process, and a
+//!   C publisher (linked to the shared library) sends frames to it, in other processes,
+//!   every byte checked on both sides.
+//!
+//! Needs `cmake` (CI installs it); without it the test prints `SKIPPED`, unless
+//! `ZCS_REQUIRE_CMAKE=1` makes that a failure.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use zcs_tests::free_tcp_port;
+use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
+use zenoh_cuda_shm::{GpuSession, ZcsConfig};
+
+const FRAMES: u64 = 20;
+const SIZE: usize = 300 * 1024 + 5;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf()
+}
+
+/// `target/<profile>/deps`, where cargo put the shared and static libraries it built
+/// for this test (a `cargo build` copies them up to `target/<profile>`).
+fn deps_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    exe.parent().expect("target/<profile>/deps").to_path_buf()
+}
+
+fn run(cmd: &mut Command, what: &str) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Installs the library into a fresh prefix and builds the C programs with CMake;
+/// their build folder, or `None` without cmake.
+fn build_c() -> Option<PathBuf> {
+    if Command::new("cmake").arg("--version").stdout(Stdio::null()).status().is_err() {
+        assert!(std::env::var_os("ZCS_REQUIRE_CMAKE").is_none(), "ZCS_REQUIRE_CMAKE is set and cmake is not found");
+        println!("SKIPPED c_abi: no cmake on this machine (pip install cmake)");
+        return None;
+    }
+    let work = deps_dir().parent().expect("target/<profile>").join("c-abi-test");
+    let _ = std::fs::remove_dir_all(&work);
+    let (prefix, build) = (work.join("prefix"), work.join("build"));
+    run(
+        Command::new(root().join("scripts/c-install.sh")).arg("--from").arg(deps_dir()).arg(&prefix),
+        "scripts/c-install.sh",
+    );
+    run(
+        Command::new("cmake")
+            .arg("-S")
+            .arg(root().join("examples/c"))
+            .arg("-B")
+            .arg(&build)
+            .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display()))
+            .args(["-DZCS_ASAN=ON", "-DZCS_C_TESTS=ON"]),
+        "cmake configure",
+    );
+    run(Command::new("cmake").arg("--build").arg(&build).args(["-j", "2"]), "cmake build");
+    Some(build)
+}
+
+/// A C program of the build, under the sanitizers' settings for these tests: leak
+/// reports off (Zenoh's runtime keeps threads and statics until exit), errors fatal.
+fn c_program(build: &Path, name: &str) -> Command {
+    let mut c = Command::new(build.join(name));
+    c.env("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=0:halt_on_error=1")
+        .env("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1");
+    c
+}
+
+fn zenoh_json(listen: Option<u16>, connect: Option<u16>) -> String {
+    let mut s = String::from(r#"{mode: "peer", scouting: {multicast: {enabled: false}}"#);
+    if let Some(p) = listen {
+        s += &format!(r#", listen: {{endpoints: ["tcp/127.0.0.1:{p}"]}}"#);
+    }
+    if let Some(p) = connect {
+        s += &format!(r#", connect: {{endpoints: ["tcp/127.0.0.1:{p}"]}}"#);
+    }
+    s + "}"
+}
+
+fn host_session(listen: Option<u16>, connect: Option<u16>) -> GpuSession {
+    let z = zenoh::Config::from_json5(&zenoh_json(listen, connect)).expect("zenoh config");
+    let ours = ZcsConfig::from_json5(r#"{device: "host"}"#).expect("our config");
+    GpuSession::open(z, ours).wait().expect("open a host session")
+}
+
+#[test]
+fn c_programs_use_the_abi_as_documented() {
+    let Some(build) = build_c() else { return };
+
+    // Hostile use, under the sanitizers.
+    let out =
+        c_program(&build, "zcs_c_hostile").arg(zenoh_json(Some(free_tcp_port()), None)).output().expect("hostile");
+    assert!(
+        out.status.success(),
+        "hostile use of the C ABI:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Rust publishes, C subscribes.
+    let port = free_tcp_port();
+    let session = host_session(Some(port), None);
+    let publisher = session.declare_publisher("c-abi/rust-to-c").wait().expect("publisher");
+    let sub = c_program(&build, "z_cuda_sub")
+        .args(["-k", "c-abi/rust-to-c", "-e", &format!("tcp/127.0.0.1:{port}"), "-n", &FRAMES.to_string()])
+        .args(["--device", "host"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the C subscriber");
+    let t = Instant::now();
+    while publisher.aware_subscribers() == 0 {
+        assert!(t.elapsed() < Duration::from_secs(20), "the C subscriber never appeared");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for seq in 1..=FRAMES {
+        let mut loan = publisher.loan(SIZE).expect("loan");
+        fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seq);
+        assert_eq!(publisher.put(loan).expect("put").seq, seq);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = sub.wait_with_output().expect("the C subscriber");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the C subscriber:\n{text}");
+    assert!(text.contains(&format!("[sub] {FRAMES} frames, 0 bad")), "{text}");
+    println!("rust → c: {}", text.lines().find(|l| l.contains("frames")).unwrap_or(""));
+    drop(publisher);
+    drop(session);
+
+    // C publishes, Rust subscribes.
+    let port = free_tcp_port();
+    let publisher = c_program(&build, "z_cuda_pub")
+        .args(["-k", "c-abi/c-to-rust", "-l", &format!("tcp/127.0.0.1:{port}"), "-n", &FRAMES.to_string()])
+        .args(["-s", &SIZE.to_string(), "--device", "host"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the C publisher");
+    std::thread::sleep(Duration::from_millis(300));
+    let session = host_session(None, Some(port));
+    let sub = session.declare_subscriber("c-abi/c-to-rust").wait().expect("subscriber");
+    for want in 1..=FRAMES {
+        let s = sub.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|e| panic!("frame {want} from C: {e}"));
+        assert_eq!((s.seq(), s.len()), (want, SIZE), "frame from C");
+        let data = s.host_bytes().expect("host data");
+        assert_eq!(check_pattern(&data, 0, want), None, "frame {want} from C has wrong bytes");
+    }
+    let out = publisher.wait_with_output().expect("the C publisher");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the C publisher:\n{text}");
+    println!("c → rust: {FRAMES} frames of {SIZE} bytes, every byte checked; {}", text.trim());
+}
