@@ -112,7 +112,10 @@ fn run_ros2(mode: Mode, test: &'static str) {
     let kernels = session.gpu().map(|g| Kernels::load(g).unwrap());
     let node = RosNode::new(&session, NodeOptions::new("shm_out_test").domain(ROS_DOMAIN)).unwrap();
     let topic = format!("/shm_out_{}_{}", mode.name(), std::process::id());
-    let publisher = node.publisher::<Image<()>>(&topic, Qos::reliable(10)).unwrap();
+    // Keep-all: a reliable keep-last publisher drops under congestion, as rmw_zenoh's
+    // does, and three images put back to back (the last of 21 MB, through the socket)
+    // can meet a full queue on a busy machine. This test is about where they land.
+    let publisher = node.publisher::<Image<()>>(&topic, Qos::reliable(10).keep_all()).unwrap();
     let env = [(ENV_PORT, port.to_string()), (ENV_KEY, publisher.key().to_owned()), (ENV_TOPIC, topic.clone())];
     let child = spawn_child("child_entry", "ros-sub", &env);
     wait_until("the ordinary ROS subscription", Duration::from_secs(30), || publisher.ordinary_subscriptions() == 1);
