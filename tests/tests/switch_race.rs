@@ -96,6 +96,21 @@ impl RouterLayout {
     }
 }
 
+/// A publisher on `camera/front` in a client session of the router at `port`, once it
+/// knows both subscribers: publishing starts then, as z_cuda_pub's does once they are
+/// there, so the first messages go as bytes while the handshakes run, the rest over the
+/// links.
+fn publisher_knowing_both(port: u16) -> (GpuSession, zenoh_cuda_shm::GpuPublisher) {
+    let session = client(port);
+    let publisher = session.declare_publisher("camera/front").wait().unwrap();
+    let t = Instant::now();
+    while publisher.aware_subscribers() < 2 {
+        assert!(t.elapsed() < Duration::from_secs(10), "the publisher never saw both subscribers");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    (session, publisher)
+}
+
 /// Receives until `N` messages came or nothing came for 15 s (delayed bytes are held
 /// back one after another); checks every byte. The sequence numbers in arrival order.
 fn receive(sub: &Sub) -> Vec<u64> {
@@ -157,17 +172,8 @@ fn bytes_sent_while_the_link_comes_up_arrive_once_through_a_router() {
     let (port, wide, exact) = (x.port, &x.wide, &x.exact);
     // Bytes lag longer than a link's first delivery waits for them (500 ms).
     let _hooks = Hooks::set(Duration::from_millis(300), Duration::from_millis(700), Duration::ZERO);
-    let publisher_session = client(port);
-    let publisher = publisher_session.declare_publisher("camera/front").wait().unwrap();
-
-    // Publish as soon as the publisher knows both subscribers, as z_cuda_pub does once
-    // they are there: the first messages go as bytes while the handshakes run, the rest
-    // over the links.
+    let (_publisher_session, publisher) = publisher_knowing_both(port);
     let t = Instant::now();
-    while publisher.aware_subscribers() < 2 {
-        assert!(t.elapsed() < Duration::from_secs(10), "the publisher never saw both subscribers");
-        std::thread::sleep(Duration::from_millis(1));
-    }
     // Meanwhile each subscriber says why it gets bytes.
     while wide.publishers().is_empty() {
         assert!(t.elapsed() < Duration::from_secs(10), "the subscriber never saw the publisher");
@@ -201,13 +207,7 @@ fn bytes_put_before_the_link_is_ready_come_first() {
     // Three messages (20 Hz) go as bytes before the handshakes end; those bytes arrive
     // 300 ms late, long after the links could deliver the fourth.
     let _hooks = Hooks::set(Duration::from_millis(120), Duration::from_millis(300), Duration::ZERO);
-    let publisher_session = client(port);
-    let publisher = publisher_session.declare_publisher("camera/front").wait().unwrap();
-    let t = Instant::now();
-    while publisher.aware_subscribers() < 2 {
-        assert!(t.elapsed() < Duration::from_secs(10), "the publisher never saw both subscribers");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let (_publisher_session, publisher) = publisher_knowing_both(port);
     let (copies_out, got) = publish_to_both(&publisher, wide, exact);
     assert!(copies_out >= 1, "no message went as bytes: nothing was tested");
     for (name, order, sub) in [("camera/**", &got[0], wide), ("camera/front", &got[1], exact)] {

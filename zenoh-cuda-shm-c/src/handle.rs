@@ -88,6 +88,21 @@ impl<T> Registry<T> {
     }
 }
 
+/// Ends the object whose handle is at `handle` (a pointer to one of the ABI's handle
+/// structs, a `#[repr(C)]` struct of one `u64`) and zeroes that handle.
+///
+/// # Safety
+/// `handle` is null or points to a handle struct (its `id` field first and only).
+pub(crate) unsafe fn end<T, H>(registry: &Registry<T>, handle: *mut H, name: &str) -> Result<(), Error> {
+    crate::error::non_null(handle, name)?;
+    // SAFETY: not null (checked); a handle struct is `#[repr(C)] { id: u64 }`, so it
+    // starts with its id (the caller's contract).
+    let id = unsafe { &mut *handle.cast::<u64>() };
+    registry.remove(*id)?;
+    *id = 0;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,7 @@ use crate::error::{
     Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, ZCS_ERR_STALE, declare_failed, guard, non_null, set_out, str_arg,
     zcs_result_t,
 };
-use crate::handle::Registry;
+use crate::handle::{Registry, end};
 use crate::session::{SESSIONS, zcs_session_t};
 
 /// A publisher on one key.
@@ -63,14 +63,8 @@ pub unsafe extern "C" fn zcs_publisher_declare(
 /// `publisher` is NULL or points to a handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn zcs_publisher_drop(publisher: *mut zcs_publisher_t) -> zcs_result_t {
-    guard(|| {
-        non_null(publisher, "publisher")?;
-        // SAFETY: not null (checked); points to a handle.
-        let h = unsafe { &mut *publisher };
-        PUBLISHERS.remove(h.id)?;
-        h.id = 0;
-        Ok(())
-    })
+    // SAFETY: `publisher` is null or points to a handle (the caller's contract).
+    guard(|| unsafe { end(&PUBLISHERS, publisher, "publisher") })
 }
 
 /// Publishes `len` bytes at `data` (copied before the call returns); `seq`, if not
@@ -267,12 +261,6 @@ pub unsafe extern "C" fn zcs_publisher_put(
 /// `loan` is NULL or points to a handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn zcs_loan_drop(loan: *mut zcs_loan_t) -> zcs_result_t {
-    guard(|| {
-        non_null(loan, "loan")?;
-        // SAFETY: not null (checked); points to a handle.
-        let h = unsafe { &mut *loan };
-        LOANS.remove(h.id)?;
-        h.id = 0;
-        Ok(())
-    })
+    // SAFETY: `loan` is null or points to a handle (the caller's contract).
+    guard(|| unsafe { end(&LOANS, loan, "loan") })
 }

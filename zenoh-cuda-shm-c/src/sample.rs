@@ -6,7 +6,7 @@ use std::sync::{Mutex, OnceLock};
 use zenoh_cuda_shm::GpuSample;
 
 use crate::error::{Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, guard, non_null, set_out, zcs_result_t};
-use crate::handle::Registry;
+use crate::handle::{Registry, end};
 
 /// A received message.
 #[repr(C)]
@@ -149,12 +149,6 @@ pub unsafe extern "C" fn zcs_sample_copy_to_host(sample: zcs_sample_t, dst: *mut
 /// `sample` is NULL or points to a handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn zcs_sample_drop(sample: *mut zcs_sample_t) -> zcs_result_t {
-    guard(|| {
-        non_null(sample, "sample")?;
-        // SAFETY: not null (checked); points to a handle.
-        let h = unsafe { &mut *sample };
-        SAMPLES.remove(h.id)?;
-        h.id = 0;
-        Ok(())
-    })
+    // SAFETY: `sample` is null or points to a handle (the caller's contract).
+    guard(|| unsafe { end(&SAMPLES, sample, "sample") })
 }

@@ -5,7 +5,7 @@ use std::ffi::{CStr, c_char};
 use zenoh_cuda_shm::{GpuSession, ZcsConfig};
 
 use crate::error::{Error, ZCS_ERR_INVALID, guard, non_null, str_arg, zcs_result_t};
-use crate::handle::Registry;
+use crate::handle::{Registry, end};
 
 /// A session: a Zenoh session with our transport on top.
 #[repr(C)]
@@ -58,14 +58,8 @@ pub unsafe extern "C" fn zcs_session_open(
 /// `session` is NULL or points to a handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn zcs_session_close(session: *mut zcs_session_t) -> zcs_result_t {
-    guard(|| {
-        non_null(session, "session")?;
-        // SAFETY: not null (checked); points to a handle.
-        let h = unsafe { &mut *session };
-        SESSIONS.remove(h.id)?;
-        h.id = 0;
-        Ok(())
-    })
+    // SAFETY: `session` is null or points to a handle (the caller's contract).
+    guard(|| unsafe { end(&SESSIONS, session, "session") })
 }
 
 /// Where the session's blocks live: "cuda" or "host" (a static string).

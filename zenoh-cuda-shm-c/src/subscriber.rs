@@ -9,7 +9,7 @@ use zenoh_cuda_shm::{GpuSample, GpuSubscriber, RecvError};
 use crate::error::{
     Error, ZCS_ERR_CLOSED, ZCS_ERR_TIMEOUT, declare_failed, guard, non_null, set_out, str_arg, zcs_result_t,
 };
-use crate::handle::Registry;
+use crate::handle::{Registry, end};
 use crate::sample::register;
 use crate::session::{SESSIONS, zcs_session_t};
 
@@ -156,12 +156,6 @@ pub unsafe extern "C" fn zcs_subscriber_recv(
 /// `subscriber` is NULL or points to a handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn zcs_subscriber_drop(subscriber: *mut zcs_subscriber_t) -> zcs_result_t {
-    guard(|| {
-        non_null(subscriber, "subscriber")?;
-        // SAFETY: not null (checked); points to a handle.
-        let h = unsafe { &mut *subscriber };
-        SUBSCRIBERS.remove(h.id)?;
-        h.id = 0;
-        Ok(())
-    })
+    // SAFETY: `subscriber` is null or points to a handle (the caller's contract).
+    guard(|| unsafe { end(&SUBSCRIBERS, subscriber, "subscriber") })
 }
