@@ -3,15 +3,13 @@
  *
  *   z_cuda_pub -k demo/zcs/frame -l tcp/127.0.0.1:7447 -n 100 -s 1048576
  *
- * A host loan is written by the CPU; a device loan (a CUDA session) by a copy on the
- * loan's stream, which the put orders the subscribers' reads after. */
+ * A host loan is written by the CPU; a device loan (a CUDA session) by a copy enqueued
+ * on the loan's stream, which the put orders every subscriber's reads after: no wait
+ * on the host. */
 #include <time.h>
 
 #include "common.h"
-
-#ifdef ZCS_WITH_CUDA_DRIVER
-#include <cuda.h>
-#endif
+#include "cuda_min.h"
 
 static void sleep_ms(long ms) {
     struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
@@ -33,6 +31,8 @@ int main(int argc, char **argv) {
     }
     if (aware == 0 && !plain) fprintf(stderr, "[pub] no subscriber after 10 s: publishing anyway\n");
     uint8_t *frame = malloc(f.size);
+    struct zcs_cuda cu;
+    int cuda_loaded = 0;
     for (uint64_t n = 1; n <= f.count; n++) {
         zcs_loan_t loan = {0};
         zcs_check(zcs_publisher_loan(pub, f.size, &loan), "loan");
@@ -41,20 +41,19 @@ int main(int argc, char **argv) {
         if (r == ZCS_OK) {
             for (size_t i = 0; i < f.size; i++) host[i] = zcs_pattern_byte(i, n);
         } else if (r == ZCS_ERR_MEMORY) {
-#ifdef ZCS_WITH_CUDA_DRIVER
             uint64_t dptr = 0;
             void *stream = NULL;
             zcs_check(zcs_loan_device_ptr(loan, &dptr, &stream), "device pointer");
+            if (!cuda_loaded) {
+                if (zcs_cuda_load(&cu) != 0) return 1;
+                zcs_check(zcs_session_bind_gpu(session), "bind the GPU");
+                cuda_loaded = 1;
+            }
             for (size_t i = 0; i < f.size; i++) frame[i] = zcs_pattern_byte(i, n);
-            if (cuMemcpyHtoDAsync((CUdeviceptr)dptr, frame, f.size, (CUstream)stream) != CUDA_SUCCESS ||
-                cuStreamSynchronize((CUstream)stream) != CUDA_SUCCESS) {
+            if (cu.memcpy_htod_async(dptr, frame, f.size, stream) != 0) {
                 fprintf(stderr, "error: the copy onto the GPU failed\n");
                 return 1;
             }
-#else
-            fprintf(stderr, "error: a device loan, and this build has no CUDA driver API: use --device host\n");
-            return 1;
-#endif
         } else {
             zcs_check(r, "host pointer");
         }

@@ -1,7 +1,9 @@
 // Receives COUNT frames on KEY through zenoh-cuda-shm and checks every byte against
 // the pattern of the frame's sequence number; prints how the frames came (zero-copy,
 // cpu-bytes, inline, …). Exits 1 on a wrong byte, a frame out of order or a silence
-// of 20 s. C++: the owners of zenoh_cuda_shm.hpp, errors as exceptions.
+// of 20 s. C++: the owners of zenoh_cuda_shm.hpp, errors as exceptions. On a GPU,
+// each frame is read on a stream of this program's own, in place, and copied to the
+// host there to be checked.
 //
 //   z_cuda_sub -k demo/zcs/frame -e tcp/127.0.0.1:7447 -n 100
 #include <chrono>
@@ -15,6 +17,7 @@
 
 extern "C" {
 #include "common.h"
+#include "cuda_min.h"
 }
 
 int main(int argc, char **argv) try {
@@ -22,6 +25,17 @@ int main(int argc, char **argv) try {
     char zenoh[1024], ours[128];
     zcs_configs(&f, zenoh, ours);
     zcs::Session session(zenoh, ours);
+    // On a GPU: this program's own stream, and a host buffer to copy frames into.
+    zcs_cuda cu{};
+    zcs_cu_stream stream = nullptr;
+    if (session.backend() == "cuda") {
+        if (zcs_cuda_load(&cu) != 0) return 1;
+        session.bind_gpu();
+        if (cu.stream_create(&stream, 1 /* CU_STREAM_NON_BLOCKING */) != 0) {
+            std::fprintf(stderr, "error: cuStreamCreate failed\n");
+            return 1;
+        }
+    }
     zcs::Subscriber sub(session, f.key);
     std::printf("[sub] ready\n");
     std::fflush(stdout);
@@ -40,7 +54,18 @@ int main(int argc, char **argv) try {
         if (auto host = s->host_data()) {
             std::tie(data, len) = *host;
         } else {
-            copy = s->to_vector();
+            // In place on our stream: the stream waits for the publisher's work.
+            copy.resize(s->size());
+            zcs::Read read = s->read(stream);
+            if (cu.memcpy_dtoh_async(copy.data(), read.device_ptr(), copy.size(), stream) != 0) {
+                std::fprintf(stderr, "error: cuMemcpyDtoHAsync failed\n");
+                return 1;
+            }
+            read.end();
+            if (cu.stream_synchronize(stream) != 0) {
+                std::fprintf(stderr, "error: cuStreamSynchronize failed\n");
+                return 1;
+            }
             data = copy.data();
             len = copy.size();
         }

@@ -43,6 +43,12 @@ typedef struct zcs_sample_t {
   uint64_t id;
 } zcs_sample_t;
 
+// A read of a sample in device memory, ordered on the caller's stream.
+typedef struct zcs_read_t {
+  // The handle (0: null).
+  uint64_t id;
+} zcs_read_t;
+
 // A subscriber on a key expression.
 typedef struct zcs_subscriber_t {
   // The handle (0: null).
@@ -217,6 +223,36 @@ zcs_result_t zcs_sample_copy_to_host(struct zcs_sample_t sample, uint8_t *dst, s
 // # Safety
 // `sample` is NULL or points to a handle.
 zcs_result_t zcs_sample_drop(struct zcs_sample_t *sample);
+
+// Begins a read of a sample of a CUDA session on `stream` (a `CUstream` of the
+// session's device; NULL: the legacy default stream): `device_ptr` receives the
+// address of its first byte, readable by work enqueued on that stream from now on.
+// A block is read in place: the stream waits for the producer's work, the host does
+// not. Bytes are copied onto the GPU on that stream first. End the read
+// (`zcs_read_end`) once the work that reads it is enqueued; the block goes back to
+// its publisher only when the stream has passed that work. `ZCS_ERR_MEMORY` for a
+// sample of a host-memory session (use `zcs_sample_host_data`).
+//
+// # Safety
+// `stream` is NULL or a live stream of the session's device that outlives the read;
+// `read` and `device_ptr` are NULL or point to a handle and a `uint64_t`.
+zcs_result_t zcs_sample_read(struct zcs_sample_t sample,
+                             void *stream,
+                             struct zcs_read_t *read,
+                             uint64_t *device_ptr);
+
+// Ends a read once the work that reads it is enqueued on its stream (a fence is
+// recorded there), and zeroes its handle.
+//
+// # Safety
+// `read` is NULL or points to a handle.
+zcs_result_t zcs_read_end(struct zcs_read_t *read);
+
+// Makes the session's CUDA context (its device's primary context) current on the
+// calling thread, so that driver API calls there (`cuStreamCreate`, copies on a
+// loan's or a read's stream) use the session's device. `ZCS_ERR_MEMORY` for a
+// host-memory session.
+zcs_result_t zcs_session_bind_gpu(struct zcs_session_t session);
 
 // Opens a session. `zenoh_json5`: Zenoh's configuration as JSON5 text (NULL: Zenoh's
 // defaults); `zcs_json5`: ours (NULL: our defaults; the keys of `examples/config.json5`).

@@ -72,10 +72,32 @@ class Owner {
 };
 }  // namespace detail
 
+// A sample read in device memory on a stream: the device address, valid for work
+// enqueued on that stream; ended (a fence recorded there) when destroyed or by end().
+// Enqueue the work that reads it first.
+class Read : public detail::Owner<zcs_read_t, zcs_read_end> {
+   public:
+    Read(zcs_read_t h, uint64_t device_ptr) noexcept : Owner(h), ptr_(device_ptr) {}
+    uint64_t device_ptr() const noexcept { return ptr_; }
+    // Ends the read now, and says so if recording its fence fails.
+    void end() { detail::check(zcs_read_end(handle_ptr()), "zcs_read_end"); }
+
+   private:
+    uint64_t ptr_;
+};
+
 // A received message. Its bytes stay valid while it lives; dropping it gives a block
 // back to its publisher.
 class Sample : public detail::Owner<zcs_sample_t, zcs_sample_drop> {
    public:
+    // Reads it in device memory on `stream` (a CUstream of the session's device;
+    // nullptr: the legacy default stream), without a host wait (a CUDA session only).
+    Read read(void *stream) const {
+        zcs_read_t r{};
+        uint64_t p = 0;
+        detail::check(zcs_sample_read(handle(), stream, &r, &p), "zcs_sample_read");
+        return Read(r, p);
+    }
     explicit Sample(zcs_sample_t h) noexcept : Owner(h) {}
     uint64_t seq() const {
         uint64_t v = 0;
@@ -116,6 +138,8 @@ class Session : public detail::Owner<zcs_session_t, zcs_session_close> {
     explicit Session(const char *zenoh_json5 = nullptr, const char *zcs_json5 = nullptr) {
         detail::check(zcs_session_open(zenoh_json5, zcs_json5, handle_ptr()), "zcs_session_open");
     }
+    // Makes the session's CUDA context current on this thread (a CUDA session only).
+    void bind_gpu() const { detail::check(zcs_session_bind_gpu(handle()), "zcs_session_bind_gpu"); }
     // "cuda" or "host".
     std::string backend() const {
         const char *b = nullptr;

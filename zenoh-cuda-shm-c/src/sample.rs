@@ -3,10 +3,12 @@
 use std::ffi::{CString, c_char};
 use std::sync::{Mutex, OnceLock};
 
-use zenoh_cuda_shm::GpuSample;
+use zenoh_cuda_shm::cuda::Gpu;
+use zenoh_cuda_shm::{DeviceRead, GpuSample};
 
 use crate::error::{Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, guard, non_null, set_out, zcs_result_t};
 use crate::handle::{Registry, end};
+use crate::session::{SESSIONS, zcs_session_t};
 
 /// A received message.
 #[repr(C)]
@@ -20,6 +22,8 @@ pub struct zcs_sample_t {
 /// contiguous, and its path's name.
 pub(crate) struct SampleEntry {
     sample: GpuSample,
+    /// The subscriber's GPU (its session's), for reads on a caller's stream.
+    gpu: Option<Gpu>,
     host: OnceLock<Vec<u8>>,
     path: OnceLock<CString>,
     /// Serialises a sample's calls from several threads.
@@ -28,9 +32,9 @@ pub(crate) struct SampleEntry {
 
 static SAMPLES: Registry<SampleEntry> = Registry::new("sample");
 
-/// Registers a received sample; its handle.
-pub(crate) fn register(sample: GpuSample) -> zcs_sample_t {
-    let entry = SampleEntry { sample, host: OnceLock::new(), path: OnceLock::new(), lock: Mutex::new(()) };
+/// Registers a sample received by a subscriber of a session on `gpu`; its handle.
+pub(crate) fn register(sample: GpuSample, gpu: Option<Gpu>) -> zcs_sample_t {
+    let entry = SampleEntry { sample, gpu, host: OnceLock::new(), path: OnceLock::new(), lock: Mutex::new(()) };
     zcs_sample_t { id: SAMPLES.insert(entry) }
 }
 
@@ -151,4 +155,105 @@ pub unsafe extern "C" fn zcs_sample_copy_to_host(sample: zcs_sample_t, dst: *mut
 pub unsafe extern "C" fn zcs_sample_drop(sample: *mut zcs_sample_t) -> zcs_result_t {
     // SAFETY: `sample` is null or points to a handle (the caller's contract).
     guard(|| unsafe { end(&SAMPLES, sample, "sample") })
+}
+
+/// A read of a sample in device memory, ordered on the caller's stream.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct zcs_read_t {
+    /// The handle (0: null).
+    pub id: u64,
+}
+
+/// A read and the sample it reads. Fields drop in order: the read (its fence recorded)
+/// before the sample it borrows.
+struct ReadEntry {
+    read: Mutex<Option<DeviceRead<'static>>>,
+    _sample: std::sync::Arc<SampleEntry>,
+}
+
+static READS: Registry<ReadEntry> = Registry::new("read");
+
+/// Begins a read of a sample of a CUDA session on `stream` (a `CUstream` of the
+/// session's device; NULL: the legacy default stream): `device_ptr` receives the
+/// address of its first byte, readable by work enqueued on that stream from now on.
+/// A block is read in place: the stream waits for the producer's work, the host does
+/// not. Bytes are copied onto the GPU on that stream first. End the read
+/// (`zcs_read_end`) once the work that reads it is enqueued; the block goes back to
+/// its publisher only when the stream has passed that work. `ZCS_ERR_MEMORY` for a
+/// sample of a host-memory session (use `zcs_sample_host_data`).
+///
+/// # Safety
+/// `stream` is NULL or a live stream of the session's device that outlives the read;
+/// `read` and `device_ptr` are NULL or point to a handle and a `uint64_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_sample_read(
+    sample: zcs_sample_t,
+    stream: *mut std::ffi::c_void,
+    read: *mut zcs_read_t,
+    device_ptr: *mut u64,
+) -> zcs_result_t {
+    guard(|| {
+        non_null(read, "read")?;
+        non_null(device_ptr, "device_ptr")?;
+        let s = SAMPLES.get(sample.id)?;
+        let Some(gpu) = &s.gpu else {
+            return Err(Error::new(
+                ZCS_ERR_MEMORY,
+                "a host-memory session's samples are in host memory: use zcs_sample_host_data",
+            ));
+        };
+        let stream = match stream.is_null() {
+            true => gpu.legacy_default_stream(),
+            // SAFETY: a live stream of this device that outlives the read (the caller's
+            // contract); wrapped without taking ownership.
+            false => unsafe { gpu.borrow_stream(stream.cast()) },
+        };
+        let r = s.sample.read(&stream).map_err(|e| Error::failed("read the sample on the stream", &e))?;
+        let ptr = r.device_ptr();
+        // SAFETY: `r` borrows the sample inside the `Arc` `s` (a heap value that does not
+        // move); the entry keeps that `Arc` and drops the read before it (field order),
+        // so the borrow never outlives what it borrows.
+        let r = unsafe { std::mem::transmute::<DeviceRead<'_>, DeviceRead<'static>>(r) };
+        let id = READS.insert(ReadEntry { read: Mutex::new(Some(r)), _sample: s });
+        // SAFETY: not null (checked above); the caller passes writable values.
+        unsafe { set_out(read, zcs_read_t { id }) };
+        // SAFETY: as above.
+        unsafe { set_out(device_ptr, ptr) };
+        Ok(())
+    })
+}
+
+/// Ends a read once the work that reads it is enqueued on its stream (a fence is
+/// recorded there), and zeroes its handle.
+///
+/// # Safety
+/// `read` is NULL or points to a handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_read_end(read: *mut zcs_read_t) -> zcs_result_t {
+    guard(|| {
+        non_null(read, "read")?;
+        // SAFETY: not null (checked); points to a handle.
+        let h = unsafe { &mut *read };
+        let entry = READS.remove(h.id)?;
+        h.id = 0;
+        let taken = entry.read.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match taken {
+            Some(r) => r.end().map_err(|e| Error::failed("record the read's fence", &e)),
+            None => Ok(()),
+        }
+    })
+}
+
+/// Makes the session's CUDA context (its device's primary context) current on the
+/// calling thread, so that driver API calls there (`cuStreamCreate`, copies on a
+/// loan's or a read's stream) use the session's device. `ZCS_ERR_MEMORY` for a
+/// host-memory session.
+#[unsafe(no_mangle)]
+pub extern "C" fn zcs_session_bind_gpu(session: zcs_session_t) -> zcs_result_t {
+    guard(|| {
+        let s = SESSIONS.get(session.id)?;
+        let gpu = s.gpu().ok_or_else(|| Error::new(ZCS_ERR_MEMORY, "a host-memory session has no GPU"))?;
+        gpu.bind().map_err(|e| Error::failed("make the session's CUDA context current", &e))
+    })
 }

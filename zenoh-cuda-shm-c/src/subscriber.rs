@@ -4,6 +4,7 @@
 use std::ffi::{c_char, c_void};
 use std::time::Duration;
 
+use zenoh_cuda_shm::cuda::Gpu;
 use zenoh_cuda_shm::{GpuSample, GpuSubscriber, RecvError};
 
 use crate::error::{
@@ -31,7 +32,10 @@ pub type zcs_sample_callback_t =
     Option<unsafe extern "C" fn(sample: crate::sample::zcs_sample_t, context: *mut c_void)>;
 
 enum Sub {
-    Queue(GpuSubscriber<flume::Receiver<GpuSample>>),
+    Queue {
+        sub: GpuSubscriber<flume::Receiver<GpuSample>>,
+        gpu: Option<Gpu>,
+    },
     /// Held for its callback; dropping it undeclares.
     Callback {
         _held: GpuSubscriber<()>,
@@ -57,7 +61,7 @@ pub unsafe extern "C" fn zcs_subscriber_declare(
         let key = unsafe { str_arg(key, "key") }?;
         let s = SESSIONS.get(session.id)?;
         let sub = s.declare_subscriber(key).wait().map_err(|e| declare_failed(key, &e))?;
-        let id = SUBSCRIBERS.insert(Sub::Queue(sub));
+        let id = SUBSCRIBERS.insert(Sub::Queue { sub, gpu: s.gpu().cloned() });
         // SAFETY: not null (checked above); the caller passes a writable handle.
         unsafe { set_out(out, zcs_subscriber_t { id }) };
         Ok(())
@@ -94,11 +98,12 @@ pub unsafe extern "C" fn zcs_subscriber_declare_callback(
         let key = unsafe { str_arg(key, "key") }?;
         let s = SESSIONS.get(session.id)?;
         let context = Context(context);
+        let gpu = s.gpu().cloned();
         let sub = s
             .declare_subscriber(key)
             .callback(move |sample| {
                 let context = &context;
-                let h = register(sample);
+                let h = register(sample, gpu.clone());
                 // SAFETY: a function that does not unwind, given a live sample handle it
                 // now owns and the context its declaration was given (the contract).
                 unsafe { callback(h, context.0) };
@@ -126,7 +131,7 @@ pub unsafe extern "C" fn zcs_subscriber_recv(
     guard(|| {
         non_null(out, "out")?;
         let s = SUBSCRIBERS.get(subscriber.id)?;
-        let Sub::Queue(sub) = &*s else {
+        let Sub::Queue { sub, gpu } = &*s else {
             return Err(Error::new(
                 crate::error::ZCS_ERR_INVALID,
                 "a callback subscriber has no queue to receive from",
@@ -143,7 +148,7 @@ pub unsafe extern "C" fn zcs_subscriber_recv(
             Err(e) => return Err(Error::new(ZCS_ERR_CLOSED, format!("no more samples: {e}"))),
         };
         // SAFETY: not null (checked above); the caller passes a writable handle.
-        unsafe { set_out(out, register(sample)) };
+        unsafe { set_out(out, register(sample, gpu.clone())) };
         Ok(())
     })
 }

@@ -102,6 +102,13 @@ int main(int argc, char **argv) {
     zcs_sample_t sample = {0};
     EXPECT(zcs_subscriber_recv(sub, 10000, &sample), ZCS_OK);
     EXPECT(zcs_sample_len(sample, &size), ZCS_OK);
+    /* Device reads and the GPU's context: a host-memory session has neither. */
+    zcs_read_t read = {0};
+    EXPECT(zcs_sample_read(sample, NULL, &read, &dptr), ZCS_ERR_MEMORY);
+    EXPECT(zcs_sample_read(sample, NULL, NULL, &dptr), ZCS_ERR_NULL);
+    EXPECT(zcs_read_end(&read), ZCS_ERR_STALE);
+    EXPECT(zcs_read_end(NULL), ZCS_ERR_NULL);
+    EXPECT(zcs_session_bind_gpu(s), ZCS_ERR_MEMORY);
     if (size != 4096) { fprintf(stderr, "a sample of %zu bytes\n", size); failures++; }
     uint8_t small[16];
     EXPECT(zcs_sample_copy_to_host(sample, small, sizeof small), ZCS_ERR_INVALID);
