@@ -106,6 +106,23 @@ if ipbin=$(command -v ip); then
 fi
 ls -l .gpu-pack/wheels .gpu-pack/ros-wheels
 du -sh .gpu-pack
+# The C ABI on the GPU (ZCS_GPU_PART=c): the library, the C and C++ examples built with
+# its CMake package (cmake from pip where missing; no CUDA toolkit needed), and the Rust
+# examples they exchange frames with, in .gpu-pack/c.tar.xz.
+cargo build --profile gpu --locked -p zenoh-cuda-shm-c 2>/dev/null
+cargo build --profile gpu --locked -p zcs-examples --example z_cuda_pub --example z_cuda_sub 2>/dev/null
+command -v cmake >/dev/null || python3 -m pip install -q --disable-pip-version-check "cmake>=3.16"
+cdir=$(mktemp -d)
+scripts/c-install.sh --from target/gpu "$cdir/prefix" >/dev/null
+cmake -S examples/c -B "$cdir/build" -DCMAKE_PREFIX_PATH="$cdir/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$cdir/build" -j 2 >/dev/null
+mkdir -p "$cdir/pack"
+cp "$cdir/prefix/lib/libzenoh_cuda_shm_c.so" target/gpu/examples/z_cuda_pub target/gpu/examples/z_cuda_sub "$cdir/pack/"
+cp "$cdir/build/z_cuda_pub" "$cdir/pack/z_cuda_pub_c"
+cp "$cdir/build/z_cuda_sub" "$cdir/pack/z_cuda_sub_cpp" && strip "$cdir/pack/z_cuda_sub_cpp"
+tar -C "$cdir/pack" -cf - . | xz -T2 -6 > .gpu-pack/c.tar.xz
+rm -rf "$cdir"
+ls -l .gpu-pack/c.tar.xz
 # The second pack, `.gpu-pack-extra` (carried on its own: with it the first would pass
 # 64 MiB): stock zenohd 1.10.2 and its REST plugin (release, scripts/zenohd.sh), our
 # plugin, the plugin test binary laid out as it expects (`<dir>/deps/plugin-*` with the

@@ -222,6 +222,28 @@ fi
 # The second pack (.gpu-pack-extra, carried alone): the plugin suite in stock zenohd on
 # the GPU, and latency with the zenohd plugin as provider against own pools
 # (alternating runs).
+# The C ABI (ZCS_GPU_PART=c, .gpu-pack/c.tar.xz carried alone): C and C++ programs
+# exchange 200 frames of 32 MiB with the Rust examples and with each other, every session
+# on the GPU; each subscriber checks every byte and says how the frames came.
+if [ "$part" = c ]; then
+  cbin=$PWD/.gpu-c && rm -rf "$cbin" && mkdir -p "$cbin" && xz -dc .gpu-pack/c.tar.xz | tar -C "$cbin" -xf -
+  exchange() { # name port subscriber publisher [publisher args]
+    local name=$1 port=$2 sub=$3 pub=$4 s
+    shift 4
+    echo "== C ABI: $name" | tee -a "$out/c.log"
+    LD_LIBRARY_PATH=$cbin "$cbin/$sub" -k "c/$name" -l "tcp/127.0.0.1:$port" -n 200 --device cuda >"$out/c-$name-sub.log" 2>&1 &
+    s=$!
+    sleep 3
+    LD_LIBRARY_PATH=$cbin timeout 60 "$cbin/$pub" -k "c/$name" -e "tcp/127.0.0.1:$port" -n 200 -s 33554432 --device cuda "$@" \
+      >"$out/c-$name-pub.log" 2>&1 || { echo "FAILED: C ABI $name publisher" | tee -a "$out/c.log"; fail=1; }
+    timeout 60 tail --pid="$s" -f /dev/null
+    wait "$s" || { echo "FAILED: C ABI $name subscriber" | tee -a "$out/c.log"; fail=1; }
+    tail -n 2 "$out/c-$name-sub.log" | tee -a "$out/c.log"
+  }
+  exchange rust-to-cpp 7450 z_cuda_sub_cpp z_cuda_pub -r 100 --wait-zero-copy 1 --no-multicast-scouting
+  exchange c-to-rust 7451 z_cuda_sub z_cuda_pub_c
+  exchange c-to-cpp 7452 z_cuda_sub_cpp z_cuda_pub_c
+fi
 if [ "$part" = extra ]; then
   rm -rf .gpu-extra && mkdir -p .gpu-extra && xz -dc .gpu-pack-extra/extra.tar.xz | tar -C .gpu-extra -xf -
   export ZCS_ZENOHD_DIR=$PWD/.gpu-extra/zenohd

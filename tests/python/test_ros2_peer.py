@@ -101,11 +101,15 @@ def test_image_from_us_to_peer_and_our_subscriber(examples):
     assert r["gids"] == [publisher_gid(pub_out)]
     assert any("/MP/%/%/zcs_image_pub/%camera%image/" in t for t in r["publishers"])
     assert p["base_puts"] == n and p["ordinary_subscriptions"] == 1
-    # Our subscriber: every frame once, through our channel or (before its channel was
-    # known to the publisher) the base key; every other base-key copy dropped as a duplicate.
+    # Our subscriber: every frame once, through our channel or the base key, whichever
+    # copy came first; the other copy dropped as a duplicate. Every channel frame's base
+    # copy comes; a frame first taken from the base key has a channel copy too unless it
+    # was put before the publisher knew of the channel (so n - base to n duplicates): a
+    # first block's import on a busy machine can let the base copy win although both
+    # were sent.
     assert s["frames"] == n and s["extra"] == 0 and s["gaps"] == 0 and s["disorder"] == 0
     assert s["channel"] + s["base"] == n and s["channel"] >= n - 2
-    assert s["base"] + s["duplicates"] == n
+    assert n - s["base"] <= s["duplicates"] <= n
     assert s["bad_attachment"] == s["bad_cdr"] == s["bad_envelope"] == 0
 
 
