@@ -61,11 +61,6 @@ impl<T> Filling<T> {
         Self { dest: Some(dest), done }
     }
 
-    /// The fence that completes the copy.
-    pub fn fence(&self) -> &Arc<Fence> {
-        &self.done
-    }
-
     /// Waits for the copy and gives the destination back.
     pub fn wait(mut self) -> Result<T, CudaError> {
         self.done.wait()?;

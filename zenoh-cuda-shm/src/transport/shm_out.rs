@@ -72,7 +72,7 @@ mod imp {
             // SAFETY: `m` is one whole mapping (the segment), registered once; the
             // provider keeps it mapped while it lives, and the registration is dropped
             // first (field order). Every copy into it is waited for before the buffer
-            // is handed to Zenoh (`PubMedium::copy_out`).
+            // is handed to Zenoh (a `Filling` that the bytes lane waits for).
             let reg = unsafe { HostRegistration::new(gpu, m.start as *mut u8, m.len) }.map_err(ShmOutError::Register)?;
             out.registration = Some(reg);
             Ok(out)
