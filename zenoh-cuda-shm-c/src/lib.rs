@@ -11,7 +11,7 @@
 //!   handle and zero it.
 //! - Owned results come through out-parameters, written only on success.
 //! - No panic crosses the boundary: one is caught and returned as `ZCS_ERR_PANIC`.
-//! - Handles may be used from any thread; one object's calls are serialised inside.
+//! - Handles may be used from any thread.
 //!
 //! Layers: `error.rs` (codes, the thread's last error, the panic guard), `handle.rs`
 //! (the registries of live objects), then one file per object.

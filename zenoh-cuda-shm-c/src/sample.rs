@@ -26,15 +26,13 @@ pub(crate) struct SampleEntry {
     gpu: Option<Gpu>,
     host: OnceLock<Vec<u8>>,
     path: OnceLock<CString>,
-    /// Serialises a sample's calls from several threads.
-    lock: Mutex<()>,
 }
 
 static SAMPLES: Registry<SampleEntry> = Registry::new("sample");
 
 /// Registers a sample received by a subscriber of a session on `gpu`; its handle.
 pub(crate) fn register(sample: GpuSample, gpu: Option<Gpu>) -> zcs_sample_t {
-    let entry = SampleEntry { sample, gpu, host: OnceLock::new(), path: OnceLock::new(), lock: Mutex::new(()) };
+    let entry = SampleEntry { sample, gpu, host: OnceLock::new(), path: OnceLock::new() };
     zcs_sample_t { id: SAMPLES.insert(entry) }
 }
 
@@ -102,7 +100,6 @@ pub unsafe extern "C" fn zcs_sample_host_data(
         non_null(data, "data")?;
         non_null(len, "len")?;
         let s = SAMPLES.get(sample.id)?;
-        let _serial = s.lock.lock().unwrap_or_else(|p| p.into_inner());
         let slice: &[u8] = match s.sample.host_bytes() {
             Some(std::borrow::Cow::Borrowed(b)) => b,
             // Not contiguous: one copy, kept with the sample.
