@@ -16,6 +16,22 @@
 // A timeout that never ends, for `zcs_subscriber_recv`.
 #define ZCS_TIMEOUT_INFINITE UINT64_MAX
 
+// `zcs_sample_to_dlpack`: always export a private copy (DLPack's `copy=True`).
+#define ZCS_DLPACK_COPY 1
+
+// `zcs_sample_to_dlpack`: never copy; `ZCS_ERR_MEMORY` where serving needs a copy.
+#define ZCS_DLPACK_NO_COPY 2
+
+// `zcs_sample_to_dlpack`: export to host memory (`kDLCPU`; a device→host copy for
+// samples on the GPU, finished before the call returns).
+#define ZCS_DLPACK_TO_HOST 4
+
+// DLPack's managed tensor (`dlpack/dlpack.h`, version 1). Opaque here: include
+// DLPack's header to read it, or hand it to a framework (`at::fromDLPack`, CuPy, …).
+// Not `repr(C)` on purpose, so that the header only names it and DLPack's own
+// definition can sit beside ours.
+typedef struct DLManagedTensorVersioned DLManagedTensorVersioned;
+
 // What every function returns: `ZCS_OK` or one of the negative `ZCS_ERR_*` codes.
 typedef int32_t zcs_result_t;
 
@@ -60,6 +76,33 @@ typedef struct zcs_subscriber_t {
 // pointer given at declaration.
 typedef void (*zcs_sample_callback_t)(struct zcs_sample_t sample, void *context);
 
+// A tensor's description, as DLPack's `DLTensor` has it, without the data pointer.
+//
+// Publishing: `ndim` values at `shape`; `strides` NULL for compact row-major, else
+// `ndim` values in elements; `device_type` 0 means "this publisher's memory" (else
+// DLPack's `kDLCPU` 1 or `kDLCUDA` 2, which must be it). Received: `shape` and
+// `strides` (always given) stay valid while the sample does.
+typedef struct zcs_tensor_t {
+  // DLPack's type code (`kDLInt` 0, `kDLUInt` 1, `kDLFloat` 2, `kDLBfloat` 4, …).
+  uint8_t dtype_code;
+  // Bits per lane.
+  uint8_t dtype_bits;
+  // Lanes (1 for scalars).
+  uint16_t dtype_lanes;
+  // DLPack's device type (`kDLCPU` 1, `kDLCUDA` 2; 0 when publishing: the publisher's).
+  int32_t device_type;
+  // The device's ordinal, as the producer sees it.
+  int32_t device_id;
+  // Number of dimensions (0 to 64).
+  int32_t ndim;
+  // `ndim` dimensions.
+  const int64_t *shape;
+  // `ndim` strides in elements, or NULL for compact row-major.
+  const int64_t *strides;
+  // Offset of the first element from the start of the payload, in bytes.
+  uint64_t byte_offset;
+} zcs_tensor_t;
+
 // Success.
 #define ZCS_OK 0
 
@@ -87,6 +130,9 @@ typedef void (*zcs_sample_callback_t)(struct zcs_sample_t sample, void *context)
 
 // A bug in this library was caught at the boundary (nothing was unwound into C).
 #define ZCS_ERR_PANIC -8
+
+// The sample carries no tensor description (it was published as plain bytes).
+#define ZCS_ERR_NO_TENSOR -9
 
 #ifdef __cplusplus
 extern "C" {
@@ -125,6 +171,22 @@ zcs_result_t zcs_publisher_put_bytes(struct zcs_publisher_t publisher,
                                      const uint8_t *data,
                                      size_t len,
                                      uint64_t *seq);
+
+// Publishes `len` bytes of device memory at `src`: copied device→device on `stream`
+// (a `CUstream` of the session's device; NULL: the legacy default stream) into a
+// block, whose readers are ordered after that copy. Returns once the copy is
+// enqueued, without waiting for the stream (a payload below the inline threshold is
+// copied to the host and waited for). `ZCS_ERR_MEMORY` for a host-memory publisher.
+//
+// # Safety
+// `src..src+len` is device memory of the session's GPU, readable by work on `stream`
+// and unchanged until that stream has passed the copy; `stream` is NULL or a live
+// stream of that device; `seq` is NULL or points to a `uint64_t`.
+zcs_result_t zcs_publisher_put_device(struct zcs_publisher_t publisher,
+                                      uint64_t src,
+                                      size_t len,
+                                      void *stream,
+                                      uint64_t *seq);
 
 // How many GPU-aware subscribers (ours, on any path) the publisher knows of, and
 // whether a plain Zenoh subscriber listens on its key: what a producer may wait for
@@ -316,6 +378,80 @@ zcs_result_t zcs_subscriber_recv(struct zcs_subscriber_t subscriber,
 // # Safety
 // `subscriber` is NULL or points to a handle.
 zcs_result_t zcs_subscriber_drop(struct zcs_subscriber_t *subscriber);
+
+// Publishes a loan written by the caller as the tensor `tensor` describes, which is
+// checked against the loan's length and travels with it. On success the loan's
+// handle is zeroed. A description that does not fit is `ZCS_ERR_INVALID` and the
+// loan stays the caller's, unchanged; a failed put zeroes it (its block goes back).
+//
+// # Safety
+// `loan` is NULL or points to a handle; `tensor` as `zcs_tensor_t` says; `seq` is
+// NULL or points to a `uint64_t`.
+zcs_result_t zcs_publisher_put_tensor(struct zcs_publisher_t publisher,
+                                      struct zcs_loan_t *loan,
+                                      const struct zcs_tensor_t *tensor,
+                                      uint64_t *seq);
+
+// Publishes `len` bytes at `data` (copied before the call returns) as the tensor
+// `tensor` describes.
+//
+// # Safety
+// `data` points to `len` readable bytes (anything when `len` is 0); `tensor` as
+// `zcs_tensor_t` says; `seq` is NULL or points to a `uint64_t`.
+zcs_result_t zcs_publisher_put_tensor_host(struct zcs_publisher_t publisher,
+                                           const uint8_t *data,
+                                           size_t len,
+                                           const struct zcs_tensor_t *tensor,
+                                           uint64_t *seq);
+
+// Publishes `len` bytes of device memory at `src` as the tensor `tensor` describes:
+// copied device→device on `stream` (a `CUstream` of the session's device; NULL: the
+// legacy default stream) into a block, whose readers are ordered after that copy.
+// Returns once the copy is enqueued: the host does not wait for the stream.
+// `ZCS_ERR_MEMORY` for a host-memory publisher.
+//
+// # Safety
+// `src..src+len` is device memory of the session's GPU, readable by work on `stream`
+// and unchanged until that stream has passed the copy; `stream` is NULL or a live
+// stream of that device; `tensor` as `zcs_tensor_t` says; `seq` is NULL or points to
+// a `uint64_t`.
+zcs_result_t zcs_publisher_put_tensor_device(struct zcs_publisher_t publisher,
+                                             uint64_t src,
+                                             size_t len,
+                                             const struct zcs_tensor_t *tensor,
+                                             void *stream,
+                                             uint64_t *seq);
+
+// The sample's tensor description. `ZCS_ERR_NO_TENSOR` for a sample published as
+// plain bytes; `ZCS_ERR_INVALID` for a description that does not fit its payload.
+// `shape` and `strides` (always given, in elements) stay valid while the sample does.
+//
+// # Safety
+// `out` is NULL or points to a `zcs_tensor_t`.
+zcs_result_t zcs_sample_tensor(struct zcs_sample_t sample, struct zcs_tensor_t *out);
+
+// Exports a tensor sample as DLPack's `DLManagedTensorVersioned`, for the consumer's
+// `stream` (a `CUstream` of the session's device, or DLPack's 1 / 2; NULL: the legacy
+// default stream; ignored for host memory). In place and `READ_ONLY` where the block
+// can be read there, with the stream ordered after the producer and no host wait.
+// `flags`: `ZCS_DLPACK_COPY`, `ZCS_DLPACK_NO_COPY`, `ZCS_DLPACK_TO_HOST`. The caller
+// owns the result: its deleter (or `zcs_dlpack_free`) ends the reads on `stream` and
+// gives the block back. `ZCS_ERR_NO_TENSOR` for a sample published as plain bytes.
+//
+// # Safety
+// `stream` is NULL, 1, 2 or a live stream of the session's device that outlives the
+// export; `out` is NULL or points to a `DLManagedTensorVersioned*`.
+zcs_result_t zcs_sample_to_dlpack(struct zcs_sample_t sample,
+                                  void *stream,
+                                  uint32_t flags,
+                                  struct DLManagedTensorVersioned **out);
+
+// Calls a `DLManagedTensorVersioned`'s deleter (ours or any producer's); NULL does
+// nothing.
+//
+// # Safety
+// `tensor` is NULL or a managed tensor nobody else will delete.
+zcs_result_t zcs_dlpack_free(struct DLManagedTensorVersioned *tensor);
 
 #ifdef __cplusplus
 }  // extern "C"

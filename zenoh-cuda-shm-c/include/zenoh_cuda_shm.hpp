@@ -11,11 +11,16 @@
 //   uint64_t seq = pub.put(std::move(loan));
 //   zcs::Subscriber sub(session, "camera/front");
 //   if (auto s = sub.recv(std::chrono::milliseconds(100))) { s->seq(); s->host_data(); }
+//
+// Tensors travel with their description (zcs::TensorDesc, DLPack's fields):
+//   pub.put_tensor(loan, zcs::TensorDesc{zcs::DType::f32(), {480, 640, 3}});
+//   if (auto t = s->tensor()) { t->shape; }      // or s->to_dlpack(stream) for a framework
 #ifndef ZENOH_CUDA_SHM_HPP
 #define ZENOH_CUDA_SHM_HPP
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -71,6 +76,58 @@ class Owner {
     H h_;
 };
 }  // namespace detail
+
+// An element type: DLPack's (code, bits, lanes).
+struct DType {
+    uint8_t code = 0;
+    uint8_t bits = 0;
+    uint16_t lanes = 1;
+    static constexpr DType i8() { return {0, 8, 1}; }
+    static constexpr DType i32() { return {0, 32, 1}; }
+    static constexpr DType i64() { return {0, 64, 1}; }
+    static constexpr DType u8() { return {1, 8, 1}; }
+    static constexpr DType u16() { return {1, 16, 1}; }
+    static constexpr DType f16() { return {2, 16, 1}; }
+    static constexpr DType f32() { return {2, 32, 1}; }
+    static constexpr DType f64() { return {2, 64, 1}; }
+    static constexpr DType bf16() { return {4, 16, 1}; }
+    bool operator==(const DType &o) const { return code == o.code && bits == o.bits && lanes == o.lanes; }
+};
+
+// A tensor's description: DLPack's DLTensor without the data pointer. Strides are in
+// elements (empty: compact row-major). device_type 0 when publishing means "the
+// publisher's memory"; received descriptions name it (1: kDLCPU, 2: kDLCUDA).
+struct TensorDesc {
+    DType dtype;
+    std::vector<int64_t> shape;
+    std::vector<int64_t> strides;
+    uint64_t byte_offset = 0;
+    int32_t device_type = 0;
+    int32_t device_id = 0;
+
+    TensorDesc() = default;
+    TensorDesc(DType dt, std::vector<int64_t> shp, std::vector<int64_t> str = {}, uint64_t offset = 0)
+        : dtype(dt), shape(std::move(shp)), strides(std::move(str)), byte_offset(offset) {}
+
+    // The C view of this description, valid while it lives unchanged.
+    zcs_tensor_t c() const noexcept {
+        zcs_tensor_t t{};
+        t.dtype_code = dtype.code;
+        t.dtype_bits = dtype.bits;
+        t.dtype_lanes = dtype.lanes;
+        t.device_type = device_type;
+        t.device_id = device_id;
+        t.ndim = static_cast<int32_t>(shape.size());
+        t.shape = shape.data();
+        t.strides = strides.empty() ? nullptr : strides.data();
+        t.byte_offset = byte_offset;
+        return t;
+    }
+};
+
+// An exported DLPack tensor; its deleter runs when this is destroyed, unless
+// release() handed it on (to at::fromDLPack, a Python capsule, …).
+using DLPack = std::unique_ptr<DLManagedTensorVersioned, decltype(&zcs_dlpack_free)>;
 
 // A sample read in device memory on a stream: the device address, valid for work
 // enqueued on that stream; ended (a fence recorded there) when destroyed or by end().
@@ -129,6 +186,28 @@ class Sample : public detail::Owner<zcs_sample_t, zcs_sample_drop> {
         std::vector<uint8_t> v(size());
         detail::check(zcs_sample_copy_to_host(handle(), v.data(), v.size()), "zcs_sample_copy_to_host");
         return v;
+    }
+    // Its tensor description; nullopt for a sample published as plain bytes.
+    std::optional<TensorDesc> tensor() const {
+        zcs_tensor_t t{};
+        zcs_result_t r = zcs_sample_tensor(handle(), &t);
+        if (r == ZCS_ERR_NO_TENSOR) return std::nullopt;
+        detail::check(r, "zcs_sample_tensor");
+        TensorDesc d;
+        d.dtype = DType{t.dtype_code, t.dtype_bits, t.dtype_lanes};
+        d.shape.assign(t.shape, t.shape + t.ndim);
+        d.strides.assign(t.strides, t.strides + t.ndim);
+        d.byte_offset = t.byte_offset;
+        d.device_type = t.device_type;
+        d.device_id = t.device_id;
+        return d;
+    }
+    // Exports it as DLPack for work on `stream` (flags: ZCS_DLPACK_*); in place where
+    // it can be.
+    DLPack to_dlpack(void *stream, uint32_t flags = 0) const {
+        DLManagedTensorVersioned *m = nullptr;
+        detail::check(zcs_sample_to_dlpack(handle(), stream, flags, &m), "zcs_sample_to_dlpack");
+        return DLPack(m, &zcs_dlpack_free);
     }
 };
 
@@ -195,6 +274,38 @@ class Publisher : public detail::Owner<zcs_publisher_t, zcs_publisher_drop> {
         uint64_t seq = 0;
         detail::check(zcs_publisher_put_bytes(handle(), static_cast<const uint8_t *>(data), size, &seq),
                       "zcs_publisher_put_bytes");
+        return seq;
+    }
+    // Publishes the loan as the tensor `t` describes. On success the loan is consumed;
+    // a description that does not fit throws and leaves the loan with the caller.
+    uint64_t put_tensor(Loan &loan, const TensorDesc &t) const {
+        zcs_tensor_t c = t.c();
+        uint64_t seq = 0;
+        // The call zeroes the loan's handle when it takes the loan, not when it refuses it.
+        detail::check(zcs_publisher_put_tensor(handle(), loan.handle_ptr(), &c, &seq), "zcs_publisher_put_tensor");
+        return seq;
+    }
+    uint64_t put_tensor_host(const void *data, size_t size, const TensorDesc &t) const {
+        zcs_tensor_t c = t.c();
+        uint64_t seq = 0;
+        detail::check(zcs_publisher_put_tensor_host(handle(), static_cast<const uint8_t *>(data), size, &c, &seq),
+                      "zcs_publisher_put_tensor_host");
+        return seq;
+    }
+    // Copies `size` bytes of device memory at `src` on `stream` into a block and
+    // publishes it as `t` describes, without waiting for the stream.
+    uint64_t put_tensor_device(uint64_t src, size_t size, const TensorDesc &t, void *stream) const {
+        zcs_tensor_t c = t.c();
+        uint64_t seq = 0;
+        detail::check(zcs_publisher_put_tensor_device(handle(), src, size, &c, stream, &seq),
+                      "zcs_publisher_put_tensor_device");
+        return seq;
+    }
+    // Copies `size` bytes of device memory at `src` on `stream` into a block and
+    // publishes them, without waiting for the stream.
+    uint64_t put_device(uint64_t src, size_t size, void *stream) const {
+        uint64_t seq = 0;
+        detail::check(zcs_publisher_put_device(handle(), src, size, stream, &seq), "zcs_publisher_put_device");
         return seq;
     }
     // GPU-aware subscribers known, and whether a plain Zenoh subscriber listens.

@@ -147,6 +147,7 @@ pub extern "C" fn zcs_result_name(code: zcs_result_t) -> *const c_char {
         ZCS_ERR_MEMORY => c"ZCS_ERR_MEMORY",
         ZCS_ERR_FAILED => c"ZCS_ERR_FAILED",
         ZCS_ERR_PANIC => c"ZCS_ERR_PANIC",
+        crate::tensor::ZCS_ERR_NO_TENSOR => c"ZCS_ERR_NO_TENSOR",
         _ => c"unknown result code",
     };
     name.as_ptr()

@@ -24,9 +24,11 @@ mod publisher;
 mod sample;
 mod session;
 mod subscriber;
+mod tensor;
 
 pub use error::*;
 pub use publisher::*;
 pub use sample::*;
 pub use session::*;
 pub use subscriber::*;
+pub use tensor::*;

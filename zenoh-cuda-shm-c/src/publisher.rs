@@ -5,14 +5,15 @@
 use std::ffi::{c_char, c_void};
 use std::sync::Mutex;
 
+use zenoh_cuda_shm::cuda::Gpu;
 use zenoh_cuda_shm::{GpuLoan, GpuPublisher};
 
 use crate::error::{
-    Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, ZCS_ERR_STALE, declare_failed, guard, non_null, set_out, str_arg,
+    Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, ZCS_ERR_NULL, ZCS_ERR_STALE, declare_failed, guard, non_null, set_out, str_arg,
     zcs_result_t,
 };
 use crate::handle::{Registry, end};
-use crate::session::{SESSIONS, zcs_session_t};
+use crate::session::{SESSIONS, caller_stream, zcs_session_t};
 
 /// A publisher on one key.
 #[repr(C)]
@@ -30,9 +31,15 @@ pub struct zcs_loan_t {
     pub id: u64,
 }
 
-static PUBLISHERS: Registry<GpuPublisher> = Registry::new("publisher");
+/// A publisher and its session's GPU (for the streams callers pass as raw handles).
+pub(crate) struct PublisherEntry {
+    pub(crate) publisher: GpuPublisher,
+    pub(crate) gpu: Option<Gpu>,
+}
+
+pub(crate) static PUBLISHERS: Registry<PublisherEntry> = Registry::new("publisher");
 /// A loan until it is put (then `None`, while its handle is being removed).
-static LOANS: Registry<Mutex<Option<GpuLoan>>> = Registry::new("loan");
+pub(crate) static LOANS: Registry<Mutex<Option<GpuLoan>>> = Registry::new("loan");
 
 /// Declares a publisher on `key` (one key, no wildcards).
 ///
@@ -49,9 +56,10 @@ pub unsafe extern "C" fn zcs_publisher_declare(
         // SAFETY: NULL or NUL-terminated (the caller's contract).
         let key = unsafe { str_arg(key, "key") }?;
         let s = SESSIONS.get(session.id)?;
-        let p = s.declare_publisher(key).wait().map_err(|e| declare_failed(key, &e))?;
+        let publisher = s.declare_publisher(key).wait().map_err(|e| declare_failed(key, &e))?;
+        let entry = PublisherEntry { publisher, gpu: s.gpu().cloned() };
         // SAFETY: not null (checked above); the caller passes a writable value (the contract).
-        unsafe { set_out(out, zcs_publisher_t { id: PUBLISHERS.insert(p) }) };
+        unsafe { set_out(out, zcs_publisher_t { id: PUBLISHERS.insert(entry) }) };
         Ok(())
     })
 }
@@ -89,8 +97,48 @@ pub unsafe extern "C" fn zcs_publisher_put_bytes(
                 unsafe { std::slice::from_raw_parts(data, len) }
             }
         };
-        let p = PUBLISHERS.get(publisher.id)?;
+        let entry = PUBLISHERS.get(publisher.id)?;
+        let p = &entry.publisher;
         let report = p.put_bytes(bytes).map_err(|e| Error::failed("put bytes", &e))?;
+        if !seq.is_null() {
+            // SAFETY: not null (checked above); the caller passes a writable value (the contract).
+            unsafe { set_out(seq, report.seq) };
+        }
+        Ok(())
+    })
+}
+
+/// Publishes `len` bytes of device memory at `src`: copied device→device on `stream`
+/// (a `CUstream` of the session's device; NULL: the legacy default stream) into a
+/// block, whose readers are ordered after that copy. Returns once the copy is
+/// enqueued, without waiting for the stream (a payload below the inline threshold is
+/// copied to the host and waited for). `ZCS_ERR_MEMORY` for a host-memory publisher.
+///
+/// # Safety
+/// `src..src+len` is device memory of the session's GPU, readable by work on `stream`
+/// and unchanged until that stream has passed the copy; `stream` is NULL or a live
+/// stream of that device; `seq` is NULL or points to a `uint64_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_publisher_put_device(
+    publisher: zcs_publisher_t,
+    src: u64,
+    len: usize,
+    stream: *mut c_void,
+    seq: *mut u64,
+) -> zcs_result_t {
+    guard(|| {
+        let entry = PUBLISHERS.get(publisher.id)?;
+        let Some(gpu) = &entry.gpu else {
+            return Err(Error::new(ZCS_ERR_MEMORY, "a host-memory publisher has no device memory to copy into"));
+        };
+        if src == 0 && len > 0 {
+            return Err(Error::new(ZCS_ERR_NULL, "src is null"));
+        }
+        // SAFETY: NULL or a live stream of the session's device (the caller's contract).
+        let stream = unsafe { caller_stream(gpu, stream) };
+        // SAFETY: the source range and its lifetime are the caller's contract.
+        let report = unsafe { entry.publisher.put_device(src, len, &stream) }
+            .map_err(|e| Error::failed(&format!("put {len} bytes from device memory"), &e))?;
         if !seq.is_null() {
             // SAFETY: not null (checked above); the caller passes a writable value (the contract).
             unsafe { set_out(seq, report.seq) };
@@ -112,7 +160,8 @@ pub unsafe extern "C" fn zcs_publisher_subscribers(
     plain: *mut bool,
 ) -> zcs_result_t {
     guard(|| {
-        let p = PUBLISHERS.get(publisher.id)?;
+        let entry = PUBLISHERS.get(publisher.id)?;
+        let p = &entry.publisher;
         if !aware.is_null() {
             // SAFETY: not null (checked); the caller passes a writable value.
             unsafe { set_out(aware, p.aware_subscribers()) };
@@ -141,7 +190,8 @@ pub unsafe extern "C" fn zcs_publisher_loan(
         if len == 0 {
             return Err(Error::new(ZCS_ERR_INVALID, "a loan of 0 bytes"));
         }
-        let p = PUBLISHERS.get(publisher.id)?;
+        let entry = PUBLISHERS.get(publisher.id)?;
+        let p = &entry.publisher;
         let loan = p.loan(len).map_err(|e| Error::failed(&format!("loan {len} bytes"), &e))?;
         // SAFETY: not null (checked above); the caller passes a writable value (the contract).
         unsafe { set_out(out, zcs_loan_t { id: LOANS.insert(Mutex::new(Some(loan))) }) };
@@ -236,7 +286,8 @@ pub unsafe extern "C" fn zcs_publisher_put(
 ) -> zcs_result_t {
     guard(|| {
         non_null(loan, "loan")?;
-        let p = PUBLISHERS.get(publisher.id)?;
+        let entry = PUBLISHERS.get(publisher.id)?;
+        let p = &entry.publisher;
         // SAFETY: not null (checked); points to a handle.
         let h = unsafe { &mut *loan };
         let taken = {

@@ -8,7 +8,8 @@ use zenoh_cuda_shm::{DeviceRead, GpuSample};
 
 use crate::error::{Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, guard, non_null, set_out, zcs_result_t};
 use crate::handle::{Registry, end};
-use crate::session::{SESSIONS, zcs_session_t};
+use crate::session::{SESSIONS, caller_stream, zcs_session_t};
+use crate::tensor::TensorOut;
 
 /// A received message.
 #[repr(C)]
@@ -21,18 +22,20 @@ pub struct zcs_sample_t {
 /// A sample and what was derived from it for C: a host copy of bytes that were not
 /// contiguous, and its path's name.
 pub(crate) struct SampleEntry {
-    sample: GpuSample,
+    pub(crate) sample: GpuSample,
     /// The subscriber's GPU (its session's), for reads on a caller's stream.
     gpu: Option<Gpu>,
     host: OnceLock<Vec<u8>>,
     path: OnceLock<CString>,
+    /// Its tensor description, once asked for.
+    pub(crate) tensor: OnceLock<TensorOut>,
 }
 
-static SAMPLES: Registry<SampleEntry> = Registry::new("sample");
+pub(crate) static SAMPLES: Registry<SampleEntry> = Registry::new("sample");
 
 /// Registers a sample received by a subscriber of a session on `gpu`; its handle.
 pub(crate) fn register(sample: GpuSample, gpu: Option<Gpu>) -> zcs_sample_t {
-    let entry = SampleEntry { sample, gpu, host: OnceLock::new(), path: OnceLock::new() };
+    let entry = SampleEntry { sample, gpu, host: OnceLock::new(), path: OnceLock::new(), tensor: OnceLock::new() };
     zcs_sample_t { id: SAMPLES.insert(entry) }
 }
 
@@ -200,12 +203,9 @@ pub unsafe extern "C" fn zcs_sample_read(
                 "a host-memory session's samples are in host memory: use zcs_sample_host_data",
             ));
         };
-        let stream = match stream.is_null() {
-            true => gpu.legacy_default_stream(),
-            // SAFETY: a live stream of this device that outlives the read (the caller's
-            // contract); wrapped without taking ownership.
-            false => unsafe { gpu.borrow_stream(stream.cast()) },
-        };
+        // SAFETY: NULL or a live stream of this device that outlives the read (the
+        // caller's contract).
+        let stream = unsafe { caller_stream(gpu, stream) };
         let r = s.sample.read(&stream).map_err(|e| Error::failed("read the sample on the stream", &e))?;
         let ptr = r.device_ptr();
         // SAFETY: `r` borrows the sample inside the `Arc` `s` (a heap value that does not

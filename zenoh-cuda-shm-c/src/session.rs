@@ -1,6 +1,7 @@
 //! Sessions: opened from a Zenoh JSON5 configuration and ours.
 
-use std::ffi::{CStr, c_char};
+use std::ffi::{CStr, c_char, c_void};
+use zenoh_cuda_shm::cuda::{Gpu, Stream};
 
 use zenoh_cuda_shm::{GpuSession, ZcsConfig};
 
@@ -79,4 +80,18 @@ pub unsafe extern "C" fn zcs_session_backend(session: zcs_session_t, out: *mut *
         unsafe { out.write(name.as_ptr()) };
         Ok(())
     })
+}
+
+/// A stream a caller passed as a raw `CUstream` (NULL: the legacy default stream),
+/// wrapped without taking ownership.
+///
+/// # Safety
+/// `raw` is NULL or a live stream of `gpu`'s primary context that outlives every use
+/// of the wrapper.
+pub(crate) unsafe fn caller_stream(gpu: &Gpu, raw: *mut c_void) -> Stream {
+    match raw.is_null() {
+        true => gpu.legacy_default_stream(),
+        // SAFETY: the caller's contract.
+        false => unsafe { gpu.borrow_stream(raw.cast()) },
+    }
 }
