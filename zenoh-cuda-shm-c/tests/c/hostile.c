@@ -118,6 +118,91 @@ int main(int argc, char **argv) {
     EXPECT(zcs_sample_seq(sample2, &u64), ZCS_ERR_STALE);
     EXPECT(zcs_subscriber_recv(sub, 0, &sample), ZCS_ERR_TIMEOUT);
 
+    /* Tensors: a description that does not fit is refused and the loan stays usable. */
+    int64_t shape[2] = {16, 64}; /* 16 x 64 float32: the 4096 bytes of the loan */
+    int64_t wide[2] = {16, 65};
+    zcs_tensor_t t;
+    memset(&t, 0, sizeof t);
+    t.dtype_code = 2;
+    t.dtype_bits = 32;
+    t.dtype_lanes = 1;
+    t.ndim = 2;
+    t.shape = shape;
+    EXPECT(zcs_publisher_loan(p, 4096, &loan), ZCS_OK);
+    EXPECT(zcs_publisher_put_tensor(p, &loan, NULL, &u64), ZCS_ERR_NULL);
+    zcs_tensor_t bad = t;
+    bad.ndim = -1;
+    EXPECT(zcs_publisher_put_tensor(p, &loan, &bad, &u64), ZCS_ERR_INVALID);
+    bad.ndim = 65;
+    EXPECT(zcs_publisher_put_tensor(p, &loan, &bad, &u64), ZCS_ERR_INVALID);
+    bad = t;
+    bad.shape = NULL;
+    EXPECT(zcs_publisher_put_tensor(p, &loan, &bad, &u64), ZCS_ERR_NULL);
+    bad = t;
+    bad.dtype_bits = 31;
+    EXPECT(zcs_publisher_put_tensor(p, &loan, &bad, &u64), ZCS_ERR_INVALID);
+    bad = t;
+    bad.device_type = 2; /* kDLCUDA, from a host-memory publisher */
+    EXPECT(zcs_publisher_put_tensor(p, &loan, &bad, &u64), ZCS_ERR_INVALID);
+    bad.device_type = 99;
+    EXPECT(zcs_publisher_put_tensor(p, &loan, &bad, &u64), ZCS_ERR_INVALID);
+    bad = t;
+    bad.shape = wide; /* 4160 bytes in a loan of 4096 */
+    EXPECT(zcs_publisher_put_tensor(p, &loan, &bad, &u64), ZCS_ERR_INVALID);
+    if (loan.id == 0) { fprintf(stderr, "a refused tensor put took the loan\n"); failures++; }
+    EXPECT(zcs_loan_host_ptr(loan, &host), ZCS_OK);
+    for (int i = 0; i < 1024; i++) ((float *)host)[i] = (float)i * 0.5f;
+    EXPECT(zcs_publisher_put_tensor(p, &loan, &t, &u64), ZCS_OK);
+    if (loan.id != 0) { fprintf(stderr, "put_tensor did not zero the loan\n"); failures++; }
+    EXPECT(zcs_publisher_put_tensor_host(p, host, 100, &t, &u64), ZCS_ERR_INVALID); /* 100 bytes < 4096 */
+    EXPECT(zcs_publisher_put_tensor_device(p, 1, 4096, &t, NULL, &u64), ZCS_ERR_MEMORY);
+    EXPECT(zcs_publisher_put_device(p, 1, 4096, NULL, &u64), ZCS_ERR_MEMORY);
+
+    EXPECT(zcs_subscriber_recv(sub, 10000, &sample), ZCS_OK);
+    zcs_tensor_t got;
+    EXPECT(zcs_sample_tensor(sample, NULL), ZCS_ERR_NULL);
+    EXPECT(zcs_sample_tensor(sample, &got), ZCS_OK);
+    if (got.dtype_code != 2 || got.dtype_bits != 32 || got.dtype_lanes != 1 || got.ndim != 2 || got.shape[0] != 16 ||
+        got.shape[1] != 64 || got.strides[0] != 64 || got.strides[1] != 1 || got.device_type != 1 ||
+        got.byte_offset != 0) {
+        fprintf(stderr, "the received description differs from the one put\n");
+        failures++;
+    }
+    /* DLPack: bad flags refused; an export outlives its sample until its deleter. The
+     * struct below is DLPack 1.x's layout (dlpack.h), to read the export back. */
+    struct dl_v1 {
+        uint32_t major, minor;
+        void *ctx;
+        void (*deleter)(void *);
+        uint64_t flags;
+        void *data;
+        int32_t device_type, device_id, ndim;
+        uint8_t code, bits;
+        uint16_t lanes;
+        int64_t *shape, *strides;
+        uint64_t byte_offset;
+    };
+    DLManagedTensorVersioned *m = NULL;
+    EXPECT(zcs_sample_to_dlpack(sample, NULL, 8, &m), ZCS_ERR_INVALID);
+    EXPECT(zcs_sample_to_dlpack(sample, NULL, ZCS_DLPACK_COPY | ZCS_DLPACK_NO_COPY, &m), ZCS_ERR_INVALID);
+    EXPECT(zcs_sample_to_dlpack(sample, NULL, 0, NULL), ZCS_ERR_NULL);
+    EXPECT(zcs_sample_to_dlpack(sample, NULL, 0, &m), ZCS_OK);
+    EXPECT(zcs_sample_drop(&sample), ZCS_OK);
+    const struct dl_v1 *dl = (const struct dl_v1 *)m;
+    if (!dl || dl->major != 1 || dl->ndim != 2 || dl->shape[1] != 64 || dl->device_type != 1 ||
+        ((const float *)((const uint8_t *)dl->data + dl->byte_offset))[1023] != 511.5f) {
+        fprintf(stderr, "the DLPack export does not describe the tensor put\n");
+        failures++;
+    }
+    EXPECT(zcs_dlpack_free(m), ZCS_OK);
+    EXPECT(zcs_dlpack_free(NULL), ZCS_OK);
+    /* A bytes sample has no description. */
+    EXPECT(zcs_publisher_put_bytes(p, (const uint8_t *)"plain", 5, &u64), ZCS_OK);
+    EXPECT(zcs_subscriber_recv(sub, 10000, &sample), ZCS_OK);
+    EXPECT(zcs_sample_tensor(sample, &got), ZCS_ERR_NO_TENSOR);
+    EXPECT(zcs_sample_to_dlpack(sample, NULL, 0, &m), ZCS_ERR_NO_TENSOR);
+    EXPECT(zcs_sample_drop(&sample), ZCS_OK);
+
     /* A callback subscriber: no queue to receive from; a null callback is refused. */
     atomic_int called = 0;
     zcs_subscriber_t cb = {0};
