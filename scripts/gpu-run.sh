@@ -213,7 +213,8 @@ if ls .gpu-pack/wheels/*.whl >/dev/null 2>&1; then
     timeout 600 "${pyt[@]}" >>"$out/python-tests.log" 2>&1 || { echo "FAILED: python GPU tests" | tee -a "$out/python-tests.log"; fail=1; }
   fi
 fi
-if want bench && [ -d bench/python ]; then
+# ZCS_GPU_PART=py-bench: only these Python benchmarks (with the wheel carried).
+if { want bench || want py-bench; } && [ -d bench/python ]; then
   for py in bench/python/*_latency.py bench/python/*_reference.py; do
     echo "== $py" | tee -a "$out/bench.log"
     timeout 150 python3 "$py" >"$out/$(basename "$py" .py).jsonl" 2>>"$out/bench.log" || { echo "FAILED: $py" | tee -a "$out/bench.log"; fail=1; }

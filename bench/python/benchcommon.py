@@ -61,13 +61,21 @@ def latency_row(path, size, rtt_us, extra):
     emit(row)
 
 
+# Every row warms up for at least this long (and `warmup` rounds): a GPU left idle runs
+# at low clocks for a while, and a row whose few warm-up rounds end before the clocks
+# have risen (the first row of a run, typically) would carry that into its figures.
+WARM_SECS = 0.3
+
+
 def run_rounds(one, warmup, iters, max_secs):
-    """Warm-up rounds (at most a quarter of the budget), then timed rounds (at least 5,
-    until `iters` or the budget); `one()` returns (µs, mismatches). Returns (rtt list,
-    mismatches in the timed rounds)."""
+    """Warm-up rounds (at least `warmup` rounds and WARM_SECS, at most a quarter of the
+    budget), then timed rounds (at least 5, until `iters` or the budget); `one()` returns
+    (µs, mismatches). Returns (rtt list, mismatches in the timed rounds)."""
     t = time.perf_counter()
-    for _ in range(warmup):
+    done = 0
+    while done < warmup or time.perf_counter() - t < WARM_SECS:
         one()
+        done += 1
         if time.perf_counter() - t > max_secs / 4:
             break
     rtt, bad = [], 0
