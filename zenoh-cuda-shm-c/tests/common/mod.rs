@@ -61,9 +61,13 @@ pub fn build_c(test: &str, work: &str) -> Option<PathBuf> {
 
 /// A C program of the build, under the sanitizers' settings for these tests: leak
 /// reports off (Zenoh's runtime keeps threads and statics until exit), errors fatal.
+/// Without cargo's `LD_LIBRARY_PATH`, which lists `target/<profile>` (where a `cargo
+/// build` of another day may have left an older shared library) and would win over the
+/// program's run path to the library this test installed.
 pub fn c_program(build: &Path, name: &str) -> Command {
     let mut c = Command::new(build.join(name));
-    c.env("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=0:halt_on_error=1")
+    c.env_remove("LD_LIBRARY_PATH")
+        .env("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=0:halt_on_error=1")
         .env("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1");
     c
 }
