@@ -26,6 +26,30 @@
 // samples on the GPU, finished before the call returns).
 #define ZCS_DLPACK_TO_HOST 4
 
+// `zcs_ros_node_create`'s domain: `ROS_DOMAIN_ID` from the environment, else 0.
+#define ZCS_ROS_DOMAIN_FROM_ENV UINT32_MAX
+
+// `zcs_ros_qos_t::reliability`: every message is delivered (rmw's RELIABLE).
+#define ZCS_ROS_RELIABILITY_RELIABLE 1
+
+// `zcs_ros_qos_t::reliability`: messages may be dropped (rmw's BEST_EFFORT).
+#define ZCS_ROS_RELIABILITY_BEST_EFFORT 2
+
+// `zcs_ros_qos_t::durability`: late-joining subscriptions get up to `depth` past
+// messages (rmw's TRANSIENT_LOCAL).
+#define ZCS_ROS_DURABILITY_TRANSIENT_LOCAL 1
+
+// `zcs_ros_qos_t::durability`: only messages published after a subscription joined
+// (rmw's VOLATILE).
+#define ZCS_ROS_DURABILITY_VOLATILE 2
+
+// `zcs_ros_qos_t::history`: keep the last `depth` messages (rmw's KEEP_LAST).
+#define ZCS_ROS_HISTORY_KEEP_LAST 1
+
+// `zcs_ros_qos_t::history`: keep every message (rmw's KEEP_ALL): a reliable publisher
+// then blocks instead of dropping when a subscription falls behind.
+#define ZCS_ROS_HISTORY_KEEP_ALL 2
+
 // DLPack's managed tensor (`dlpack/dlpack.h`, version 1). Opaque here: include
 // DLPack's header to read it, or hand it to a framework (`at::fromDLPack`, CuPy, …).
 // Not `repr(C)` on purpose, so that the header only names it and DLPack's own
@@ -102,6 +126,70 @@ typedef struct zcs_tensor_t {
   // Offset of the first element from the start of the payload, in bytes.
   uint64_t byte_offset;
 } zcs_tensor_t;
+
+// A ROS node.
+typedef struct zcs_ros_node_t {
+  // The handle (0: null).
+  uint64_t id;
+} zcs_ros_node_t;
+
+// A QoS profile. `zcs_ros_qos_default` fills rclcpp's default (`rclcpp::QoS(10)`:
+// reliable, volatile, keep last 10), `zcs_ros_qos_sensor_data` rclcpp's
+// `SensorDataQoS` (best effort, volatile, keep last 5); change fields from there.
+// Deadline, lifespan and liveliness lease are infinite, liveliness automatic.
+typedef struct zcs_ros_qos_t {
+  // `ZCS_ROS_RELIABILITY_RELIABLE` or `ZCS_ROS_RELIABILITY_BEST_EFFORT`.
+  uint32_t reliability;
+  // `ZCS_ROS_DURABILITY_VOLATILE` or `ZCS_ROS_DURABILITY_TRANSIENT_LOCAL`.
+  uint32_t durability;
+  // `ZCS_ROS_HISTORY_KEEP_LAST` or `ZCS_ROS_HISTORY_KEEP_ALL`.
+  uint32_t history;
+  // Messages kept with `ZCS_ROS_HISTORY_KEEP_LAST` (at least 1); ignored with
+  // `ZCS_ROS_HISTORY_KEEP_ALL`. A subscription queues this many received messages
+  // (42 for keep all) and then holds the sender back.
+  uint32_t depth;
+} zcs_ros_qos_t;
+
+// A publisher of one message type on a ROS topic.
+typedef struct zcs_ros_publisher_t {
+  // The handle (0: null).
+  uint64_t id;
+} zcs_ros_publisher_t;
+
+// A `sensor_msgs/msg/Image` without its data.
+//
+// Publishing: both strings are read during the call; the data's length must be
+// `step * height`. Received: the strings stay valid while the sample does.
+typedef struct zcs_ros_image_t {
+  // `header.stamp.sec`.
+  int32_t stamp_sec;
+  // `header.stamp.nanosec`.
+  uint32_t stamp_nanosec;
+  // `header.frame_id` (UTF-8, NUL-terminated).
+  const char *frame_id;
+  // Rows.
+  uint32_t height;
+  // Columns.
+  uint32_t width;
+  // Pixel encoding, e.g. "rgb8", "bgra8", "mono16" (UTF-8, NUL-terminated).
+  const char *encoding;
+  // 1 if the data is big-endian, else 0.
+  uint8_t is_bigendian;
+  // Bytes per row.
+  uint32_t step;
+} zcs_ros_image_t;
+
+// A received ROS message.
+typedef struct zcs_ros_sample_t {
+  // The handle (0: null).
+  uint64_t id;
+} zcs_ros_sample_t;
+
+// A subscription to one message type on a ROS topic.
+typedef struct zcs_ros_subscriber_t {
+  // The handle (0: null).
+  uint64_t id;
+} zcs_ros_subscriber_t;
 
 // Success.
 #define ZCS_OK 0
@@ -452,6 +540,295 @@ zcs_result_t zcs_sample_to_dlpack(struct zcs_sample_t sample,
 // # Safety
 // `tensor` is NULL or a managed tensor nobody else will delete.
 zcs_result_t zcs_dlpack_free(struct DLManagedTensorVersioned *tensor);
+
+// Creates a node named `name` (one ROS name token: letters, digits, `_`) in
+// `namespace_` (NULL: `/`; else absolute, e.g. `/robot1`) of ROS domain `domain`
+// (`ZCS_ROS_DOMAIN_FROM_ENV`: `ROS_DOMAIN_ID`, else 0) on `session`: it appears in
+// the domain's graph (`ros2 node list`) until dropped. A name that is not a ROS name
+// is `ZCS_ERR_INVALID`, with the rule it breaks.
+//
+// # Safety
+// `name` and `namespace_` are NULL or NUL-terminated; `out` is NULL or points to a
+// handle.
+zcs_result_t zcs_ros_node_create(struct zcs_session_t session,
+                                 const char *name,
+                                 const char *namespace_,
+                                 uint32_t domain,
+                                 struct zcs_ros_node_t *out);
+
+// The node's ROS domain id (the one `ZCS_ROS_DOMAIN_FROM_ENV` found).
+//
+// # Safety
+// `out` is NULL or points to a `uint32_t`.
+zcs_result_t zcs_ros_node_domain(struct zcs_ros_node_t node, uint32_t *out);
+
+// Drops this handle of a node and zeroes it. Publishers and subscriptions declared
+// from it keep the node in the graph until they are dropped.
+//
+// # Safety
+// `node` is NULL or points to a handle.
+zcs_result_t zcs_ros_node_drop(struct zcs_ros_node_t *node);
+
+// Declares a publisher of `sensor_msgs/msg/Image` on `topic` (absolute, or relative
+// to the node's namespace, as rcl resolves it), with the QoS profile at `qos` (NULL:
+// `zcs_ros_qos_default`'s). A topic that is not a ROS name, or a profile with a
+// value out of its range, is `ZCS_ERR_INVALID`.
+//
+// # Safety
+// `topic` is NULL or NUL-terminated; `qos` is NULL or points to a profile; `out` is
+// NULL or points to a handle.
+zcs_result_t zcs_ros_publisher_declare_image(struct zcs_ros_node_t node,
+                                             const char *topic,
+                                             const struct zcs_ros_qos_t *qos,
+                                             struct zcs_ros_publisher_t *out);
+
+// Declares a publisher of `tensor_msgs/msg/ExperimentalTensor` on `topic`, as
+// `zcs_ros_publisher_declare_image` does.
+//
+// # Safety
+// As `zcs_ros_publisher_declare_image`.
+zcs_result_t zcs_ros_publisher_declare_tensor(struct zcs_ros_node_t node,
+                                              const char *topic,
+                                              const struct zcs_ros_qos_t *qos,
+                                              struct zcs_ros_publisher_t *out);
+
+// The topic as resolved (`/robot1/camera/image` for `camera/image` in namespace
+// `/robot1`); valid while the publisher is.
+//
+// # Safety
+// `out` is NULL or points to a `const char*`.
+zcs_result_t zcs_ros_publisher_topic(struct zcs_ros_publisher_t publisher, const char **out);
+
+// The subscriptions of the topic now: `ours` (of this library, served through our
+// channel: zero-copy where they share the memory) and `ordinary` (any other ROS
+// node's, served CDR messages: a device loan is then copied to the host once per
+// message). A message published while there are none reaches nobody (except
+// late-joining subscriptions, with `ZCS_ROS_DURABILITY_TRANSIENT_LOCAL`): a producer
+// may wait for its first subscription. Either pointer may be NULL.
+//
+// # Safety
+// `ours` and `ordinary` are NULL or point to a `size_t`.
+zcs_result_t zcs_ros_publisher_subscriptions(struct zcs_ros_publisher_t publisher,
+                                             size_t *ours,
+                                             size_t *ordinary);
+
+// Loans a block of `len` bytes for one message's data (waiting, up to the pool's
+// `loan_timeout_ms`, while every block is in use): write it as any loan
+// (`zcs_loan_host_ptr`, or `zcs_loan_device_ptr` and its stream), then publish it
+// with `zcs_ros_publisher_publish_image` / `…_tensor`, or drop it (`zcs_loan_drop`).
+//
+// # Safety
+// `out` is NULL or points to a handle.
+zcs_result_t zcs_ros_publisher_loan(struct zcs_ros_publisher_t publisher,
+                                    size_t len,
+                                    struct zcs_loan_t *out);
+
+// Publishes an image whose data is the whole of `loan` (a loan of this publisher,
+// written): `image` gives every other field, and the loan's length must be
+// `image->step * image->height`. Our subscriptions get the block (zero-copy where
+// they share its memory), ordinary ones the CDR message. On success the loan's
+// handle is zeroed; fields that are refused (`ZCS_ERR_NULL`, `ZCS_ERR_INVALID`)
+// leave the loan with the caller; a publish that fails after taking it zeroes it
+// too (its block goes back). `seq`, if not NULL, receives the message's ROS sequence
+// number (from 1, per publisher).
+//
+// # Safety
+// `image` is NULL or points to a `zcs_ros_image_t` whose strings are NULL or
+// NUL-terminated; `loan` is NULL or points to a handle; `seq` is NULL or points to
+// an `int64_t`.
+zcs_result_t zcs_ros_publisher_publish_image(struct zcs_ros_publisher_t publisher,
+                                             const struct zcs_ros_image_t *image,
+                                             struct zcs_loan_t *loan,
+                                             int64_t *seq);
+
+// Publishes an image whose data is the `len` bytes at `data` (copied before the call
+// returns; `len` must be `image->step * image->height`). `seq` as in
+// `zcs_ros_publisher_publish_image`.
+//
+// # Safety
+// `image` as in `zcs_ros_publisher_publish_image`; `data` points to `len` readable
+// bytes (anything when `len` is 0); `seq` is NULL or points to an `int64_t`.
+zcs_result_t zcs_ros_publisher_publish_image_host(struct zcs_ros_publisher_t publisher,
+                                                  const struct zcs_ros_image_t *image,
+                                                  const uint8_t *data,
+                                                  size_t len,
+                                                  int64_t *seq);
+
+// Publishes an ExperimentalTensor whose data is the whole of `loan` (a loan of this
+// publisher, written), as `tensor` describes it: the description must fit the loan's
+// length, and a device it names (`device_type` not 0) must be the loan's memory. The
+// loan's handle and `seq` as in `zcs_ros_publisher_publish_image`.
+//
+// # Safety
+// `tensor` as `zcs_tensor_t` says for publishing; `loan` is NULL or points to a
+// handle; `seq` is NULL or points to an `int64_t`.
+zcs_result_t zcs_ros_publisher_publish_tensor(struct zcs_ros_publisher_t publisher,
+                                              const struct zcs_tensor_t *tensor,
+                                              struct zcs_loan_t *loan,
+                                              int64_t *seq);
+
+// Publishes an ExperimentalTensor whose data is the `len` bytes at `data` (copied
+// before the call returns), as `tensor` describes it (host memory: `device_type` 0 or
+// `kDLCPU`). `seq` as in `zcs_ros_publisher_publish_image`.
+//
+// # Safety
+// `tensor` as `zcs_tensor_t` says for publishing; `data` points to `len` readable
+// bytes (anything when `len` is 0); `seq` is NULL or points to an `int64_t`.
+zcs_result_t zcs_ros_publisher_publish_tensor_host(struct zcs_ros_publisher_t publisher,
+                                                   const struct zcs_tensor_t *tensor,
+                                                   const uint8_t *data,
+                                                   size_t len,
+                                                   int64_t *seq);
+
+// Undeclares a publisher and zeroes its handle. Its loans not yet published stay
+// valid until dropped.
+//
+// # Safety
+// `publisher` is NULL or points to a handle.
+zcs_result_t zcs_ros_publisher_drop(struct zcs_ros_publisher_t *publisher);
+
+// Writes rclcpp's default profile (`rclcpp::QoS(10)`): reliable, volatile, keep last
+// 10. A NULL profile in a declaration means this one.
+//
+// # Safety
+// `out` is NULL or points to a writable `zcs_ros_qos_t`.
+zcs_result_t zcs_ros_qos_default(struct zcs_ros_qos_t *out);
+
+// Writes rclcpp's `SensorDataQoS`: best effort, volatile, keep last 5.
+//
+// # Safety
+// `out` is NULL or points to a writable `zcs_ros_qos_t`.
+zcs_result_t zcs_ros_qos_sensor_data(struct zcs_ros_qos_t *out);
+
+// The image's fields (no data). `ZCS_ERR_INVALID` for a sample of a tensor
+// subscription. The strings stay valid while the sample does.
+//
+// # Safety
+// `out` is NULL or points to a `zcs_ros_image_t`.
+zcs_result_t zcs_ros_sample_image(struct zcs_ros_sample_t sample, struct zcs_ros_image_t *out);
+
+// The tensor's description: the message's dtype, shape, strides (always given, in
+// elements) and byte offset, and where its data is now (`kDLCUDA` and the session's
+// device when the data is in device memory, else `kDLCPU`). `ZCS_ERR_INVALID` for a
+// sample of an image subscription, or a description that does not fit the data. The
+// arrays stay valid while the sample does.
+//
+// # Safety
+// `out` is NULL or points to a `zcs_tensor_t`.
+zcs_result_t zcs_ros_sample_tensor(struct zcs_ros_sample_t sample, struct zcs_tensor_t *out);
+
+// The message's rmw_zenoh attachment: its ROS sequence number (from 1, per
+// publisher), its source timestamp (ns since the Unix epoch) and its publisher's GID
+// (16 bytes, as `ros2 topic info -v` shows it). Each pointer may be NULL.
+//
+// # Safety
+// `seq` and `timestamp_ns` are NULL or point to an `int64_t`; `gid` is NULL or
+// points to 16 writable bytes.
+zcs_result_t zcs_ros_sample_attachment(struct zcs_ros_sample_t sample,
+                                       int64_t *seq,
+                                       int64_t *timestamp_ns,
+                                       uint8_t *gid);
+
+// How the data came: our channel's paths ("zero-copy", "cpu-bytes", "inline",
+// "host-block", …) or "plain" for the CDR message of an ordinary ROS publisher.
+// Valid while the sample is.
+//
+// # Safety
+// `out` is NULL or points to a `const char*`.
+zcs_result_t zcs_ros_sample_path(struct zcs_ros_sample_t sample, const char **out);
+
+// The length of the message's `data` field in bytes.
+//
+// # Safety
+// `out` is NULL or points to a `size_t`.
+zcs_result_t zcs_ros_sample_data_len(struct zcs_ros_sample_t sample, size_t *out);
+
+// The message's data in host memory, read in place where it is there (bytes, CDR,
+// blocks in shared host memory), valid until the sample is dropped.
+// `ZCS_ERR_MEMORY` for data in device memory (`zcs_ros_sample_gpu_sample` and
+// `zcs_sample_read`, or `zcs_ros_sample_copy_to_host`).
+//
+// # Safety
+// `data` and `len` are NULL or point to a `const uint8_t*` and a `size_t`.
+zcs_result_t zcs_ros_sample_host_data(struct zcs_ros_sample_t sample,
+                                      const uint8_t **data,
+                                      size_t *len);
+
+// Copies the message's data into `dst` (`dst_len` ≥ its length, else
+// `ZCS_ERR_INVALID`): from host memory, or device→host for a block on the GPU.
+//
+// # Safety
+// `dst` points to `dst_len` writable bytes.
+zcs_result_t zcs_ros_sample_copy_to_host(struct zcs_ros_sample_t sample,
+                                         uint8_t *dst,
+                                         size_t dst_len);
+
+// The message's data as a sample of our channel, when it came that way: a new
+// `zcs_sample_t` (the caller drops it) that the sample functions read where the data
+// lies (`zcs_sample_read` on a stream, in place for a block; `zcs_sample_host_data`;
+// `zcs_sample_copy_to_host`). A block goes back to its publisher once both samples
+// are dropped and every read has ended. `ZCS_ERR_MEMORY` for a message of an
+// ordinary ROS publisher ("plain": its data is CDR bytes in host memory, read by
+// `zcs_ros_sample_host_data`).
+//
+// # Safety
+// `out` is NULL or points to a handle.
+zcs_result_t zcs_ros_sample_gpu_sample(struct zcs_ros_sample_t sample, struct zcs_sample_t *out);
+
+// Drops a message and zeroes its handle: a block it held goes back to its publisher
+// (once no `zcs_sample_t` of it is left).
+//
+// # Safety
+// `sample` is NULL or points to a handle.
+zcs_result_t zcs_ros_sample_drop(struct zcs_ros_sample_t *sample);
+
+// Declares a subscription to `sensor_msgs/msg/Image` on `topic` (absolute, or relative
+// to the node's namespace), with the QoS profile at `qos` (NULL:
+// `zcs_ros_qos_default`'s). It receives from our publishers through our channel and
+// from every other ROS publisher of the topic, each message once. A topic that is not
+// a ROS name, or a profile with a value out of its range, is `ZCS_ERR_INVALID`.
+//
+// # Safety
+// `topic` is NULL or NUL-terminated; `qos` is NULL or points to a profile; `out` is
+// NULL or points to a handle.
+zcs_result_t zcs_ros_subscriber_declare_image(struct zcs_ros_node_t node,
+                                              const char *topic,
+                                              const struct zcs_ros_qos_t *qos,
+                                              struct zcs_ros_subscriber_t *out);
+
+// Declares a subscription to `tensor_msgs/msg/ExperimentalTensor` on `topic`, as
+// `zcs_ros_subscriber_declare_image` does.
+//
+// # Safety
+// As `zcs_ros_subscriber_declare_image`.
+zcs_result_t zcs_ros_subscriber_declare_tensor(struct zcs_ros_node_t node,
+                                               const char *topic,
+                                               const struct zcs_ros_qos_t *qos,
+                                               struct zcs_ros_subscriber_t *out);
+
+// The topic as resolved; valid while the subscriber is.
+//
+// # Safety
+// `out` is NULL or points to a `const char*`.
+zcs_result_t zcs_ros_subscriber_topic(struct zcs_ros_subscriber_t subscriber, const char **out);
+
+// Receives the next message, waiting up to `timeout_ms` (0: only what is there;
+// `ZCS_TIMEOUT_INFINITE`: until one comes): `ZCS_ERR_TIMEOUT` if none came,
+// `ZCS_ERR_CLOSED` once none can come. The caller owns the sample
+// (`zcs_ros_sample_drop`).
+//
+// # Safety
+// `out` is NULL or points to a handle.
+zcs_result_t zcs_ros_subscriber_recv(struct zcs_ros_subscriber_t subscriber,
+                                     uint64_t timeout_ms,
+                                     struct zcs_ros_sample_t *out);
+
+// Undeclares a subscription and zeroes its handle. Samples received from it stay
+// valid until dropped.
+//
+// # Safety
+// `subscriber` is NULL or points to a handle.
+zcs_result_t zcs_ros_subscriber_drop(struct zcs_ros_subscriber_t *subscriber);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -18,6 +18,7 @@
 #ifndef ZENOH_CUDA_SHM_HPP
 #define ZENOH_CUDA_SHM_HPP
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -332,6 +333,298 @@ class Subscriber : public detail::Owner<zcs_subscriber_t, zcs_subscriber_drop> {
         return Sample(s);
     }
 };
+
+// ROS 2 over rmw_zenoh (the zcs_ros_* functions): a node, and publishers and
+// subscriptions of sensor_msgs/msg/Image and tensor_msgs/msg/ExperimentalTensor.
+//
+//   zcs::ros::Node node(session, "camera_driver");
+//   zcs::ros::ImagePublisher pub(node, "/camera/image", zcs::ros::QoS(10));
+//   zcs::Loan loan = pub.loan(fields.step * fields.height);   // write it, then
+//   pub.publish(fields, loan);
+//   zcs::ros::ImageSubscriber sub(node, "/camera/image");
+//   if (auto m = sub.recv(std::chrono::milliseconds(100))) { m->fields().width; m->host_data(); }
+namespace ros {
+
+// A QoS profile, set as rclcpp's QoS is: QoS(depth) is reliable, volatile, keep last
+// `depth`; the setters change one policy each.
+struct QoS {
+    zcs_ros_qos_t c;
+
+    explicit QoS(uint32_t depth = 10) {
+        detail::check(zcs_ros_qos_default(&c), "zcs_ros_qos_default");
+        c.depth = depth;
+    }
+    // rclcpp's SensorDataQoS: best effort, volatile, keep last 5.
+    static QoS sensor_data() {
+        QoS q;
+        detail::check(zcs_ros_qos_sensor_data(&q.c), "zcs_ros_qos_sensor_data");
+        return q;
+    }
+    QoS &reliable() { return set(c.reliability, ZCS_ROS_RELIABILITY_RELIABLE); }
+    QoS &best_effort() { return set(c.reliability, ZCS_ROS_RELIABILITY_BEST_EFFORT); }
+    QoS &durability_volatile() { return set(c.durability, ZCS_ROS_DURABILITY_VOLATILE); }
+    QoS &transient_local() { return set(c.durability, ZCS_ROS_DURABILITY_TRANSIENT_LOCAL); }
+    QoS &keep_last(uint32_t depth) {
+        c.depth = depth;
+        return set(c.history, ZCS_ROS_HISTORY_KEEP_LAST);
+    }
+    QoS &keep_all() { return set(c.history, ZCS_ROS_HISTORY_KEEP_ALL); }
+
+   private:
+    QoS &set(uint32_t &field, uint32_t value) {
+        field = value;
+        return *this;
+    }
+};
+
+// The fields of a sensor_msgs/msg/Image but its data.
+struct ImageFields {
+    int32_t stamp_sec = 0;
+    uint32_t stamp_nanosec = 0;
+    std::string frame_id;
+    uint32_t height = 0;
+    uint32_t width = 0;
+    std::string encoding;
+    uint8_t is_bigendian = 0;
+    uint32_t step = 0;
+
+    // The C view of these fields, valid while they live unchanged.
+    zcs_ros_image_t c() const noexcept {
+        zcs_ros_image_t m{};
+        m.stamp_sec = stamp_sec;
+        m.stamp_nanosec = stamp_nanosec;
+        m.frame_id = frame_id.c_str();
+        m.height = height;
+        m.width = width;
+        m.encoding = encoding.c_str();
+        m.is_bigendian = is_bigendian;
+        m.step = step;
+        return m;
+    }
+};
+
+// A ROS node of a session, in the domain's graph while it (or an endpoint made from
+// it) lives.
+class Node : public detail::Owner<zcs_ros_node_t, zcs_ros_node_drop> {
+   public:
+    Node(const Session &s, const std::string &name, const std::string &ns = "/",
+         uint32_t domain = ZCS_ROS_DOMAIN_FROM_ENV) {
+        detail::check(zcs_ros_node_create(s.handle(), name.c_str(), ns.c_str(), domain, handle_ptr()),
+                      "zcs_ros_node_create");
+    }
+    uint32_t domain() const {
+        uint32_t d = 0;
+        detail::check(zcs_ros_node_domain(handle(), &d), "zcs_ros_node_domain");
+        return d;
+    }
+};
+
+// What publishers of both types share.
+class PublisherBase : public detail::Owner<zcs_ros_publisher_t, zcs_ros_publisher_drop> {
+   public:
+    // A block for one message's data: write it, then publish it.
+    Loan loan(size_t size) const {
+        zcs_loan_t l{};
+        detail::check(zcs_ros_publisher_loan(handle(), size, &l), "zcs_ros_publisher_loan");
+        return Loan(l);
+    }
+    // The topic as resolved.
+    std::string topic() const {
+        const char *t = nullptr;
+        detail::check(zcs_ros_publisher_topic(handle(), &t), "zcs_ros_publisher_topic");
+        return t;
+    }
+    // The topic's subscriptions now: ours (our channel) and ordinary ROS ones (CDR).
+    std::pair<size_t, size_t> subscriptions() const {
+        size_t ours = 0, ordinary = 0;
+        detail::check(zcs_ros_publisher_subscriptions(handle(), &ours, &ordinary), "zcs_ros_publisher_subscriptions");
+        return {ours, ordinary};
+    }
+};
+
+class ImagePublisher : public PublisherBase {
+   public:
+    ImagePublisher(const Node &n, const std::string &topic, const QoS &qos = QoS()) {
+        detail::check(zcs_ros_publisher_declare_image(n.handle(), topic.c_str(), &qos.c, handle_ptr()),
+                      "zcs_ros_publisher_declare_image");
+    }
+    // Publishes `fields` with the loan as data (step * height bytes); the message's
+    // ROS sequence number. Refused fields throw and leave the loan with the caller;
+    // otherwise the loan is consumed.
+    int64_t publish(const ImageFields &fields, Loan &loan) const {
+        zcs_ros_image_t m = fields.c();
+        int64_t seq = 0;
+        detail::check(zcs_ros_publisher_publish_image(handle(), &m, loan.handle_ptr(), &seq),
+                      "zcs_ros_publisher_publish_image");
+        return seq;
+    }
+    // Publishes `fields` with `size` bytes at `data` (copied) as data.
+    int64_t publish_host(const ImageFields &fields, const void *data, size_t size) const {
+        zcs_ros_image_t m = fields.c();
+        int64_t seq = 0;
+        detail::check(zcs_ros_publisher_publish_image_host(handle(), &m, static_cast<const uint8_t *>(data), size, &seq),
+                      "zcs_ros_publisher_publish_image_host");
+        return seq;
+    }
+};
+
+class TensorPublisher : public PublisherBase {
+   public:
+    TensorPublisher(const Node &n, const std::string &topic, const QoS &qos = QoS()) {
+        detail::check(zcs_ros_publisher_declare_tensor(n.handle(), topic.c_str(), &qos.c, handle_ptr()),
+                      "zcs_ros_publisher_declare_tensor");
+    }
+    // Publishes the loan as the tensor `t` describes; as ImagePublisher::publish.
+    int64_t publish(const TensorDesc &t, Loan &loan) const {
+        zcs_tensor_t c = t.c();
+        int64_t seq = 0;
+        detail::check(zcs_ros_publisher_publish_tensor(handle(), &c, loan.handle_ptr(), &seq),
+                      "zcs_ros_publisher_publish_tensor");
+        return seq;
+    }
+    int64_t publish_host(const TensorDesc &t, const void *data, size_t size) const {
+        zcs_tensor_t c = t.c();
+        int64_t seq = 0;
+        detail::check(zcs_ros_publisher_publish_tensor_host(handle(), &c, static_cast<const uint8_t *>(data), size, &seq),
+                      "zcs_ros_publisher_publish_tensor_host");
+        return seq;
+    }
+};
+
+// What received messages of both types share: the attachment and the data.
+class SampleBase : public detail::Owner<zcs_ros_sample_t, zcs_ros_sample_drop> {
+   public:
+    explicit SampleBase(zcs_ros_sample_t h) noexcept : Owner(h) {}
+    // The ROS sequence number (from 1, per publisher).
+    int64_t seq() const {
+        int64_t v = 0;
+        detail::check(zcs_ros_sample_attachment(handle(), &v, nullptr, nullptr), "zcs_ros_sample_attachment");
+        return v;
+    }
+    // The source timestamp, ns since the Unix epoch.
+    int64_t timestamp_ns() const {
+        int64_t v = 0;
+        detail::check(zcs_ros_sample_attachment(handle(), nullptr, &v, nullptr), "zcs_ros_sample_attachment");
+        return v;
+    }
+    // The publisher's GID.
+    std::array<uint8_t, 16> gid() const {
+        std::array<uint8_t, 16> g{};
+        detail::check(zcs_ros_sample_attachment(handle(), nullptr, nullptr, g.data()), "zcs_ros_sample_attachment");
+        return g;
+    }
+    // How the data came: "zero-copy", "cpu-bytes", …, or "plain" (an ordinary publisher's CDR).
+    std::string path() const {
+        const char *p = nullptr;
+        detail::check(zcs_ros_sample_path(handle(), &p), "zcs_ros_sample_path");
+        return p;
+    }
+    size_t data_size() const {
+        size_t n = 0;
+        detail::check(zcs_ros_sample_data_len(handle(), &n), "zcs_ros_sample_data_len");
+        return n;
+    }
+    // The data in host memory, read in place; nullopt when it is in device memory.
+    std::optional<std::pair<const uint8_t *, size_t>> host_data() const {
+        const uint8_t *d = nullptr;
+        size_t n = 0;
+        zcs_result_t r = zcs_ros_sample_host_data(handle(), &d, &n);
+        if (r == ZCS_ERR_MEMORY) return std::nullopt;
+        detail::check(r, "zcs_ros_sample_host_data");
+        return std::make_pair(d, n);
+    }
+    // A host copy of the data (device→host for a block on the GPU).
+    std::vector<uint8_t> to_vector() const {
+        std::vector<uint8_t> v(data_size());
+        detail::check(zcs_ros_sample_copy_to_host(handle(), v.data(), v.size()), "zcs_ros_sample_copy_to_host");
+        return v;
+    }
+    // The data as a sample of our channel (Sample::read on a stream, in place); nullopt
+    // for a message of an ordinary ROS publisher, whose data is host bytes.
+    std::optional<Sample> gpu_sample() const {
+        zcs_sample_t s{};
+        zcs_result_t r = zcs_ros_sample_gpu_sample(handle(), &s);
+        if (r == ZCS_ERR_MEMORY) return std::nullopt;
+        detail::check(r, "zcs_ros_sample_gpu_sample");
+        return Sample(s);
+    }
+};
+
+class ImageSample : public SampleBase {
+   public:
+    explicit ImageSample(zcs_ros_sample_t h) noexcept : SampleBase(h) {}
+    ImageFields fields() const {
+        zcs_ros_image_t m{};
+        detail::check(zcs_ros_sample_image(handle(), &m), "zcs_ros_sample_image");
+        ImageFields f;
+        f.stamp_sec = m.stamp_sec;
+        f.stamp_nanosec = m.stamp_nanosec;
+        f.frame_id = m.frame_id;
+        f.height = m.height;
+        f.width = m.width;
+        f.encoding = m.encoding;
+        f.is_bigendian = m.is_bigendian;
+        f.step = m.step;
+        return f;
+    }
+};
+
+class TensorSample : public SampleBase {
+   public:
+    explicit TensorSample(zcs_ros_sample_t h) noexcept : SampleBase(h) {}
+    // The message's description; device_type says where the data is now.
+    TensorDesc tensor() const {
+        zcs_tensor_t t{};
+        detail::check(zcs_ros_sample_tensor(handle(), &t), "zcs_ros_sample_tensor");
+        TensorDesc d;
+        d.dtype = DType{t.dtype_code, t.dtype_bits, t.dtype_lanes};
+        d.shape.assign(t.shape, t.shape + t.ndim);
+        d.strides.assign(t.strides, t.strides + t.ndim);
+        d.byte_offset = t.byte_offset;
+        d.device_type = t.device_type;
+        d.device_id = t.device_id;
+        return d;
+    }
+};
+
+// A subscription receiving messages of type `S` (ImageSample or TensorSample).
+template <typename S>
+class SubscriberOf : public detail::Owner<zcs_ros_subscriber_t, zcs_ros_subscriber_drop> {
+   public:
+    // The next message, or nullopt if none came within `timeout`; throws once the
+    // session is closed (ZCS_ERR_CLOSED).
+    std::optional<S> recv(std::chrono::milliseconds timeout) const {
+        zcs_ros_sample_t s{};
+        zcs_result_t r = zcs_ros_subscriber_recv(handle(), static_cast<uint64_t>(timeout.count()), &s);
+        if (r == ZCS_ERR_TIMEOUT) return std::nullopt;
+        detail::check(r, "zcs_ros_subscriber_recv");
+        return S(s);
+    }
+    // The topic as resolved.
+    std::string topic() const {
+        const char *t = nullptr;
+        detail::check(zcs_ros_subscriber_topic(handle(), &t), "zcs_ros_subscriber_topic");
+        return t;
+    }
+};
+
+class ImageSubscriber : public SubscriberOf<ImageSample> {
+   public:
+    ImageSubscriber(const Node &n, const std::string &topic, const QoS &qos = QoS()) {
+        detail::check(zcs_ros_subscriber_declare_image(n.handle(), topic.c_str(), &qos.c, handle_ptr()),
+                      "zcs_ros_subscriber_declare_image");
+    }
+};
+
+class TensorSubscriber : public SubscriberOf<TensorSample> {
+   public:
+    TensorSubscriber(const Node &n, const std::string &topic, const QoS &qos = QoS()) {
+        detail::check(zcs_ros_subscriber_declare_tensor(n.handle(), topic.c_str(), &qos.c, handle_ptr()),
+                      "zcs_ros_subscriber_declare_tensor");
+    }
+};
+
+}  // namespace ros
 
 }  // namespace zcs
 

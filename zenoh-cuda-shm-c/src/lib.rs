@@ -14,7 +14,8 @@
 //! - Handles may be used from any thread.
 //!
 //! Layers: `error.rs` (codes, the thread's last error, the panic guard), `handle.rs`
-//! (the registries of live objects), then one file per object.
+//! (the registries of live objects), then one file per object, and `ros/` for ROS 2
+//! nodes, publishers, subscriptions and their messages.
 
 #![allow(non_camel_case_types)]
 
@@ -25,9 +26,12 @@ mod sample;
 mod session;
 mod subscriber;
 mod tensor;
+// Last, so that its items come after the others in the generated header.
+mod ros;
 
 pub use error::*;
 pub use publisher::*;
+pub use ros::*;
 pub use sample::*;
 pub use session::*;
 pub use subscriber::*;

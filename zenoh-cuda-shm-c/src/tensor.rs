@@ -72,7 +72,7 @@ pub(crate) struct TensorOut {
 /// # Safety
 /// `t` is NULL or points to a `zcs_tensor_t` whose `shape` (and `strides`, when not
 /// NULL) point to `ndim` readable values.
-unsafe fn meta_in(t: *const zcs_tensor_t, default_device: Device) -> Result<TensorMeta, Error> {
+pub(crate) unsafe fn meta_in(t: *const zcs_tensor_t, default_device: Device) -> Result<TensorMeta, Error> {
     non_null(t, "tensor")?;
     // SAFETY: not null (checked); a readable description (the caller's contract).
     let t = unsafe { &*t };

@@ -11,97 +11,21 @@
 //! Needs `cmake` (CI installs it); without it the test prints `SKIPPED`, unless
 //! `ZCS_REQUIRE_CMAKE=1` makes that a failure.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+mod common;
+
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::{build_c, c_program, host_session, zenoh_json};
 use zcs_tests::free_tcp_port;
 use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
-use zenoh_cuda_shm::{GpuSession, ZcsConfig};
 
 const FRAMES: u64 = 20;
 const SIZE: usize = 300 * 1024 + 5;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf()
-}
-
-/// `target/<profile>/deps`, where cargo put the shared and static libraries it built
-/// for this test (a `cargo build` copies them up to `target/<profile>`).
-fn deps_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    exe.parent().expect("target/<profile>/deps").to_path_buf()
-}
-
-fn run(cmd: &mut Command, what: &str) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Installs the library into a fresh prefix and builds the C programs with CMake;
-/// their build folder, or `None` without cmake.
-fn build_c() -> Option<PathBuf> {
-    if Command::new("cmake").arg("--version").stdout(Stdio::null()).status().is_err() {
-        assert!(std::env::var_os("ZCS_REQUIRE_CMAKE").is_none(), "ZCS_REQUIRE_CMAKE is set and cmake is not found");
-        println!("SKIPPED c_abi: no cmake on this machine (pip install cmake)");
-        return None;
-    }
-    let work = deps_dir().parent().expect("target/<profile>").join("c-abi-test");
-    let _ = std::fs::remove_dir_all(&work);
-    let (prefix, build) = (work.join("prefix"), work.join("build"));
-    run(
-        Command::new(root().join("scripts/c-install.sh")).arg("--from").arg(deps_dir()).arg(&prefix),
-        "scripts/c-install.sh",
-    );
-    run(
-        Command::new("cmake")
-            .arg("-S")
-            .arg(root().join("examples/c"))
-            .arg("-B")
-            .arg(&build)
-            .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display()))
-            .args(["-DZCS_ASAN=ON", "-DZCS_C_TESTS=ON"]),
-        "cmake configure",
-    );
-    run(Command::new("cmake").arg("--build").arg(&build).args(["-j", "2"]), "cmake build");
-    Some(build)
-}
-
-/// A C program of the build, under the sanitizers' settings for these tests: leak
-/// reports off (Zenoh's runtime keeps threads and statics until exit), errors fatal.
-fn c_program(build: &Path, name: &str) -> Command {
-    let mut c = Command::new(build.join(name));
-    c.env("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=0:halt_on_error=1")
-        .env("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1");
-    c
-}
-
-fn zenoh_json(listen: Option<u16>, connect: Option<u16>) -> String {
-    let mut s = String::from(r#"{mode: "peer", scouting: {multicast: {enabled: false}}"#);
-    if let Some(p) = listen {
-        s += &format!(r#", listen: {{endpoints: ["tcp/127.0.0.1:{p}"]}}"#);
-    }
-    if let Some(p) = connect {
-        s += &format!(r#", connect: {{endpoints: ["tcp/127.0.0.1:{p}"]}}"#);
-    }
-    s + "}"
-}
-
-fn host_session(listen: Option<u16>, connect: Option<u16>) -> GpuSession {
-    let z = zenoh::Config::from_json5(&zenoh_json(listen, connect)).expect("zenoh config");
-    let ours = ZcsConfig::from_json5(r#"{device: "host"}"#).expect("our config");
-    GpuSession::open(z, ours).wait().expect("open a host session")
-}
-
 #[test]
 fn c_programs_use_the_abi_as_documented() {
-    let Some(build) = build_c() else { return };
+    let Some(build) = build_c("c_abi", "c-abi-test") else { return };
 
     // Hostile use, under the sanitizers.
     let out =
