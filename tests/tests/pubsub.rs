@@ -1331,6 +1331,25 @@ fn bytes_lane_keeps_sequence_order_and_empties_on_drop() {
 /// as bytes, never reaches a receiver with that limit, and Zenoh tells neither side: the
 /// publisher counts it (and logs it), and the messages around it still arrive.
 #[test]
+fn another_publishers_loan_is_refused_and_goes_back_to_its_pool() {
+    const TEST: &str = "another_publishers_loan_is_refused_and_goes_back_to_its_pool";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let (port, key) = (free_tcp_port(), test_key(TEST));
+    let session = host_session(port, true);
+    let a = session.declare_publisher(format!("{key}/a")).wait().expect("declare a");
+    let b = session.declare_publisher(format!("{key}/b")).wait().expect("declare b");
+    let loan = a.loan(4096).expect("loan from a");
+    assert!(a.owns(&loan) && !b.owns(&loan));
+    match b.put(loan) {
+        Err(zenoh_cuda_shm::PutError::ForeignLoan { key: k }) => assert_eq!(k, format!("{key}/b")),
+        other => panic!("b put a's loan: {other:?}"),
+    }
+    assert_eq!(b.stats().messages, 0, "nothing was published");
+    assert_eq!(a.pool_stats().blocks_in_use, 0, "the block went back to a's pool");
+    assert_eq!(publish_block(&a, 1, 4096).seq, 1, "a still numbers from 1");
+}
+
+#[test]
 fn bytes_over_zenohs_largest_message_are_counted() {
     const TEST: &str = "bytes_over_zenohs_largest_message_are_counted";
     let _w = watchdog_guard(TEST, TEST_LIMIT);

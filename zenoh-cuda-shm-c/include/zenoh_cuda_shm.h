@@ -319,8 +319,9 @@ zcs_result_t zcs_loan_host_ptr(struct zcs_loan_t loan, uint8_t **out);
 zcs_result_t zcs_loan_device_ptr(struct zcs_loan_t loan, uint64_t *ptr, void **stream);
 
 // Publishes a loaned block and zeroes the loan's handle (also when the put fails: the
-// block then goes back to the pool). `seq`, if not NULL, receives the message's
-// sequence number.
+// block then goes back to the pool). Another publisher's loan is `ZCS_ERR_INVALID`
+// and stays with the caller. `seq`, if not NULL, receives the message's sequence
+// number.
 //
 // # Safety
 // `loan` is NULL or points to a handle; `seq` is NULL or points to a `uint64_t`.

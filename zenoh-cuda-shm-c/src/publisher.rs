@@ -9,8 +9,8 @@ use zenoh_cuda_shm::cuda::Gpu;
 use zenoh_cuda_shm::{GpuLoan, GpuPublisher};
 
 use crate::error::{
-    Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, ZCS_ERR_NULL, ZCS_ERR_STALE, declare_failed, guard, non_null, set_out, str_arg,
-    zcs_result_t,
+    Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, ZCS_ERR_NULL, ZCS_ERR_STALE, declare_failed, guard, non_null, set_out,
+    str_arg, zcs_result_t,
 };
 use crate::handle::{Registry, end};
 use crate::session::{SESSIONS, caller_stream, zcs_session_t};
@@ -199,6 +199,11 @@ pub unsafe extern "C" fn zcs_publisher_loan(
     })
 }
 
+/// The refusal of another publisher's loan (which stays with the caller, usable).
+pub(crate) fn foreign_loan() -> Error {
+    Error::new(ZCS_ERR_INVALID, "this loan came from another publisher: only the publisher that lent it can put it")
+}
+
 /// Runs `f` on the loan `loan` names.
 fn with_loan<R>(loan: zcs_loan_t, f: impl FnOnce(&mut GpuLoan) -> Result<R, Error>) -> Result<R, Error> {
     let l = LOANS.get(loan.id)?;
@@ -273,8 +278,9 @@ pub unsafe extern "C" fn zcs_loan_device_ptr(
 }
 
 /// Publishes a loaned block and zeroes the loan's handle (also when the put fails: the
-/// block then goes back to the pool). `seq`, if not NULL, receives the message's
-/// sequence number.
+/// block then goes back to the pool). Another publisher's loan is `ZCS_ERR_INVALID`
+/// and stays with the caller. `seq`, if not NULL, receives the message's sequence
+/// number.
 ///
 /// # Safety
 /// `loan` is NULL or points to a handle; `seq` is NULL or points to a `uint64_t`.
@@ -293,6 +299,9 @@ pub unsafe extern "C" fn zcs_publisher_put(
         let taken = {
             let l = LOANS.get(h.id)?;
             let mut g = l.lock().unwrap_or_else(|p| p.into_inner());
+            if g.as_ref().is_some_and(|l| !p.owns(l)) {
+                return Err(foreign_loan());
+            }
             g.take().ok_or_else(|| Error::new(ZCS_ERR_STALE, "this loan was put already"))?
         };
         let _ = LOANS.remove(h.id);

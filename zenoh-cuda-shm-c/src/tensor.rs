@@ -7,8 +7,10 @@ use zenoh_cuda_shm::dlpack::{ConsumerStream, ExportError, ExportOptions, Managed
 use zenoh_cuda_shm::tensor_codec::{DLDataType, DType, Device, DeviceType, MAX_RANK, TensorMeta};
 use zenoh_cuda_shm::{BackendKind, GpuPublisher, PutReport, TensorPublishError};
 
-use crate::error::{Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, ZCS_ERR_NULL, ZCS_ERR_STALE, chain, guard, non_null, set_out, zcs_result_t};
-use crate::publisher::{LOANS, PUBLISHERS, zcs_loan_t, zcs_publisher_t};
+use crate::error::{
+    Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, ZCS_ERR_NULL, ZCS_ERR_STALE, chain, guard, non_null, set_out, zcs_result_t,
+};
+use crate::publisher::{LOANS, PUBLISHERS, foreign_loan, zcs_loan_t, zcs_publisher_t};
 use crate::sample::{SAMPLES, zcs_sample_t};
 use crate::session::caller_stream;
 
@@ -156,6 +158,7 @@ pub unsafe extern "C" fn zcs_publisher_put_tensor(
         let slot = LOANS.get(h.id)?;
         let mut held = slot.lock().unwrap_or_else(|p| p.into_inner());
         let ordinal = match held.as_ref() {
+            Some(l) if !p.owns(l) => return Err(foreign_loan()),
             Some(l) => l.stream().map(|s| s.context().ordinal()),
             None => return Err(Error::new(ZCS_ERR_STALE, "this loan was put already")),
         };
@@ -285,7 +288,9 @@ pub unsafe extern "C" fn zcs_sample_tensor(sample: zcs_sample_t, out: *mut zcs_t
                 let meta = s
                     .sample
                     .tensor_meta()
-                    .map_err(|e| Error::new(ZCS_ERR_INVALID, format!("the sample's tensor description: {}", chain(&e))))?
+                    .map_err(|e| {
+                        Error::new(ZCS_ERR_INVALID, format!("the sample's tensor description: {}", chain(&e)))
+                    })?
                     .ok_or_else(|| Error::new(ZCS_ERR_NO_TENSOR, "the sample carries no tensor description"))?;
                 let strides = meta
                     .effective_strides()

@@ -16,7 +16,7 @@ use super::qos::{qos_in, zcs_ros_qos_t};
 use super::{IMAGE, TENSOR, declare_failed, wrong_type};
 use crate::error::{Error, ZCS_ERR_INVALID, ZCS_ERR_STALE, chain, guard, non_null, set_out, str_arg, zcs_result_t};
 use crate::handle::{Registry, end};
-use crate::publisher::{LOANS, zcs_loan_t};
+use crate::publisher::{LOANS, foreign_loan, zcs_loan_t};
 use crate::tensor::zcs_tensor_t;
 
 /// A publisher of one message type on a ROS topic.
@@ -248,6 +248,7 @@ unsafe fn publish_loan<M: RosDataMessage>(
     let slot = LOANS.get(h.id)?;
     let mut held = slot.lock().unwrap_or_else(|p| p.into_inner());
     let msg = match held.as_ref() {
+        Some(l) if !p.channel().owns(l) => return Err(foreign_loan()),
         Some(l) => fields(l)?,
         None => return Err(Error::new(ZCS_ERR_STALE, "this loan was put already")),
     };

@@ -152,6 +152,15 @@ int main(int argc, char **argv) {
     if (loan.id == 0) { fprintf(stderr, "a refused tensor put took the loan\n"); failures++; }
     EXPECT(zcs_loan_host_ptr(loan, &host), ZCS_OK);
     for (int i = 0; i < 1024; i++) ((float *)host)[i] = (float)i * 0.5f;
+    /* Another publisher's loan is refused by put and put_tensor, and stays usable. */
+    zcs_publisher_t other = {0};
+    zcs_loan_t theirs = {0};
+    EXPECT(zcs_publisher_declare(s, "hostile/other", &other), ZCS_OK);
+    EXPECT(zcs_publisher_loan(other, 64, &theirs), ZCS_OK);
+    EXPECT(zcs_publisher_put(p, &theirs, &u64), ZCS_ERR_INVALID);
+    EXPECT(zcs_publisher_put_tensor(p, &theirs, &t, &u64), ZCS_ERR_INVALID);
+    EXPECT(zcs_publisher_put(other, &theirs, &u64), ZCS_OK);
+    EXPECT(zcs_publisher_drop(&other), ZCS_OK);
     EXPECT(zcs_publisher_put_tensor(p, &loan, &t, &u64), ZCS_OK);
     if (loan.id != 0) { fprintf(stderr, "put_tensor did not zero the loan\n"); failures++; }
     EXPECT(zcs_publisher_put_tensor_host(p, host, 100, &t, &u64), ZCS_ERR_INVALID); /* 100 bytes < 4096 */

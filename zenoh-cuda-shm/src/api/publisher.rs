@@ -154,6 +154,8 @@ enum LoanInner {
 pub struct GpuLoan {
     inner: LoanInner,
     meta: Option<Vec<u8>>,
+    /// The instance of the publisher whose pool lent the block: only it may put it.
+    owner: u64,
 }
 
 impl std::fmt::Debug for GpuLoan {
@@ -294,12 +296,25 @@ impl GpuPublisher {
             }
             PubMedium::Host { pool } => LoanInner::Host(pool.loan(len)?),
         };
-        Ok(GpuLoan { inner, meta: None })
+        Ok(GpuLoan { inner, meta: None, owner: self.core.shared.instance })
+    }
+
+    /// Whether `loan` came from this publisher (only its own loans can be put).
+    pub fn owns(&self, loan: &GpuLoan) -> bool {
+        loan.owner == self.core.shared.instance
     }
 
     /// Publishes a loan: its ready signal is enqueued after its writes, then it goes
     /// out by the cheapest path for each subscriber.
+    ///
+    /// # Errors
+    /// [`PutError::ForeignLoan`] for another publisher's loan (its block, which
+    /// subscribers of this one could not tell from one of this pool's, goes back to its
+    /// own pool unpublished); Zenoh and copy-out failures.
     pub fn put(&self, loan: GpuLoan) -> Result<PutReport, PutError> {
+        if !self.owns(&loan) {
+            return Err(PutError::ForeignLoan { key: self.key().to_string() });
+        }
         let published = match loan.inner {
             LoanInner::Cuda(g) => PublishedAny::Cuda(g.finish()?),
             LoanInner::Host(l) => PublishedAny::Host(l.publish()),
@@ -344,7 +359,7 @@ impl GpuPublisher {
         // which returns it only after the stream's work); the source is the caller's
         // contract.
         unsafe { copy::device_to_device(stream, guard.device_ptr(), src, len) }.map_err(WriteError::from)?;
-        Ok(self.put(GpuLoan { inner: LoanInner::Cuda(guard), meta: None })?)
+        Ok(self.put(GpuLoan { inner: LoanInner::Cuda(guard), meta: None, owner: self.core.shared.instance })?)
     }
 
     /// Counters.

@@ -304,6 +304,12 @@ pub enum PutError {
     /// Copying the block out for subscribers that need bytes failed.
     #[error("copying the block out failed")]
     CopyOut(#[from] crate::signal::SignalError),
+    /// The loan came from another publisher's pool.
+    #[error("the loan came from another publisher than the one on {key}")]
+    ForeignLoan {
+        /// The key of the publisher asked to put it.
+        key: String,
+    },
 }
 
 /// Fields drop in declaration order: the matching listener before the publisher it
