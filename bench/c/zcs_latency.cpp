@@ -152,6 +152,11 @@ std::string zcs_config(const std::string &backend) {
     return "{device: \"" + backend + "\", provider: \"off\"}";
 }
 
+// Closes a descriptor of ours, saying so if that fails (in destructors: no throw).
+void close_fd(int fd) {
+    if (close(fd) != 0) std::perror("close");
+}
+
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int free_tcp_port() {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -162,7 +167,7 @@ int free_tcp_port() {
     socklen_t len = sizeof addr;
     int ok = bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) == 0 &&
              getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len) == 0;
-    close(fd);
+    close_fd(fd);
     if (!ok) throw std::runtime_error("no free TCP port on 127.0.0.1");
     return ntohs(addr.sin_port);
 }
@@ -270,8 +275,8 @@ class Pong {
         int in[2], out[2];
         if (pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
         if (pipe2(out, O_CLOEXEC) != 0) {
-            close(in[0]);
-            close(in[1]);
+            close_fd(in[0]);
+            close_fd(in[1]);
             throw std::runtime_error("pipe2");
         }
         posix_spawn_file_actions_t fa;
@@ -284,26 +289,27 @@ class Pong {
         for (auto &s : args) argv.push_back(s.data());
         argv.push_back(nullptr);
         if (rc == 0) rc = posix_spawn(&pid_, "/proc/self/exe", &fa, nullptr, argv.data(), environ);
-        posix_spawn_file_actions_destroy(&fa);
-        close(in[0]);
-        close(out[1]);
-        to_ = in[1];
-        from_ = out[0];
+        if (posix_spawn_file_actions_destroy(&fa) != 0) std::perror("posix_spawn_file_actions_destroy");
+        close_fd(in[0]);
+        close_fd(out[1]);
         if (rc != 0) {
-            pid_ = -1;
+            close_fd(in[1]);
+            close_fd(out[0]);
             throw std::runtime_error(std::string("start the pong: ") + std::strerror(rc));
         }
+        to_ = in[1];
+        from_ = out[0];
     }
     Pong(const Pong &) = delete;
     Pong &operator=(const Pong &) = delete;
     ~Pong() {
         if (pid_ > 0) {
-            kill(pid_, SIGKILL);
+            if (kill(pid_, SIGKILL) != 0) std::perror("kill the pong");
             int status;
-            waitpid(pid_, &status, 0);
+            if (waitpid(pid_, &status, 0) != pid_) std::perror("reap the pong");
         }
-        if (to_ >= 0) close(to_);
-        if (from_ >= 0) close(from_);
+        if (to_ >= 0) close_fd(to_);
+        if (from_ >= 0) close_fd(from_);
     }
 
     // Waits for its "ready" line.
@@ -326,7 +332,7 @@ class Pong {
     // Tells it to stop and waits for its exit (status 0 expected).
     void stop() {
         if (write(to_, "stop\n", 5) != 5) throw std::runtime_error("write to the pong");
-        close(to_);
+        close_fd(to_);
         to_ = -1;
         auto deadline = Clock::now() + IO;
         for (;;) {

@@ -75,6 +75,21 @@ std::vector<int64_t> parse_shape(const char *text, const char *prog) {
     return shape;
 }
 
+// A number flag's value, all of it a number.
+double number(const char *v, const char *prog) {
+    char *end = nullptr;
+    double d = std::strtod(v, &end);
+    if (end == v || *end != '\0' || !(d >= 0)) usage(prog);
+    return d;
+}
+
+uint64_t count(const char *v, const char *prog) {
+    char *end = nullptr;
+    unsigned long long n = std::strtoull(v, &end, 10);
+    if (end == v || *end != '\0' || *v == '-') usage(prog);
+    return n;
+}
+
 Args parse(int argc, char **argv) {
     Args a;
     if (argc < 2) usage(argv[0]);
@@ -88,10 +103,10 @@ Args parse(int argc, char **argv) {
         else if (!std::strcmp(f, "-e")) a.zenoh.connect = v;
         else if (!std::strcmp(f, "-l")) a.zenoh.listen = v;
         else if (!std::strcmp(f, "--device")) a.zenoh.device = v;
-        else if (!std::strcmp(f, "-n")) a.zenoh.count = std::strtoull(v, nullptr, 10);
+        else if (!std::strcmp(f, "-n")) a.zenoh.count = count(v, argv[0]);
         else if (!std::strcmp(f, "--shape")) a.shape = parse_shape(v, argv[0]);
-        else if (a.publish && !std::strcmp(f, "-r")) a.rate = std::strtod(v, nullptr);
-        else if (a.publish && !std::strcmp(f, "--wait-zero-copy")) a.wait_zero_copy = std::strtoull(v, nullptr, 10);
+        else if (a.publish && !std::strcmp(f, "-r")) a.rate = number(v, argv[0]);
+        else if (a.publish && !std::strcmp(f, "--wait-zero-copy")) a.wait_zero_copy = count(v, argv[0]);
         else if (a.publish && !std::strcmp(f, "--how")) {
             if (!std::strcmp(v, "alternate")) a.how = How::Alternate;
             else if (!std::strcmp(v, "copy")) a.how = How::Copy;
@@ -164,7 +179,7 @@ int publish(const Args &a) {
     }
     zcs::Publisher pub(session, a.zenoh.key);
     std::printf("[pub] ready on '%s' (%s)\n", a.zenoh.key, backend.c_str());
-    std::fflush(stdout);
+    if (std::fflush(stdout) != 0) throw std::runtime_error("write stdout");
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (;;) {
         auto [aware, plain] = pub.subscribers();
@@ -259,7 +274,7 @@ int subscribe(const Args &a) {
     }
     zcs::Subscriber sub(session, a.zenoh.key);
     std::printf("[sub] ready on '%s' (%s)\n", a.zenoh.key, session.backend().c_str());
-    std::fflush(stdout);
+    if (std::fflush(stdout) != 0) throw std::runtime_error("write stdout");
     std::vector<uint8_t> copy;
     uint64_t got = 0, ok = 0, bad = 0, lost = 0, last = 0;
     std::set<std::string> paths;
