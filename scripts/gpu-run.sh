@@ -261,7 +261,8 @@ if [ "$part" = c ]; then
   LD_LIBRARY_PATH=$cbin ZCS_C_PROGRAMS=$cbin ZCS_C_DEVICE=cuda ZCS_PYTHON=python3 ZCS_REQUIRE_PYTHON=1 \
     timeout 400 "$cbin/test-c_tensor" --test-threads=1 --nocapture >"$out/c-tensor.log" 2>&1 \
     || { echo "FAILED: C ABI tensors (see c-tensor.log)" | tee -a "$out/c.log"; fail=1; }
-  grep -E "^(rust|c\+\+|python) |^zcs_latency_cpp|^test result|^SKIPPED|panicked" "$out/c-tensor.log" | tee -a "$out/c.log"
+  # (libtest prints a test's first line after its name: match anywhere in the line.)
+  grep -oE "(rust|c\+\+|python) → .*|zcs_latency_cpp \(.*|test result.*|SKIPPED.*|panicked.*" "$out/c-tensor.log" | tee -a "$out/c.log"
   # Latency, C++ against Rust: the same rows, method and flags, one program after the
   # other, twice (--max-secs bounds zcs_latency's other rows; no zero-copy row reaches it).
   for i in 1 2; do
