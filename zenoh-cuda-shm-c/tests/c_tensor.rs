@@ -136,8 +136,13 @@ struct Running {
     name: String,
 }
 
+/// Where the programs' logs go: beside the build this test made (replaced with it at
+/// each run), else in a folder of this process under the temp dir.
 fn log_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("zcs-c-tensor-{}", std::process::id()));
+    let d = match programs() {
+        Some(b) if b.here => b.dir.parent().expect("the build's work folder").join("logs"),
+        _ => std::env::temp_dir().join(format!("zcs-c-tensor-{}", std::process::id())),
+    };
     std::fs::create_dir_all(&d).expect("log folder");
     d
 }
