@@ -106,11 +106,23 @@ if ipbin=$(command -v ip); then
 fi
 ls -l .gpu-pack/wheels .gpu-pack/ros-wheels
 du -sh .gpu-pack
-# The C ABI on the GPU (ZCS_GPU_PART=c): the library, the C and C++ examples built with
-# its CMake package (cmake from pip where missing; no CUDA toolkit needed), and the Rust
-# examples they exchange frames with, in .gpu-pack/c.tar.xz.
+# The C ABI on the GPU (ZCS_GPU_PART=c): the library, the C and C++ examples and the C++
+# latency benchmark built with its CMake package (cmake from pip where missing; no CUDA
+# toolkit needed), the Rust examples they exchange frames with, the tensor test
+# (tests/c_tensor.rs: z_tensor against Rust and the Python examples), zcs_latency for
+# the Rust rows beside the C++ ones, and the Python wheel, in .gpu-pack/c.tar.xz (carried
+# alone).
 cargo build --profile gpu --locked -p zenoh-cuda-shm-c 2>/dev/null
 cargo build --profile gpu --locked -p zcs-examples --example z_cuda_pub --example z_cuda_sub 2>/dev/null
+cargo build --profile gpu --locked -p zcs-bench --bin zcs_latency 2>/dev/null
+c_tensor_test=$(cargo test --profile gpu --locked -p zenoh-cuda-shm-c --test c_tensor --no-run --message-format=json 2>/dev/null \
+  | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "c_tensor":
+        print(m["executable"])
+')
 command -v cmake >/dev/null || python3 -m pip install -q --disable-pip-version-check "cmake>=3.16"
 cdir=$(mktemp -d)
 scripts/c-install.sh --from target/gpu "$cdir/prefix" >/dev/null
@@ -120,6 +132,10 @@ mkdir -p "$cdir/pack"
 cp "$cdir/prefix/lib/libzenoh_cuda_shm_c.so" target/gpu/examples/z_cuda_pub target/gpu/examples/z_cuda_sub "$cdir/pack/"
 cp "$cdir/build/z_cuda_pub" "$cdir/pack/z_cuda_pub_c"
 cp "$cdir/build/z_cuda_sub" "$cdir/pack/z_cuda_sub_cpp" && strip "$cdir/pack/z_cuda_sub_cpp"
+cp "$cdir/build/z_tensor" "$cdir/build/zcs_latency_cpp" "$cdir/pack/" && strip "$cdir/pack/z_tensor" "$cdir/pack/zcs_latency_cpp"
+cp target/gpu/zcs_latency "$cdir/pack/"
+cp "$c_tensor_test" "$cdir/pack/test-c_tensor"
+mkdir -p "$cdir/pack/wheels" && cp .gpu-pack/wheels/*.whl "$cdir/pack/wheels/"
 tar -C "$cdir/pack" -cf - . | xz -T2 -6 > .gpu-pack/c.tar.xz
 rm -rf "$cdir"
 ls -l .gpu-pack/c.tar.xz

@@ -225,7 +225,10 @@ fi
 # (alternating runs).
 # The C ABI (ZCS_GPU_PART=c, .gpu-pack/c.tar.xz carried alone): C and C++ programs
 # exchange 200 frames of 32 MiB with the Rust examples and with each other, every session
-# on the GPU; each subscriber checks every byte and says how the frames came.
+# on the GPU; each subscriber checks every byte and says how the frames came. Then
+# tensors: z_tensor (C++) with Rust and with the Python examples on PyTorch, both ways
+# (tests/c_tensor.rs, with the pack's programs); and latency: zcs_latency's zero-copy
+# rows (Rust) and zcs_latency_cpp's (C++), alternately twice, with the C++/Rust ratio.
 if [ "$part" = c ]; then
   cbin=$PWD/.gpu-c && rm -rf "$cbin" && mkdir -p "$cbin" && xz -dc .gpu-pack/c.tar.xz | tar -C "$cbin" -xf -
   exchange() { # name port subscriber publisher [publisher args]
@@ -244,6 +247,34 @@ if [ "$part" = c ]; then
   exchange rust-to-cpp 7450 z_cuda_sub_cpp z_cuda_pub -r 100 --wait-zero-copy 1 --no-multicast-scouting
   exchange c-to-rust 7451 z_cuda_sub z_cuda_pub_c
   exchange c-to-cpp 7452 z_cuda_sub_cpp z_cuda_pub_c
+  # The Python package: installed above where .gpu-pack/wheels came too, else from the
+  # wheel in the c pack, the same way.
+  if ! python3 -c 'import zenoh_cuda_shm' >/dev/null 2>&1 && ls "$cbin"/wheels/*.whl >/dev/null 2>&1; then
+    rm -rf .gpu-py
+    python3 -m pip install -q --no-index --no-deps --target .gpu-py "$cbin"/wheels/*.whl 2>>"$out/c.log" \
+      || python3 -m zipfile -e "$cbin"/wheels/*.whl .gpu-py
+    export PYTHONPATH="$PWD/.gpu-py${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  # No Rust example puts tensors on a plain key: the Rust side is the library, in the
+  # test. Each exchange checks every element and the description, and prints its paths.
+  echo "== C ABI: tensors, z_tensor with Rust and with the Python examples" | tee -a "$out/c.log"
+  LD_LIBRARY_PATH=$cbin ZCS_C_PROGRAMS=$cbin ZCS_C_DEVICE=cuda ZCS_PYTHON=python3 ZCS_REQUIRE_PYTHON=1 \
+    timeout 400 "$cbin/test-c_tensor" --test-threads=1 --nocapture >"$out/c-tensor.log" 2>&1 \
+    || { echo "FAILED: C ABI tensors (see c-tensor.log)" | tee -a "$out/c.log"; fail=1; }
+  # (libtest prints a test's first line after its name: match anywhere in the line.)
+  grep -oE "(rust|c\+\+|python) → .*|zcs_latency_cpp \(.*|test result.*|SKIPPED.*|panicked.*" "$out/c-tensor.log" | tee -a "$out/c.log"
+  # Latency, C++ against Rust: the same rows, method and flags, one program after the
+  # other, twice (--max-secs bounds zcs_latency's other rows; no zero-copy row reaches it).
+  for i in 1 2; do
+    echo "== C ABI: zcs_latency (Rust) run $i" | tee -a "$out/c.log"
+    timeout 300 "$cbin/zcs_latency" --backend cuda --sizes 4KiB,64KiB,1MiB,8MiB,32MiB,256MiB --max-secs 4 \
+      >"$out/c-latency-rust-$i.jsonl" 2>"$out/c-latency-rust-$i.log" || { echo "FAILED: zcs_latency run $i" | tee -a "$out/c.log"; fail=1; }
+    echo "== C ABI: zcs_latency_cpp run $i" | tee -a "$out/c.log"
+    LD_LIBRARY_PATH=$cbin timeout 200 "$cbin/zcs_latency_cpp" --backend cuda --sizes 4KiB,64KiB,1MiB,8MiB,32MiB,256MiB \
+      --max-secs 4 >"$out/c-latency-cpp-$i.jsonl" 2>"$out/c-latency-cpp-$i.log" || { echo "FAILED: zcs_latency_cpp run $i" | tee -a "$out/c.log"; fail=1; }
+  done
+  python3 scripts/c-latency-ratio.py "$out"/c-latency-*.jsonl 2>&1 | tee -a "$out/c.log" \
+    || { echo "FAILED: C++/Rust latency rows incomplete" | tee -a "$out/c.log"; fail=1; }
 fi
 if [ "$part" = extra ]; then
   rm -rf .gpu-extra && mkdir -p .gpu-extra && xz -dc .gpu-pack-extra/extra.tar.xz | tar -C .gpu-extra -xf -
@@ -323,6 +354,7 @@ grep -E "^(PASSED|FAILED|SKIPPED)|slow producer|[0-9]+ (passed|failed)" "$out/py
 grep -E "^\[(demo|sub|zcs)\]" "$out/demo.log" 2>/dev/null | tail -4
 grep -E "^test result|^FAILED|SKIPPED|panicked|loans at the kill" "$out/plugin-tests.log" 2>/dev/null
 grep -h '"summary"' "$out"/soak*.jsonl 2>/dev/null
+[ "$part" = c ] && grep -vE "^== " "$out/c.log"
 cat "$out"/*.jsonl 2>/dev/null | grep -v '"rss_kib"' 
 # The device tool brings back only a few files: with $OUT set, everything goes back as
 # one archive (unpack it and run scripts/bench-report.sh on the folder).

@@ -286,6 +286,22 @@ zcs_result_t zcs_publisher_subscribers(struct zcs_publisher_t publisher,
                                        size_t *aware,
                                        bool *plain);
 
+// How many subscribers the publisher serves in place now (connected and ready on a
+// zero-copy path: they map its blocks), a subset of `zcs_publisher_subscribers`'s
+// `aware`: what a producer that wants every message on those paths waits for.
+//
+// # Safety
+// `out` is NULL or points to a `size_t`.
+zcs_result_t zcs_publisher_zero_copy_subscribers(struct zcs_publisher_t publisher, size_t *out);
+
+// How many of the publisher's blocks are loaned or held now: its pool's and, for a
+// CUDA publisher serving consumers without a GPU, its host blocks'. 0 once every loan
+// was put or dropped and every subscriber gave its blocks back.
+//
+// # Safety
+// `out` is NULL or points to a `size_t`.
+zcs_result_t zcs_publisher_blocks_in_use(struct zcs_publisher_t publisher, size_t *out);
+
 // Loans a block of `len` bytes (waiting, up to the pool's `loan_timeout_ms`, while
 // every block is in use).
 //
@@ -340,6 +356,14 @@ zcs_result_t zcs_loan_drop(struct zcs_loan_t *loan);
 // # Safety
 // `out` is NULL or points to a `uint64_t`.
 zcs_result_t zcs_sample_seq(struct zcs_sample_t sample, uint64_t *out);
+
+// The sample's publication time: nanoseconds since the Unix epoch on the publisher's
+// clock (`CLOCK_REALTIME`; one clock for every process of a host), 0 when unknown (a
+// plain Zenoh publisher's).
+//
+// # Safety
+// `out` is NULL or points to a `uint64_t`.
+zcs_result_t zcs_sample_timestamp_ns(struct zcs_sample_t sample, uint64_t *out);
 
 // The sample's length in bytes.
 //

@@ -167,6 +167,12 @@ class Sample : public detail::Owner<zcs_sample_t, zcs_sample_drop> {
         detail::check(zcs_sample_len(handle(), &v), "zcs_sample_len");
         return v;
     }
+    // Publication time, ns since the Unix epoch (CLOCK_REALTIME); 0 when unknown.
+    uint64_t timestamp_ns() const {
+        uint64_t v = 0;
+        detail::check(zcs_sample_timestamp_ns(handle(), &v), "zcs_sample_timestamp_ns");
+        return v;
+    }
     // How it came: "zero-copy", "cpu-bytes", "inline", "host-block", …
     std::string path() const {
         const char *p = nullptr;
@@ -315,6 +321,18 @@ class Publisher : public detail::Owner<zcs_publisher_t, zcs_publisher_drop> {
         bool plain = false;
         detail::check(zcs_publisher_subscribers(handle(), &aware, &plain), "zcs_publisher_subscribers");
         return {aware, plain};
+    }
+    // Subscribers served in place now (on a zero-copy path).
+    size_t zero_copy_subscribers() const {
+        size_t n = 0;
+        detail::check(zcs_publisher_zero_copy_subscribers(handle(), &n), "zcs_publisher_zero_copy_subscribers");
+        return n;
+    }
+    // Blocks loaned or held by subscribers now (0: every message given back).
+    size_t blocks_in_use() const {
+        size_t n = 0;
+        detail::check(zcs_publisher_blocks_in_use(handle(), &n), "zcs_publisher_blocks_in_use");
+        return n;
     }
 };
 

@@ -174,6 +174,45 @@ pub unsafe extern "C" fn zcs_publisher_subscribers(
     })
 }
 
+/// How many subscribers the publisher serves in place now (connected and ready on a
+/// zero-copy path: they map its blocks), a subset of `zcs_publisher_subscribers`'s
+/// `aware`: what a producer that wants every message on those paths waits for.
+///
+/// # Safety
+/// `out` is NULL or points to a `size_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_publisher_zero_copy_subscribers(
+    publisher: zcs_publisher_t,
+    out: *mut usize,
+) -> zcs_result_t {
+    guard(|| {
+        non_null(out, "out")?;
+        let entry = PUBLISHERS.get(publisher.id)?;
+        // SAFETY: not null (checked above); the caller passes a writable value.
+        unsafe { set_out(out, entry.publisher.zero_copy_subscribers()) };
+        Ok(())
+    })
+}
+
+/// How many of the publisher's blocks are loaned or held now: its pool's and, for a
+/// CUDA publisher serving consumers without a GPU, its host blocks'. 0 once every loan
+/// was put or dropped and every subscriber gave its blocks back.
+///
+/// # Safety
+/// `out` is NULL or points to a `size_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_publisher_blocks_in_use(publisher: zcs_publisher_t, out: *mut usize) -> zcs_result_t {
+    guard(|| {
+        non_null(out, "out")?;
+        let entry = PUBLISHERS.get(publisher.id)?;
+        let p = &entry.publisher;
+        let n = p.pool_stats().blocks_in_use + p.host_pool_stats().map_or(0, |h| h.blocks_in_use);
+        // SAFETY: not null (checked above); the caller passes a writable value.
+        unsafe { set_out(out, n) };
+        Ok(())
+    })
+}
+
 /// Loans a block of `len` bytes (waiting, up to the pool's `loan_timeout_ms`, while
 /// every block is in use).
 ///

@@ -54,6 +54,23 @@ pub unsafe extern "C" fn zcs_sample_seq(sample: zcs_sample_t, out: *mut u64) -> 
     })
 }
 
+/// The sample's publication time: nanoseconds since the Unix epoch on the publisher's
+/// clock (`CLOCK_REALTIME`; one clock for every process of a host), 0 when unknown (a
+/// plain Zenoh publisher's).
+///
+/// # Safety
+/// `out` is NULL or points to a `uint64_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_sample_timestamp_ns(sample: zcs_sample_t, out: *mut u64) -> zcs_result_t {
+    guard(|| {
+        non_null(out, "out")?;
+        let s = SAMPLES.get(sample.id)?;
+        // SAFETY: not null (checked above); the caller passes a writable value.
+        unsafe { set_out(out, s.sample.info().timestamp_ns) };
+        Ok(())
+    })
+}
+
 /// The sample's length in bytes.
 ///
 /// # Safety

@@ -66,6 +66,9 @@ int main(int argc, char **argv) {
     EXPECT(zcs_subscriber_recv(null_sub, 0, &null_sample), ZCS_ERR_STALE);
     EXPECT(zcs_sample_seq(null_sample, &u64), ZCS_ERR_STALE);
     EXPECT(zcs_loan_len(null_loan, &size), ZCS_ERR_STALE);
+    EXPECT(zcs_sample_timestamp_ns(null_sample, &u64), ZCS_ERR_STALE);
+    EXPECT(zcs_publisher_zero_copy_subscribers(null_pub, &size), ZCS_ERR_STALE);
+    EXPECT(zcs_publisher_blocks_in_use(null_pub, &size), ZCS_ERR_STALE);
 
     /* A real session, publisher, subscriber and loan. */
     EXPECT(zcs_session_open(zenoh, "{device: \"host\"}", &s), ZCS_OK);
@@ -102,6 +105,13 @@ int main(int argc, char **argv) {
     zcs_sample_t sample = {0};
     EXPECT(zcs_subscriber_recv(sub, 10000, &sample), ZCS_OK);
     EXPECT(zcs_sample_len(sample, &size), ZCS_OK);
+    EXPECT(zcs_sample_timestamp_ns(sample, NULL), ZCS_ERR_NULL);
+    EXPECT(zcs_sample_timestamp_ns(sample, &u64), ZCS_OK);
+    if (u64 == 0) { fprintf(stderr, "a sample of ours without its publication time\n"); failures++; }
+    EXPECT(zcs_publisher_zero_copy_subscribers(p, NULL), ZCS_ERR_NULL);
+    EXPECT(zcs_publisher_blocks_in_use(p, NULL), ZCS_ERR_NULL);
+    size_t in_use = 0;
+    EXPECT(zcs_publisher_blocks_in_use(p, &in_use), ZCS_OK);
     /* Device reads and the GPU's context: a host-memory session has neither. */
     zcs_read_t read = {0};
     EXPECT(zcs_sample_read(sample, NULL, &read, &dptr), ZCS_ERR_MEMORY);

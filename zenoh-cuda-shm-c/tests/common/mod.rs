@@ -7,7 +7,8 @@ use std::process::{Command, Stdio};
 
 use zenoh_cuda_shm::{GpuSession, ZcsConfig};
 
-fn root() -> PathBuf {
+/// The workspace's root.
+pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf()
 }
 
