@@ -114,6 +114,30 @@ pub(crate) unsafe fn set_out<T>(out: *mut T, value: T) {
     unsafe { out.write(value) }
 }
 
+/// Writes a result through an optional out-parameter (nothing when it is NULL).
+///
+/// # Safety
+/// `out` is null or points to a writable `T`.
+pub(crate) unsafe fn set_opt_out<T>(out: *mut T, value: T) {
+    if !out.is_null() {
+        // SAFETY: not null (checked); writable (the caller's contract).
+        unsafe { out.write(value) }
+    }
+}
+
+/// The `len` bytes at `data` (anything when `len` is 0).
+///
+/// # Safety
+/// `data` points to `len` readable bytes that stay valid for `'a`, or `len` is 0.
+pub(crate) unsafe fn bytes_arg<'a>(data: *const u8, len: usize) -> Result<&'a [u8], Error> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    non_null(data, "data")?;
+    // SAFETY: not null (checked); `len` readable bytes (the caller's contract).
+    Ok(unsafe { std::slice::from_raw_parts(data, len) })
+}
+
 /// The UTF-8 string at `p` (not null, NUL-terminated).
 ///
 /// # Safety

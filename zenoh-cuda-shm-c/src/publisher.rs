@@ -9,8 +9,8 @@ use zenoh_cuda_shm::cuda::Gpu;
 use zenoh_cuda_shm::{GpuLoan, GpuPublisher};
 
 use crate::error::{
-    Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, ZCS_ERR_NULL, ZCS_ERR_STALE, declare_failed, guard, non_null, set_out,
-    str_arg, zcs_result_t,
+    Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, ZCS_ERR_NULL, ZCS_ERR_STALE, bytes_arg, declare_failed, guard, non_null,
+    set_opt_out, set_out, str_arg, zcs_result_t,
 };
 use crate::handle::{Registry, end};
 use crate::session::{SESSIONS, caller_stream, zcs_session_t};
@@ -89,21 +89,13 @@ pub unsafe extern "C" fn zcs_publisher_put_bytes(
     seq: *mut u64,
 ) -> zcs_result_t {
     guard(|| {
-        let bytes: &[u8] = match len {
-            0 => &[],
-            _ => {
-                non_null(data, "data")?;
-                // SAFETY: not null (checked); `len` readable bytes (the caller's contract).
-                unsafe { std::slice::from_raw_parts(data, len) }
-            }
-        };
+        // SAFETY: `len` readable bytes at `data` (the caller's contract).
+        let bytes = unsafe { bytes_arg(data, len) }?;
         let entry = PUBLISHERS.get(publisher.id)?;
         let p = &entry.publisher;
         let report = p.put_bytes(bytes).map_err(|e| Error::failed("put bytes", &e))?;
-        if !seq.is_null() {
-            // SAFETY: not null (checked above); the caller passes a writable value (the contract).
-            unsafe { set_out(seq, report.seq) };
-        }
+        // SAFETY: NULL or a writable `uint64_t` (the caller's contract).
+        unsafe { set_opt_out(seq, report.seq) };
         Ok(())
     })
 }
@@ -139,10 +131,8 @@ pub unsafe extern "C" fn zcs_publisher_put_device(
         // SAFETY: the source range and its lifetime are the caller's contract.
         let report = unsafe { entry.publisher.put_device(src, len, &stream) }
             .map_err(|e| Error::failed(&format!("put {len} bytes from device memory"), &e))?;
-        if !seq.is_null() {
-            // SAFETY: not null (checked above); the caller passes a writable value (the contract).
-            unsafe { set_out(seq, report.seq) };
-        }
+        // SAFETY: NULL or a writable `uint64_t` (the caller's contract).
+        unsafe { set_opt_out(seq, report.seq) };
         Ok(())
     })
 }
@@ -346,10 +336,8 @@ pub unsafe extern "C" fn zcs_publisher_put(
         let _ = LOANS.remove(h.id);
         h.id = 0;
         let report = p.put(taken).map_err(|e| Error::failed("put", &e))?;
-        if !seq.is_null() {
-            // SAFETY: not null (checked above); the caller passes a writable value (the contract).
-            unsafe { set_out(seq, report.seq) };
-        }
+        // SAFETY: NULL or a writable `uint64_t` (the caller's contract).
+        unsafe { set_opt_out(seq, report.seq) };
         Ok(())
     })
 }

@@ -5,10 +5,11 @@ use std::ffi::c_void;
 
 use zenoh_cuda_shm::dlpack::{ConsumerStream, ExportError, ExportOptions, ManagedTensorVersioned};
 use zenoh_cuda_shm::tensor_codec::{DLDataType, DType, Device, DeviceType, MAX_RANK, TensorMeta};
-use zenoh_cuda_shm::{BackendKind, GpuPublisher, PutReport, TensorPublishError};
+use zenoh_cuda_shm::{BackendKind, GpuPublisher, TensorPublishError};
 
 use crate::error::{
-    Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, ZCS_ERR_NULL, ZCS_ERR_STALE, chain, guard, non_null, set_out, zcs_result_t,
+    Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, ZCS_ERR_NULL, ZCS_ERR_STALE, bytes_arg, chain, guard, non_null,
+    set_opt_out, set_out, zcs_result_t,
 };
 use crate::publisher::{LOANS, PUBLISHERS, foreign_loan, zcs_loan_t, zcs_publisher_t};
 use crate::sample::{SAMPLES, zcs_sample_t};
@@ -126,14 +127,6 @@ fn put_failed(e: &TensorPublishError) -> Error {
     }
 }
 
-fn report_seq(report: &PutReport, seq: *mut u64) {
-    if !seq.is_null() {
-        // SAFETY: not null (checked); every caller passes its caller's `seq`, NULL or a
-        // writable `uint64_t` (their contract).
-        unsafe { set_out(seq, report.seq) };
-    }
-}
-
 /// Publishes a loan written by the caller as the tensor `tensor` describes, which is
 /// checked against the loan's length and travels with it. On success the loan's
 /// handle is zeroed. A description that does not fit is `ZCS_ERR_INVALID` and the
@@ -172,7 +165,8 @@ pub unsafe extern "C" fn zcs_publisher_put_tensor(
                 drop(held);
                 let _ = LOANS.remove(h.id);
                 h.id = 0;
-                report_seq(&report, seq);
+                // SAFETY: NULL or a writable `uint64_t` (the caller's contract).
+                unsafe { set_opt_out(seq, report.seq) };
                 Ok(())
             }
             Err(mut e) => {
@@ -212,21 +206,16 @@ pub unsafe extern "C" fn zcs_publisher_put_tensor_host(
     seq: *mut u64,
 ) -> zcs_result_t {
     guard(|| {
-        let bytes: &[u8] = match len {
-            0 => &[],
-            _ => {
-                non_null(data, "data")?;
-                // SAFETY: not null (checked); `len` readable bytes (the caller's contract).
-                unsafe { std::slice::from_raw_parts(data, len) }
-            }
-        };
+        // SAFETY: `len` readable bytes at `data` (the caller's contract).
+        let bytes = unsafe { bytes_arg(data, len) }?;
         let entry = PUBLISHERS.get(publisher.id)?;
         let p = &entry.publisher;
         let ordinal = entry.gpu.as_ref().map(|g| g.ordinal());
         // SAFETY: the caller's contract.
         let meta = unsafe { meta_in(tensor, device_of(p, ordinal)) }?;
         let report = p.put_tensor_from_host(bytes, &meta).map_err(|e| put_failed(&e))?;
-        report_seq(&report, seq);
+        // SAFETY: NULL or a writable `uint64_t` (the caller's contract).
+        unsafe { set_opt_out(seq, report.seq) };
         Ok(())
     })
 }
@@ -266,7 +255,8 @@ pub unsafe extern "C" fn zcs_publisher_put_tensor_device(
         let stream = unsafe { caller_stream(gpu, stream) };
         // SAFETY: the source range and its lifetime are the caller's contract.
         let report = unsafe { p.put_tensor_from_device(src, &meta, len, &stream) }.map_err(|e| put_failed(&e))?;
-        report_seq(&report, seq);
+        // SAFETY: NULL or a writable `uint64_t` (the caller's contract).
+        unsafe { set_opt_out(seq, report.seq) };
         Ok(())
     })
 }

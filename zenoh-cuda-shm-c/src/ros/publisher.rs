@@ -14,7 +14,10 @@ use super::message::{image_in, tensor_in, zcs_ros_image_t};
 use super::node::{NODES, zcs_ros_node_t};
 use super::qos::{qos_in, zcs_ros_qos_t};
 use super::{IMAGE, TENSOR, declare_failed, wrong_type};
-use crate::error::{Error, ZCS_ERR_INVALID, ZCS_ERR_STALE, chain, guard, non_null, set_out, str_arg, zcs_result_t};
+use crate::error::{
+    Error, ZCS_ERR_INVALID, ZCS_ERR_STALE, bytes_arg, chain, guard, non_null, set_opt_out, set_out, str_arg,
+    zcs_result_t,
+};
 use crate::handle::{Registry, end};
 use crate::publisher::{LOANS, foreign_loan, zcs_loan_t};
 use crate::tensor::zcs_tensor_t;
@@ -215,14 +218,6 @@ fn publish_failed(e: &RosPublishError) -> Error {
     }
 }
 
-fn report_seq(seq: *mut i64, value: i64) {
-    if !seq.is_null() {
-        // SAFETY: not null (checked); every caller passes its caller's `seq`, NULL or a
-        // writable `int64_t` (their contract).
-        unsafe { set_out(seq, value) };
-    }
-}
-
 /// Where a loan's memory is.
 fn device_of(l: &GpuLoan) -> Device {
     match l.stream() {
@@ -257,21 +252,9 @@ unsafe fn publish_loan<M: RosDataMessage>(
     let _ = LOANS.remove(h.id);
     h.id = 0;
     let report = p.publish(&msg, taken).map_err(|e| publish_failed(&e))?;
-    report_seq(seq, report.seq);
+    // SAFETY: NULL or a writable `int64_t` (the caller's contract).
+    unsafe { set_opt_out(seq, report.seq) };
     Ok(())
-}
-
-/// The `len` bytes at `data` (anything when `len` is 0).
-///
-/// # Safety
-/// `data` points to `len` readable bytes that stay valid for `'a`, or `len` is 0.
-unsafe fn host_bytes<'a>(data: *const u8, len: usize) -> Result<&'a [u8], Error> {
-    if len == 0 {
-        return Ok(&[]);
-    }
-    non_null(data, "data")?;
-    // SAFETY: not null (checked); `len` readable bytes (the caller's contract).
-    Ok(unsafe { std::slice::from_raw_parts(data, len) })
 }
 
 /// Publishes an image whose data is the whole of `loan` (a loan of this publisher,
@@ -322,13 +305,14 @@ pub unsafe extern "C" fn zcs_ros_publisher_publish_image_host(
 ) -> zcs_result_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        let data = unsafe { host_bytes(data, len) }?;
+        let data = unsafe { bytes_arg(data, len) }?;
         let entry = PUBLISHERS.get(publisher.id)?;
         let p = entry.image()?;
         // SAFETY: the caller's contract.
         let msg = unsafe { image_in(image, len) }?;
         let report = p.publish_host(&msg, data).map_err(|e| publish_failed(&e))?;
-        report_seq(seq, report.seq);
+        // SAFETY: NULL or a writable `int64_t` (the caller's contract).
+        unsafe { set_opt_out(seq, report.seq) };
         Ok(())
     })
 }
@@ -376,13 +360,14 @@ pub unsafe extern "C" fn zcs_ros_publisher_publish_tensor_host(
 ) -> zcs_result_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        let data = unsafe { host_bytes(data, len) }?;
+        let data = unsafe { bytes_arg(data, len) }?;
         let entry = PUBLISHERS.get(publisher.id)?;
         let p = entry.tensor()?;
         // SAFETY: the caller's contract.
         let msg = unsafe { tensor_in(tensor, Device::CPU, len) }?;
         let report = p.publish_host(&msg, data).map_err(|e| publish_failed(&e))?;
-        report_seq(seq, report.seq);
+        // SAFETY: NULL or a writable `int64_t` (the caller's contract).
+        unsafe { set_opt_out(seq, report.seq) };
         Ok(())
     })
 }

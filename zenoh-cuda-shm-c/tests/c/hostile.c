@@ -10,7 +10,7 @@
 
 #include <zenoh_cuda_shm.h>
 
-static int failures = 0;
+#include "expect.h"
 
 /* A callback subscriber's: counts the samples of 4 bytes and drops each. */
 static void on_sample(zcs_sample_t sample, void *context) {
@@ -18,19 +18,6 @@ static void on_sample(zcs_sample_t sample, void *context) {
     if (zcs_sample_len(sample, &len) == ZCS_OK && len == 4) atomic_fetch_add((atomic_int *)context, 1);
     zcs_sample_drop(&sample);
 }
-
-#define EXPECT(call, want)                                                                        \
-    do {                                                                                          \
-        zcs_result_t got_ = (call);                                                               \
-        if (got_ != (want)) {                                                                     \
-            fprintf(stderr, "%s:%d: %s returned %s, expected %s (%s)\n", __FILE__, __LINE__, #call, \
-                    zcs_result_name(got_), zcs_result_name(want), zcs_last_error());              \
-            failures++;                                                                           \
-        } else if ((want) != ZCS_OK && zcs_last_error()[0] == '\0') {                             \
-            fprintf(stderr, "%s:%d: %s gave no message\n", __FILE__, __LINE__, #call);             \
-            failures++;                                                                           \
-        }                                                                                         \
-    } while (0)
 
 int main(int argc, char **argv) {
     const char *zenoh = argc > 1 ? argv[1] : "{mode: \"peer\", scouting: {multicast: {enabled: false}}}";

@@ -13,28 +13,7 @@
 
 #include <zenoh_cuda_shm.h>
 
-static int failures = 0;
-
-#define EXPECT(call, want)                                                                        \
-    do {                                                                                          \
-        zcs_result_t got_ = (call);                                                               \
-        if (got_ != (want)) {                                                                     \
-            fprintf(stderr, "%s:%d: %s returned %s, expected %s (%s)\n", __FILE__, __LINE__, #call, \
-                    zcs_result_name(got_), zcs_result_name(want), zcs_last_error());              \
-            failures++;                                                                           \
-        } else if ((want) != ZCS_OK && zcs_last_error()[0] == '\0') {                             \
-            fprintf(stderr, "%s:%d: %s gave no message\n", __FILE__, __LINE__, #call);             \
-            failures++;                                                                           \
-        }                                                                                         \
-    } while (0)
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);      \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
+#include "expect.h"
 
 static void sleep_ms(long ms) {
     struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
