@@ -70,6 +70,34 @@ pub(crate) struct TensorOut {
     strides: Vec<i64>,
 }
 
+impl TensorOut {
+    /// `meta` (already validated) with its explicit strides; `ZCS_ERR_INVALID` where
+    /// they cannot be computed.
+    pub(crate) fn new(meta: TensorMeta) -> Result<Self, Error> {
+        let strides = meta
+            .effective_strides()
+            .map_err(|e| Error::new(ZCS_ERR_INVALID, format!("the tensor description: {e}")))?;
+        Ok(Self { meta, strides })
+    }
+
+    /// The description; its arrays live as long as `self`.
+    pub(crate) fn desc(&self) -> zcs_tensor_t {
+        let m = &self.meta;
+        let dt = m.dtype.to_dl();
+        zcs_tensor_t {
+            dtype_code: dt.code,
+            dtype_bits: dt.bits,
+            dtype_lanes: dt.lanes,
+            device_type: m.device.device_type as i32,
+            device_id: m.device.device_id,
+            ndim: m.shape.len() as i32,
+            shape: m.shape.as_ptr(),
+            strides: self.strides.as_ptr(),
+            byte_offset: m.byte_offset,
+        }
+    }
+}
+
 /// The description C passed, checked: `default_device` where `device_type` is 0.
 ///
 /// # Safety
@@ -282,28 +310,13 @@ pub unsafe extern "C" fn zcs_sample_tensor(sample: zcs_sample_t, out: *mut zcs_t
                         Error::new(ZCS_ERR_INVALID, format!("the sample's tensor description: {}", chain(&e)))
                     })?
                     .ok_or_else(|| Error::new(ZCS_ERR_NO_TENSOR, "the sample carries no tensor description"))?;
-                let strides = meta
-                    .effective_strides()
-                    .map_err(|e| Error::new(ZCS_ERR_INVALID, format!("the sample's tensor description: {e}")))?;
-                s.tensor.get_or_init(|| TensorOut { meta, strides })
+                let t = TensorOut::new(meta)?;
+                s.tensor.get_or_init(|| t)
             }
-        };
-        let m = &t.meta;
-        let dt = m.dtype.to_dl();
-        let desc = zcs_tensor_t {
-            dtype_code: dt.code,
-            dtype_bits: dt.bits,
-            dtype_lanes: dt.lanes,
-            device_type: m.device.device_type as i32,
-            device_id: m.device.device_id,
-            ndim: m.shape.len() as i32,
-            shape: m.shape.as_ptr(),
-            strides: t.strides.as_ptr(),
-            byte_offset: m.byte_offset,
         };
         // SAFETY: not null (checked); a writable description (the caller's contract).
         // The arrays live in the sample's entry, kept until the sample is dropped.
-        unsafe { set_out(out, desc) };
+        unsafe { set_out(out, t.desc()) };
         Ok(())
     })
 }

@@ -9,7 +9,7 @@ use zenoh_cuda_shm::tensor_codec::cdr::{ExperimentalTensor, Header, Image, Time}
 use zenoh_cuda_shm::tensor_codec::{Device, TensorMeta};
 
 use crate::error::{Error, ZCS_ERR_INVALID, non_null, str_arg};
-use crate::tensor::{meta_in, zcs_tensor_t};
+use crate::tensor::{TensorOut, meta_in, zcs_tensor_t};
 
 /// A `sensor_msgs/msg/Image` without its data.
 ///
@@ -134,50 +134,19 @@ pub(crate) unsafe fn tensor_in(
     })
 }
 
-/// A received tensor's description as C reads it, kept with the sample: the message's
-/// fields, checked against its data, with explicit strides.
-pub(crate) struct TensorFields {
-    meta: TensorMeta,
-    strides: Vec<i64>,
-}
-
-impl TensorFields {
-    /// The description of `m`, whose `len` bytes of data are on `device`;
-    /// `ZCS_ERR_INVALID` for one that does not fit them.
-    pub(crate) fn new(m: &ExperimentalTensor<()>, device: Device, len: usize) -> Result<Self, Error> {
-        let invalid = |e: &dyn std::fmt::Display| {
-            Error::new(
-                ZCS_ERR_INVALID,
-                format!("the message's tensor description does not fit its {len} bytes of data: {e}"),
-            )
-        };
-        let dtype = m.dtype().map_err(|e| invalid(&e))?;
-        let meta = TensorMeta {
-            dtype,
-            shape: m.shape.clone(),
-            strides: m.strides.clone(),
-            byte_offset: m.byte_offset,
-            device,
-        };
-        meta.validate(len as u64).map_err(|e| invalid(&e))?;
-        let strides = meta.effective_strides().map_err(|e| invalid(&e))?;
-        Ok(Self { meta, strides })
-    }
-
-    /// The description; its arrays live as long as `self`.
-    pub(crate) fn desc(&self) -> zcs_tensor_t {
-        let m = &self.meta;
-        let dt = m.dtype.to_dl();
-        zcs_tensor_t {
-            dtype_code: dt.code,
-            dtype_bits: dt.bits,
-            dtype_lanes: dt.lanes,
-            device_type: m.device.device_type as i32,
-            device_id: m.device.device_id,
-            ndim: m.shape.len() as i32,
-            shape: m.shape.as_ptr(),
-            strides: self.strides.as_ptr(),
-            byte_offset: m.byte_offset,
-        }
-    }
+/// A received tensor's description as C reads it (kept with the sample): the message's
+/// fields, checked against its data, whose `len` bytes are on `device`;
+/// `ZCS_ERR_INVALID` for one that does not fit them.
+pub(crate) fn tensor_fields(m: &ExperimentalTensor<()>, device: Device, len: usize) -> Result<TensorOut, Error> {
+    let invalid = |e: &dyn std::fmt::Display| {
+        Error::new(
+            ZCS_ERR_INVALID,
+            format!("the message's tensor description does not fit its {len} bytes of data: {e}"),
+        )
+    };
+    let dtype = m.dtype().map_err(|e| invalid(&e))?;
+    let meta =
+        TensorMeta { dtype, shape: m.shape.clone(), strides: m.strides.clone(), byte_offset: m.byte_offset, device };
+    meta.validate(len as u64).map_err(|e| invalid(&e))?;
+    TensorOut::new(meta)
 }

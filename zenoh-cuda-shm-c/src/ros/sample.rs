@@ -11,11 +11,12 @@ use zenoh_cuda_shm::tensor_codec::Device;
 use zenoh_cuda_shm::tensor_codec::cdr::{ExperimentalTensor, Image};
 use zenoh_cuda_shm::{GpuSample, Path, ReadError};
 
-use super::message::{ImageStrings, TensorFields, zcs_ros_image_t};
+use super::message::{ImageStrings, tensor_fields, zcs_ros_image_t};
 use super::{IMAGE, TENSOR, wrong_type};
 use crate::error::{Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, guard, non_null, set_out, zcs_result_t};
 use crate::handle::{Registry, end};
 use crate::sample::zcs_sample_t;
+use crate::tensor::TensorOut;
 use crate::tensor::zcs_tensor_t;
 
 /// A received ROS message.
@@ -80,7 +81,7 @@ struct SampleEntry {
     host: OnceLock<Vec<u8>>,
     path: OnceLock<CString>,
     image: OnceLock<ImageStrings>,
-    tensor: OnceLock<TensorFields>,
+    tensor: OnceLock<TensorOut>,
 }
 
 static SAMPLES: Registry<SampleEntry> = Registry::new("ROS sample");
@@ -147,7 +148,7 @@ pub unsafe extern "C" fn zcs_ros_sample_tensor(sample: zcs_ros_sample_t, out: *m
                 (false, Some(g)) => Device::cuda(g.ordinal() as i32),
                 _ => Device::CPU,
             };
-            TensorFields::new(r.msg(), device, r.data_len())
+            tensor_fields(r.msg(), device, r.data_len())
         })?;
         // SAFETY: not null (checked above); writable. The arrays live in the entry,
         // which lives until the sample is dropped.
