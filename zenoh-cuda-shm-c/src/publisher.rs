@@ -229,8 +229,49 @@ pub unsafe extern "C" fn zcs_publisher_loan(
 }
 
 /// The refusal of another publisher's loan (which stays with the caller, usable).
-pub(crate) fn foreign_loan() -> Error {
+fn foreign_loan() -> Error {
     Error::new(ZCS_ERR_INVALID, "this loan came from another publisher: only the publisher that lent it can put it")
+}
+
+/// Hands the loan `loan` names to `publish`, the one way every put of a loan takes.
+///
+/// The loan must be one `owns` accepts (else `foreign_loan`), and `prepare` reads it
+/// first (the message's fields, a description) and may refuse it: either refusal leaves
+/// the loan with the caller, unchanged. Once `publish` has taken it, the handle is
+/// zeroed, whether it succeeds or not, unless `publish` gives the loan back (refused
+/// before anything was sent): then it returns to its handle.
+///
+/// # Safety
+/// `loan` is not NULL and points to a handle.
+pub(crate) unsafe fn put_loan<P, R>(
+    loan: *mut zcs_loan_t,
+    owns: impl FnOnce(&GpuLoan) -> bool,
+    prepare: impl FnOnce(&GpuLoan) -> Result<P, Error>,
+    publish: impl FnOnce(GpuLoan, P) -> Result<R, (Error, Option<Box<GpuLoan>>)>,
+) -> Result<R, Error> {
+    // SAFETY: not null and points to a handle (the caller's contract).
+    let h = unsafe { &mut *loan };
+    let slot = LOANS.get(h.id)?;
+    let mut held = slot.lock().unwrap_or_else(|p| p.into_inner());
+    let prepared = match held.as_ref() {
+        Some(l) if !owns(l) => return Err(foreign_loan()),
+        Some(l) => prepare(l)?,
+        None => return Err(Error::new(ZCS_ERR_STALE, "this loan was put already")),
+    };
+    let Some(taken) = held.take() else { return Err(Error::new(ZCS_ERR_STALE, "this loan was put already")) };
+    let result = publish(taken, prepared);
+    let result = match result {
+        Ok(r) => Ok(r),
+        Err((e, Some(back))) => {
+            *held = Some(*back);
+            return Err(e);
+        }
+        Err((e, None)) => Err(e),
+    };
+    drop(held);
+    let _ = LOANS.remove(h.id);
+    h.id = 0;
+    result
 }
 
 /// Runs `f` on the loan `loan` names.
@@ -324,18 +365,9 @@ pub unsafe extern "C" fn zcs_publisher_put(
         let entry = PUBLISHERS.get(publisher.id)?;
         let p = &entry.publisher;
         // SAFETY: not null (checked); points to a handle.
-        let h = unsafe { &mut *loan };
-        let taken = {
-            let l = LOANS.get(h.id)?;
-            let mut g = l.lock().unwrap_or_else(|p| p.into_inner());
-            if g.as_ref().is_some_and(|l| !p.owns(l)) {
-                return Err(foreign_loan());
-            }
-            g.take().ok_or_else(|| Error::new(ZCS_ERR_STALE, "this loan was put already"))?
-        };
-        let _ = LOANS.remove(h.id);
-        h.id = 0;
-        let report = p.put(taken).map_err(|e| Error::failed("put", &e))?;
+        let report = unsafe {
+            put_loan(loan, |l| p.owns(l), |_| Ok(()), |l, ()| p.put(l).map_err(|e| (Error::failed("put", &e), None)))
+        }?;
         // SAFETY: NULL or a writable `uint64_t` (the caller's contract).
         unsafe { set_opt_out(seq, report.seq) };
         Ok(())

@@ -5,13 +5,13 @@ use std::ffi::c_void;
 
 use zenoh_cuda_shm::dlpack::{ConsumerStream, ExportError, ExportOptions, ManagedTensorVersioned};
 use zenoh_cuda_shm::tensor_codec::{DLDataType, DType, Device, DeviceType, MAX_RANK, TensorMeta};
-use zenoh_cuda_shm::{BackendKind, GpuPublisher, TensorPublishError};
+use zenoh_cuda_shm::{BackendKind, GpuLoan, GpuPublisher, TensorPublishError};
 
 use crate::error::{
-    Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, ZCS_ERR_NULL, ZCS_ERR_STALE, bytes_arg, chain, guard, non_null,
-    set_opt_out, set_out, zcs_result_t,
+    Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, ZCS_ERR_NULL, bytes_arg, chain, guard, non_null, set_opt_out, set_out,
+    zcs_result_t,
 };
-use crate::publisher::{LOANS, PUBLISHERS, foreign_loan, zcs_loan_t, zcs_publisher_t};
+use crate::publisher::{PUBLISHERS, put_loan, zcs_loan_t, zcs_publisher_t};
 use crate::sample::{SAMPLES, zcs_sample_t};
 use crate::session::caller_stream;
 
@@ -174,30 +174,12 @@ pub unsafe extern "C" fn zcs_publisher_put_tensor(
         non_null(loan, "loan")?;
         let entry = PUBLISHERS.get(publisher.id)?;
         let p = &entry.publisher;
-        // SAFETY: not null (checked); points to a handle.
-        let h = unsafe { &mut *loan };
-        let slot = LOANS.get(h.id)?;
-        let mut held = slot.lock().unwrap_or_else(|p| p.into_inner());
-        let ordinal = match held.as_ref() {
-            Some(l) if !p.owns(l) => return Err(foreign_loan()),
-            Some(l) => l.stream().map(|s| s.context().ordinal()),
-            None => return Err(Error::new(ZCS_ERR_STALE, "this loan was put already")),
-        };
+        // The description is read against the loan's device before it is taken.
         // SAFETY: the caller's contract.
-        let meta = unsafe { meta_in(tensor, device_of(p, ordinal)) }?;
-        let Some(taken) = held.take() else {
-            return Err(Error::new(ZCS_ERR_STALE, "this loan was put already"));
-        };
-        match p.put_tensor(taken, &meta) {
-            Ok(report) => {
-                drop(held);
-                let _ = LOANS.remove(h.id);
-                h.id = 0;
-                // SAFETY: NULL or a writable `uint64_t` (the caller's contract).
-                unsafe { set_opt_out(seq, report.seq) };
-                Ok(())
-            }
-            Err(mut e) => {
+        let describe =
+            |l: &GpuLoan| unsafe { meta_in(tensor, device_of(p, l.stream().map(|s| s.context().ordinal()))) };
+        let publish = |l, meta| {
+            p.put_tensor(l, &meta).map_err(|mut e| {
                 // Refused before anything was sent: the loan goes back to its handle.
                 let back = match &mut e {
                     TensorPublishError::Invalid { loan, .. } | TensorPublishError::DeviceMismatch { loan, .. } => {
@@ -205,17 +187,14 @@ pub unsafe extern "C" fn zcs_publisher_put_tensor(
                     }
                     _ => None,
                 };
-                match back {
-                    Some(l) => *held = Some(*l),
-                    None => {
-                        drop(held);
-                        let _ = LOANS.remove(h.id);
-                        h.id = 0;
-                    }
-                }
-                Err(put_failed(&e))
-            }
-        }
+                (put_failed(&e), back)
+            })
+        };
+        // SAFETY: not null (checked); points to a handle.
+        let report = unsafe { put_loan(loan, |l| p.owns(l), describe, publish) }?;
+        // SAFETY: NULL or a writable `uint64_t` (the caller's contract).
+        unsafe { set_opt_out(seq, report.seq) };
+        Ok(())
     })
 }
 

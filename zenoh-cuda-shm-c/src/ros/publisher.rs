@@ -15,11 +15,10 @@ use super::node::{NODES, zcs_ros_node_t};
 use super::qos::{qos_in, zcs_ros_qos_t};
 use super::{IMAGE, TENSOR, declare_failed, wrong_type};
 use crate::error::{
-    Error, ZCS_ERR_INVALID, ZCS_ERR_STALE, bytes_arg, chain, guard, non_null, set_opt_out, set_out, str_arg,
-    zcs_result_t,
+    Error, ZCS_ERR_INVALID, bytes_arg, chain, guard, non_null, set_opt_out, set_out, str_arg, zcs_result_t,
 };
 use crate::handle::{Registry, end};
-use crate::publisher::{LOANS, foreign_loan, zcs_loan_t};
+use crate::publisher::{LOANS, put_loan, zcs_loan_t};
 use crate::tensor::zcs_tensor_t;
 
 /// A publisher of one message type on a ROS topic.
@@ -238,20 +237,9 @@ unsafe fn publish_loan<M: RosDataMessage>(
     seq: *mut i64,
     fields: impl FnOnce(&GpuLoan) -> Result<M, Error>,
 ) -> Result<(), Error> {
-    // SAFETY: not null (checked); points to a handle (the caller's contract).
-    let h = unsafe { &mut *loan };
-    let slot = LOANS.get(h.id)?;
-    let mut held = slot.lock().unwrap_or_else(|p| p.into_inner());
-    let msg = match held.as_ref() {
-        Some(l) if !p.channel().owns(l) => return Err(foreign_loan()),
-        Some(l) => fields(l)?,
-        None => return Err(Error::new(ZCS_ERR_STALE, "this loan was put already")),
-    };
-    let Some(taken) = held.take() else { return Err(Error::new(ZCS_ERR_STALE, "this loan was put already")) };
-    drop(held);
-    let _ = LOANS.remove(h.id);
-    h.id = 0;
-    let report = p.publish(&msg, taken).map_err(|e| publish_failed(&e))?;
+    let publish = |l, msg: M| p.publish(&msg, l).map_err(|e| (publish_failed(&e), None));
+    // SAFETY: not null and points to a handle (the caller's contract).
+    let report = unsafe { put_loan(loan, |l| p.channel().owns(l), fields, publish) }?;
     // SAFETY: NULL or a writable `int64_t` (the caller's contract).
     unsafe { set_opt_out(seq, report.seq) };
     Ok(())
