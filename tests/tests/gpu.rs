@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use zcs_tests::{child_role, gpu_or_skip, recv_msg, send_msg, spawn_child, wait_child, watchdog_guard};
 use zenoh_cuda_shm::cuda::kernels::check_pattern;
-use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, ImportedBlock, Kernels, Stream, sys};
+use zenoh_cuda_shm::cuda::{DeviceBlock, Fence, Gpu, ImportedBlock, Kernels, Stream, sys};
 use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
 use zenoh_cuda_shm::pool::{BlockKey, BlockMemory, CudaBackend, HolderId, Pool, PoolConfig};
 use zenoh_cuda_shm::signal::{ReadGuard, ReadySignals, WriteGuard};
@@ -325,6 +325,40 @@ fn gpu_publisher_hold_waits_for_its_own_pending_writes() {
     assert_eq!(loan.key().generation, key.generation + 1);
     assert!(waited >= Duration::from_millis(150), "reused under pending writes after {waited:?}");
     assert_eq!(p.pool.stats().pending_fences, 0);
+}
+
+#[test]
+fn gpu_fence_events_are_reused_and_wait_for_their_latest_record_only() {
+    let Some(gpu) = gpu_or_skip("gpu_fence_events_are_reused_and_wait_for_their_latest_record_only") else { return };
+    let _watchdog = watchdog_guard("gpu_fence_reuse", Duration::from_secs(60));
+    let k = Kernels::load(&gpu).unwrap();
+    let (busy, idle) = (gpu.new_stream().unwrap(), gpu.new_stream().unwrap());
+    // A fence behind 300 ms of work, dropped before the work is done: its event is kept.
+    k.spin(&busy, SPIN_NS).unwrap();
+    let behind = Fence::record(&gpu, &busy).unwrap();
+    assert!(!behind.is_complete().unwrap());
+    let spares = gpu.spare_events();
+    drop(behind);
+    assert_eq!(gpu.spare_events(), spares + 1, "a dropped fence's event is kept");
+    // Recorded again on an idle stream, the same event completes at once: it does not
+    // wait for the work of its earlier record.
+    let t = Instant::now();
+    let reused = Fence::record(&gpu, &idle).unwrap();
+    assert_eq!(gpu.spare_events(), spares, "a new fence takes a kept event");
+    reused.wait().unwrap();
+    assert!(t.elapsed() < Duration::from_millis(150), "a reused event waited {:?} for its earlier record", t.elapsed());
+    assert!(!Fence::record(&gpu, &busy).unwrap().is_complete().unwrap(), "the spin is still running");
+    // Ordering one stream after another through kept events: the idle stream's new work
+    // waits for the spin (negative control: without the order it would not).
+    k.spin(&busy, SPIN_NS).unwrap();
+    let t = Instant::now();
+    Fence::record(&gpu, &idle).unwrap().wait().unwrap();
+    assert!(t.elapsed() < Duration::from_millis(150), "unordered work waited {:?}", t.elapsed());
+    Fence::order_after(&gpu, &idle, &busy).unwrap();
+    let after = Fence::record(&gpu, &idle).unwrap();
+    assert!(!after.is_complete().unwrap(), "ordered work completed before the spin");
+    after.wait().unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(150), "ordered work completed after {:?}", t.elapsed());
 }
 
 #[test]

@@ -1,9 +1,9 @@
 //! The GPU a process works on: probing, identity (UUID) and its primary context.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaContext, CudaStream, sys};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, sys};
 
 use super::sys::{CudaError, wrap};
 
@@ -71,7 +71,14 @@ struct GpuInner {
     name: String,
     granularity: usize,
     stream_mem_ops_64: bool,
+    /// Events of fences that have gone, kept for the next fences: creating and destroying
+    /// an event per fence cost microseconds on every message.
+    spare_events: Mutex<Vec<CudaEvent>>,
 }
+
+/// How many spare events a GPU keeps at most (the fences of a few hundred messages in
+/// flight; more are destroyed).
+const SPARE_EVENTS: usize = 256;
 
 /// One CUDA device with its primary context, checked to support what the zero-copy
 /// path needs: virtual memory management, POSIX-FD export of allocations.
@@ -140,7 +147,8 @@ impl Gpu {
         // made current on this thread.
         let granularity = unsafe { super::sys::granularity(ordinal as i32) }?;
         tracing::debug!(ordinal, %uuid, %name, granularity, stream_mem_ops_64, "GPU opened");
-        Ok(Self { inner: Arc::new(GpuInner { ctx, uuid, name, granularity, stream_mem_ops_64 }) })
+        let spare_events = Mutex::new(Vec::new());
+        Ok(Self { inner: Arc::new(GpuInner { ctx, uuid, name, granularity, stream_mem_ops_64, spare_events }) })
     }
 
     /// The primary context (cudarc), for streams, events and copies.
@@ -205,6 +213,28 @@ impl Gpu {
     /// `(free, total)` device memory in bytes (`cuMemGetInfo`).
     pub fn mem_info(&self) -> Result<(usize, usize), CudaError> {
         self.inner.ctx.mem_get_info().map_err(wrap("cuMemGetInfo"))
+    }
+
+    /// An event without timing, to record: a spare one if there is one, else a new one.
+    pub(crate) fn event(&self) -> Result<CudaEvent, CudaError> {
+        if let Some(ev) = self.inner.spare_events.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            return Ok(ev);
+        }
+        self.inner.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)).map_err(wrap("cuEventCreate"))
+    }
+
+    /// Keeps an event of [`Gpu::event`] for a later one. Recording it again is safe
+    /// whatever waits on it: a wait or query binds to the record made before it.
+    pub(crate) fn spare_event(&self, ev: CudaEvent) {
+        let mut spare = self.inner.spare_events.lock().unwrap_or_else(|p| p.into_inner());
+        if spare.len() < SPARE_EVENTS {
+            spare.push(ev);
+        }
+    }
+
+    /// How many events of finished fences this GPU keeps for the next ones.
+    pub fn spare_events(&self) -> usize {
+        self.inner.spare_events.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// A new non-blocking stream on this device.

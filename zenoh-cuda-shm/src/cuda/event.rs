@@ -14,34 +14,51 @@ use super::sys::{self as cu, CudaError, wrap};
 /// block (or releases the lease) only once every fence on it is complete.
 #[derive(Debug)]
 pub struct Fence {
-    ev: CudaEvent,
+    /// Always `Some` until dropped, when the event goes back to the GPU's spares.
+    ev: Option<CudaEvent>,
+    gpu: Gpu,
 }
 
 impl Fence {
     /// Records a new fence at the current end of `stream`.
     pub fn record(gpu: &Gpu, stream: &CudaStream) -> Result<Self, CudaError> {
-        let ev = gpu
-            .context()
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
-            .map_err(wrap("cuEventCreate"))?;
+        let ev = gpu.event()?;
         ev.record(stream).map_err(wrap("cuEventRecord"))?;
-        Ok(Self { ev })
+        Ok(Self { ev: Some(ev), gpu: gpu.clone() })
+    }
+
+    /// Makes the work enqueued on `waiter` from now on wait for the work enqueued on
+    /// `after` so far, without a host wait (a fence on `after`, waited for on `waiter`).
+    pub fn order_after(gpu: &Gpu, waiter: &CudaStream, after: &CudaStream) -> Result<(), CudaError> {
+        Self::record(gpu, after)?.order(waiter)
+    }
+
+    fn ev(&self) -> &CudaEvent {
+        self.ev.as_ref().expect("present until dropped")
     }
 
     /// Whether the GPU has passed the fence (`cuEventQuery`; does not block).
     pub fn is_complete(&self) -> Result<bool, CudaError> {
-        self.ev.try_is_complete().map_err(wrap("cuEventQuery"))
+        self.ev().try_is_complete().map_err(wrap("cuEventQuery"))
     }
 
     /// Blocks the calling thread until the GPU has passed the fence.
     pub fn wait(&self) -> Result<(), CudaError> {
-        self.ev.synchronize().map_err(wrap("cuEventSynchronize"))
+        self.ev().synchronize().map_err(wrap("cuEventSynchronize"))
     }
 
     /// Makes work enqueued on `stream` after this call wait until the GPU has passed the
     /// fence (`cuStreamWaitEvent`: the host does not wait).
     pub fn order(&self, stream: &CudaStream) -> Result<(), CudaError> {
-        stream.wait(&self.ev).map_err(wrap("cuStreamWaitEvent"))
+        stream.wait(self.ev()).map_err(wrap("cuStreamWaitEvent"))
+    }
+}
+
+impl Drop for Fence {
+    fn drop(&mut self) {
+        if let Some(ev) = self.ev.take() {
+            self.gpu.spare_event(ev);
+        }
     }
 }
 
