@@ -216,11 +216,26 @@ if ls .gpu-pack/wheels/*.whl >/dev/null 2>&1; then
   fi
 fi
 # ZCS_GPU_PART=py-bench: only these Python benchmarks (with the wheel carried).
+# torch's IPC and our Python rows alternate twice (this machine's figures drift by up to
+# 2x between minutes, so ratios are taken within a pair, by scripts/py-latency-ratio.py);
+# each pair also has our rows with spin_us 200, and one run pins the two processes to
+# separate halves of the CPUs.
 if { want bench || want py-bench; } && [ -d bench/python ]; then
-  for py in bench/python/*_latency.py bench/python/*_reference.py; do
-    echo "== $py" | tee -a "$out/bench.log"
-    timeout 150 python3 "$py" >"$out/$(basename "$py" .py).jsonl" 2>>"$out/bench.log" || { echo "FAILED: $py" | tee -a "$out/bench.log"; fail=1; }
+  pybench() { # output name, script, arguments
+    local name=$1 py=$2
+    shift 2
+    echo "== $py $*" | tee -a "$out/bench.log"
+    timeout 150 python3 "$py" "$@" >"$out/$name.jsonl" 2>>"$out/bench.log" || { echo "FAILED: $py $*" | tee -a "$out/bench.log"; fail=1; }
+  }
+  pybench cuda_core_ipc_latency bench/python/cuda_core_ipc_latency.py
+  pybench d2d_reference bench/python/d2d_reference.py
+  for r in 1 2; do
+    pybench "torch_ipc_latency-$r" bench/python/torch_ipc_latency.py
+    pybench "zcs_python_latency-$r" bench/python/zcs_python_latency.py
+    pybench "zcs_python_latency_spin-$r" bench/python/zcs_python_latency.py --spin-us 200 --frameworks torch
   done
+  pybench zcs_python_latency_pin bench/python/zcs_python_latency.py --pin --frameworks torch
+  python3 scripts/py-latency-ratio.py "$out"/torch_ipc_latency-*.jsonl "$out"/zcs_python_latency*-[12].jsonl | tee -a "$out/bench.log" || true
 fi
 # The second pack (.gpu-pack-extra, carried alone): the plugin suite in stock zenohd on
 # the GPU, and latency with the zenohd plugin as provider against own pools

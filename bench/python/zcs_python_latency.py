@@ -60,6 +60,25 @@ def zenoh_config(listen=None, connect=None):
     return c
 
 
+def zcs_config(spin_us):
+    """Our session configuration: CUDA, and `spin_us` (0: receivers sleep at once)."""
+    return {"device": "cuda", "spin_us": spin_us}
+
+
+def split_cpus():
+    """The CPUs this process may run on, split in two halves: (producer's, consumer's)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    half = max(1, len(cpus) // 2)
+    return cpus[:half], cpus[half:] or cpus[:half]
+
+
+def pin(cpus):
+    """Restricts this process (and the threads it starts later) to `cpus` ("1,2,3";
+    empty: leave as is)."""
+    if cpus:
+        os.sched_setaffinity(0, [int(c) for c in cpus.split(",")])
+
+
 def framework(name):
     """The consumer's framework: (import a DLPack producer on the current stream, read
     element 0 to the host, which waits for the stream)."""
@@ -92,7 +111,8 @@ def consumer(args):
         print(f"skip {type(e).__name__}: {e}", flush=True)
         return
     import zenoh_cuda_shm as zcs
-    s = zcs.open({"device": "cuda"}, zenoh=zenoh_config(connect=args.port))
+    pin(args.cpus)
+    s = zcs.open(zcs_config(args.spin_us), zenoh=zenoh_config(connect=args.port))
     pong = s.declare_publisher(args.key + "/pong")
     sub = s.declare_subscriber(args.key + "/ping")
     print("ready", flush=True)
@@ -148,10 +168,11 @@ BREAKDOWN = ["put", "wake", "export", "framework", "read", "release", "reply_put
 
 
 def breakdown(rounds):
-    """The median of each step over the timed rounds (µs; medians need not add up to
-    the round trip's)."""
-    cols = list(zip(*rounds))
-    return {"breakdown_p50_us": {name: round(percentile(sorted(c), 50), 2) for name, c in zip(BREAKDOWN, cols)}}
+    """The median and the 99th percentile of each step over the timed rounds (µs; they
+    need not add up to the round trip's)."""
+    cols = [sorted(c) for c in zip(*rounds)]
+    return {f"breakdown_p{p}_us": {name: round(percentile(c, p), 2) for name, c in zip(BREAKDOWN, cols)}
+            for p in (50, 99)}
 
 
 def steps_of(a, b, reply, z):
@@ -164,9 +185,9 @@ def steps_of(a, b, reply, z):
 
 
 class Producer:
-    def __init__(self, torch, zcs, port, key):
+    def __init__(self, torch, zcs, port, key, spin_us):
         self.torch = torch
-        self.session = zcs.open({"device": "cuda"}, zenoh=zenoh_config(listen=port))
+        self.session = zcs.open(zcs_config(spin_us), zenoh=zenoh_config(listen=port))
         self.ping = self.session.declare_publisher(key + "/ping")
         self.pong = self.session.declare_subscriber(key + "/pong")
         self.stream = torch.cuda.Stream()
@@ -252,6 +273,11 @@ def main():
     ap.add_argument("--timeout", type=int, default=120, help="hard limit for the whole script, s")
     ap.add_argument("--frameworks", default="torch,cupy,jax",
                     help="consumer frameworks, one consumer process each (those that do not import are skipped)")
+    ap.add_argument("--spin-us", type=int, default=0,
+                    help="both sessions' spin_us: receivers poll this long before sleeping (rows get '-spin')")
+    ap.add_argument("--pin", action="store_true",
+                    help="run the producer on one half of the allowed CPUs and the consumers on the other")
+    ap.add_argument("--cpus", default="", help=argparse.SUPPRESS)
     ap.add_argument("--framework", default="torch", help=argparse.SUPPRESS)
     ap.add_argument("--role", default="producer", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -290,18 +316,21 @@ def main():
     import faulthandler
     faulthandler.dump_traceback_later(args.timeout + 15, exit=True)
 
+    mine, theirs = split_cpus() if args.pin else ([], [])
+    pin(",".join(map(str, mine)))
     torch.cuda.set_device(0)
     torch.zeros(1, device="cuda").item()
     rc = 0
     prod = None
     try:
-        prod = Producer(torch, zcs, port, key)
+        prod = Producer(torch, zcs, port, key, args.spin_us)
         props = torch.cuda.get_device_properties(0)
         first = True
         for fw in [f.strip() for f in args.frameworks.split(",") if f.strip()]:
             t_start = time.perf_counter()
             p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", "consumer", "--port",
-                                  str(port), "--key", key, "--timeout", str(args.timeout), "--framework", fw],
+                                  str(port), "--key", key, "--timeout", str(args.timeout), "--framework", fw,
+                                  "--spin-us", str(args.spin_us), "--cpus", ",".join(map(str, theirs))],
                                  stdout=subprocess.PIPE, text=True)
             children.append(p)
             line = p.stdout.readline().strip()
@@ -320,12 +349,14 @@ def main():
                 "warm_secs": benchcommon.WARM_SECS, "pool": args.pool, "max_secs_per_row": args.max_secs,
                 "consumer_start_s": round(time.perf_counter() - t_start, 3),
                 "timer": "perf_counter from put to reply; fill + synchronize before the timer",
-                "breakdown": "breakdown_p50_us: " + ", ".join(BREAKDOWN),
+                "breakdown": "breakdown_p50_us, breakdown_p99_us: " + ", ".join(BREAKDOWN),
+                "spin_us": args.spin_us, "producer_cpus": sorted(os.sched_getaffinity(0)),
+                "consumer_cpus": theirs or "all", "loadavg": os.getloadavg(),
             })
-            suffix = "" if fw == "torch" else f"-{fw}"
+            suffix = ("" if fw == "torch" else f"-{fw}") + ("-spin" if args.spin_us else "")
             if first:
                 rtt, _ = run_rounds(prod.plain, args.warmup, args.iters, args.max_secs)
-                latency_row("zcs-py-plain", 0, rtt, {"ready": "tiny bytes echoed", **breakdown(prod.steps[-len(rtt):])})
+                latency_row("zcs-py-plain" + suffix, 0, rtt, {"ready": "tiny bytes echoed", **breakdown(prod.steps[-len(rtt):])})
                 first = False
             us, bad = prod.loan(1 << 20)
             latency_row(f"zcs-py-first-message{suffix}", 1 << 20, [us],

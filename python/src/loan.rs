@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
-use zenoh_cuda_shm::cuda::{CudaError, Gpu, Stream};
+use zenoh_cuda_shm::cuda::{CudaError, Fence, Gpu, Stream};
 use zenoh_cuda_shm::dlpack::{
     DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPACK_VERSION, DLTensor, ManagedTensorLegacy,
     ManagedTensorVersioned,
@@ -53,9 +53,9 @@ impl LoanCell {
         self.loan.lock().unwrap_or_else(|p| p.into_inner()).is_some()
     }
 
-    /// Takes the loan out (to publish or release it), after ordering its stream after
-    /// the consumers' writes.
-    pub(crate) fn take(&self) -> PyResult<Result<GpuLoan, CudaError>> {
+    /// Takes the loan out (to publish or release it) with the consumer streams it was
+    /// exported to, which `order_after` then orders its stream after (without the GIL).
+    pub(crate) fn take(&self) -> PyResult<(GpuLoan, Vec<i64>)> {
         let loan = self
             .loan
             .lock()
@@ -63,24 +63,25 @@ impl LoanCell {
             .take()
             .ok_or_else(|| ClosedError::new_err("the loan was already published or released"))?;
         let streams = std::mem::take(&mut *self.streams.lock().unwrap_or_else(|p| p.into_inner()));
-        Ok(self.order_after(&loan, &streams).map(|()| loan))
+        Ok((loan, streams))
     }
 
     /// Makes the loan's stream wait for the work enqueued so far on each consumer stream
     /// (`-1`: the consumer asked for no synchronisation, so the whole device is waited
     /// for on the host).
-    fn order_after(&self, loan: &GpuLoan, streams: &[i64]) -> Result<(), CudaError> {
+    ///
+    /// When that fails, the device is waited for instead, so that the block can go back
+    /// to the pool whatever happens next; the error is returned all the same.
+    pub(crate) fn order_after(&self, loan: &GpuLoan, streams: &[i64]) -> Result<(), CudaError> {
         let (Some(gpu), Some(own)) = (&self.gpu, loan.stream()) else { return Ok(()) };
-        let wrap = |call| move |source| CudaError { call, source };
-        for &v in streams {
-            if v == -1 {
-                gpu.context().synchronize().map_err(wrap("cuCtxSynchronize"))?;
-                continue;
-            }
-            let consumer = consumer_stream(gpu, v);
-            own.join(&consumer).map_err(wrap("cuStreamWaitEvent"))?;
+        let ordered = streams.iter().try_for_each(|&v| match v {
+            -1 => gpu.synchronize(),
+            v => Fence::order_after(gpu, own, &consumer_stream(gpu, v)),
+        });
+        if ordered.is_err() {
+            let _ = gpu.synchronize();
         }
-        Ok(())
+        ordered
     }
 }
 
@@ -91,12 +92,8 @@ impl Drop for LoanCell {
         if let Some(loan) = self.loan.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
             let streams = std::mem::take(self.streams.get_mut().unwrap_or_else(|p| p.into_inner()));
             if let Err(e) = self.order_after(&loan, &streams) {
-                tracing::warn!(error = %e, "cannot order a released loan after its writers; waiting for the device");
-                if let Some(gpu) = &self.gpu {
-                    let _ = gpu.context().synchronize();
-                }
+                tracing::warn!(error = %e, "cannot order a released loan after its writers");
             }
-            drop(loan);
         }
     }
 }
@@ -166,9 +163,7 @@ impl Loan {
                     && let Some(own) = loan.stream()
                 {
                     // Whatever the loan's stream still has queued on the block comes first.
-                    consumer_stream(gpu, v)
-                        .join(own)
-                        .map_err(|e| zcs_err(&CudaError { call: "cuStreamWaitEvent", source: e }))?;
+                    Fence::order_after(gpu, &consumer_stream(gpu, v), own).map_err(|e| zcs_err(&e))?;
                 }
                 drop(guard);
                 let mut streams = cell.streams.lock().unwrap_or_else(|p| p.into_inner());
@@ -239,13 +234,12 @@ impl Loan {
         if !self.cell.is_open() {
             return Ok(());
         }
-        let loan = self.cell.take()?;
-        py.detach(move || match loan {
-            Ok(l) => {
-                drop(l);
-                Ok(())
-            }
-            Err(e) => Err(e),
+        let (loan, streams) = self.cell.take()?;
+        let cell = &self.cell;
+        py.detach(move || {
+            let ordered = cell.order_after(&loan, &streams);
+            drop(loan);
+            ordered
         })
         .map_err(|e| zcs_err(&e))
     }

@@ -156,9 +156,13 @@ impl Publisher {
     /// enqueued on the streams it was exported to. Returns the sequence number.
     fn put_loan(&self, py: Python<'_>, loan: &Loan) -> PyResult<u64> {
         let p = self.state.get()?;
-        let gpu_loan = loan.cell.take()?.map_err(|e| zcs_err(&e))?;
-        let meta = loan.cell.meta.clone();
-        py.detach(move || p.put_tensor(gpu_loan, &meta)).map(|r| r.seq).map_err(|e| tensor_publish_err(&e))
+        let (gpu_loan, streams) = loan.cell.take()?;
+        let cell = &loan.cell;
+        // Ordering after the writers and the put itself run without the GIL.
+        py.detach(move || match cell.order_after(&gpu_loan, &streams) {
+            Ok(()) => p.put_tensor(gpu_loan, &cell.meta).map(|r| r.seq).map_err(|e| tensor_publish_err(&e)),
+            Err(e) => Err(zcs_err(&e)),
+        })
     }
 
     /// Undeclares the publisher. Idempotent.
