@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Receives the tensors of pub.py and checks them with a kernel on its own CUDA stream.
 
+Message `seq` must hold `seq - 1` in every element (what pub.py writes); one that does
+not is printed as MISMATCH, and the program then exits with status 1.
+
 `torch.from_dlpack(sample)` maps nothing and copies nothing on the zero-copy path: the
 current stream is made to wait for the publisher's ready signal, and the tensor reads
 the publisher's block in place. The block goes back to the publisher once the tensor is
@@ -53,22 +56,25 @@ def main():
         sub = session.declare_subscriber(args.key)
         stream = torch.cuda.Stream() if cuda else None
         print(f"waiting on {args.key!r} ({session.backend})")
-        paths, n = {}, 0
+        paths, n, bad = {}, 0, 0
         try:
             for sample in sub:
                 n += 1
-                show(sub, sample, paths, cuda, stream)
+                bad += not show(sub, sample, paths, cuda, stream)
                 del sample
                 if n == args.n:
                     break
         except KeyboardInterrupt:  # Ctrl-C: say how far it got
             print(f"interrupted after {n} messages")
-            return
-        print(f"done: {n} messages")
+        else:
+            print(f"done: {n} messages")
+    if bad:
+        sys.exit(f"{bad} of {n} messages did not hold seq - 1 in every element")
 
 
 def show(sub, sample, paths, cuda, stream):
-    """Prints the path of a new publisher (with its reason) and the sample's value."""
+    """Prints the path of a new publisher (with its reason) and the sample's value;
+    returns whether every element is `seq - 1`."""
     if paths.get(sample.publisher_id) != sample.path:
         paths[sample.publisher_id] = sample.path
         why = sub.path_reason(sample)
@@ -87,9 +93,10 @@ def show(sub, sample, paths, cuda, stream):
         t = numpy.from_dlpack(sample)      # in place, read-only
         lo, hi = t.min().item(), t.max().item()
         where = "cpu (NumPy)"
-    ok = "ok" if lo == hi else "MISMATCH"
+    ok = lo == hi == sample.seq - 1
     print(f"#{sample.seq} {sample.path:9} {tuple(sample.shape)} {sample.dtype} on {where}: "
-          f"value {lo:g} {ok}")
+          f"value {lo:g} {'ok' if ok else 'MISMATCH'}")
+    return ok
 
 
 if __name__ == "__main__":
