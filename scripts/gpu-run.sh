@@ -218,8 +218,8 @@ fi
 # ZCS_GPU_PART=py-bench: only these Python benchmarks (with the wheel carried).
 # torch's IPC and our Python rows alternate twice (this machine's figures drift by up to
 # 2x between minutes, so ratios are taken within a pair, by scripts/py-latency-ratio.py);
-# each pair also has our rows with spin_us 200, and one run pins the two processes to
-# separate halves of the CPUs.
+# each pair also has our rows with spin_us 1000, longer than the producer's gap between
+# two messages (its fill of 256 MiB and the reply), so that the receivers never sleep.
 if { want bench || want py-bench; } && [ -d bench/python ]; then
   pybench() { # output name, script, arguments
     local name=$1 py=$2
@@ -232,9 +232,8 @@ if { want bench || want py-bench; } && [ -d bench/python ]; then
   for r in 1 2; do
     pybench "torch_ipc_latency-$r" bench/python/torch_ipc_latency.py
     pybench "zcs_python_latency-$r" bench/python/zcs_python_latency.py
-    pybench "zcs_python_latency_spin-$r" bench/python/zcs_python_latency.py --spin-us 200 --frameworks torch
+    pybench "zcs_python_latency_spin-$r" bench/python/zcs_python_latency.py --spin-us 1000 --frameworks torch
   done
-  pybench zcs_python_latency_pin bench/python/zcs_python_latency.py --pin --frameworks torch
   python3 scripts/py-latency-ratio.py "$out"/torch_ipc_latency-*.jsonl "$out"/zcs_python_latency*-[12].jsonl | tee -a "$out/bench.log" || true
 fi
 # The second pack (.gpu-pack-extra, carried alone): the plugin suite in stock zenohd on

@@ -65,20 +65,6 @@ def zcs_config(spin_us):
     return {"device": "cuda", "spin_us": spin_us}
 
 
-def split_cpus():
-    """The CPUs this process may run on, split in two halves: (producer's, consumer's)."""
-    cpus = sorted(os.sched_getaffinity(0))
-    half = max(1, len(cpus) // 2)
-    return cpus[:half], cpus[half:] or cpus[:half]
-
-
-def pin(cpus):
-    """Restricts this process (and the threads it starts later) to `cpus` ("1,2,3";
-    empty: leave as is)."""
-    if cpus:
-        os.sched_setaffinity(0, [int(c) for c in cpus.split(",")])
-
-
 def framework(name):
     """The consumer's framework: (import a DLPack producer on the current stream, read
     element 0 to the host, which waits for the stream)."""
@@ -111,7 +97,6 @@ def consumer(args):
         print(f"skip {type(e).__name__}: {e}", flush=True)
         return
     import zenoh_cuda_shm as zcs
-    pin(args.cpus)
     s = zcs.open(zcs_config(args.spin_us), zenoh=zenoh_config(connect=args.port))
     pong = s.declare_publisher(args.key + "/pong")
     sub = s.declare_subscriber(args.key + "/ping")
@@ -275,9 +260,6 @@ def main():
                     help="consumer frameworks, one consumer process each (those that do not import are skipped)")
     ap.add_argument("--spin-us", type=int, default=0,
                     help="both sessions' spin_us: receivers poll this long before sleeping (rows get '-spin')")
-    ap.add_argument("--pin", action="store_true",
-                    help="run the producer on one half of the allowed CPUs and the consumers on the other")
-    ap.add_argument("--cpus", default="", help=argparse.SUPPRESS)
     ap.add_argument("--framework", default="torch", help=argparse.SUPPRESS)
     ap.add_argument("--role", default="producer", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -316,8 +298,6 @@ def main():
     import faulthandler
     faulthandler.dump_traceback_later(args.timeout + 15, exit=True)
 
-    mine, theirs = split_cpus() if args.pin else ([], [])
-    pin(",".join(map(str, mine)))
     torch.cuda.set_device(0)
     torch.zeros(1, device="cuda").item()
     rc = 0
@@ -330,7 +310,7 @@ def main():
             t_start = time.perf_counter()
             p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", "consumer", "--port",
                                   str(port), "--key", key, "--timeout", str(args.timeout), "--framework", fw,
-                                  "--spin-us", str(args.spin_us), "--cpus", ",".join(map(str, theirs))],
+                                  "--spin-us", str(args.spin_us)],
                                  stdout=subprocess.PIPE, text=True)
             children.append(p)
             line = p.stdout.readline().strip()
@@ -350,8 +330,7 @@ def main():
                 "consumer_start_s": round(time.perf_counter() - t_start, 3),
                 "timer": "perf_counter from put to reply; fill + synchronize before the timer",
                 "breakdown": "breakdown_p50_us, breakdown_p99_us: " + ", ".join(BREAKDOWN),
-                "spin_us": args.spin_us, "producer_cpus": sorted(os.sched_getaffinity(0)),
-                "consumer_cpus": theirs or "all", "loadavg": os.getloadavg(),
+                "spin_us": args.spin_us, "cpus": len(os.sched_getaffinity(0)), "loadavg": os.getloadavg(),
             })
             suffix = ("" if fw == "torch" else f"-{fw}") + ("-spin" if args.spin_us else "")
             if first:
