@@ -10,33 +10,22 @@ largest p50 ratio against the goal (C++ within 1.1x of Rust).
 Exits 1 when a size has rows of only one of the two programs, or none at all.
 """
 
-import json
 import statistics
 import sys
+
+from latencyrows import latency_rows, size_text
 
 GOAL = 1.1
 PROGRAMS = {"zero-copy": "Rust", "zero-copy-cpp": "C++"}
 FIGURES = [("one_way_p50_us", "p50"), ("one_way_p99_us", "p99"), ("measured_one_way_p50_us", "measured p50")]
 
 
-def size_text(n):
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
-
-
 def main(paths):
     rows = {}  # (backend, size) -> program -> [row]
     for path in paths:
-        with open(path) as f:
-            for line in f:
-                try:
-                    r = json.loads(line)
-                except ValueError:
-                    continue
-                if r.get("bench") == "latency" and r.get("path") in PROGRAMS:
-                    rows.setdefault((r["backend"], r["size"]), {}).setdefault(PROGRAMS[r["path"]], []).append(r)
+        for r in latency_rows(path):
+            if r.get("path") in PROGRAMS:
+                rows.setdefault((r["backend"], r["size"]), {}).setdefault(PROGRAMS[r["path"]], []).append(r)
     if not rows:
         print("no zero-copy or zero-copy-cpp latency rows in " + " ".join(paths))
         return 1

@@ -15,21 +15,15 @@ ratio against the goal (≥ 2.5) and the highest p99 ÷ p50 against its goal (�
 Exits 1 when a pair lacks the torch row or all of ours.
 """
 
-import json
 import re
 import sys
+
+from latencyrows import latency_rows, size_text
 
 ANCHOR = "torch-mp-ipc-hold"
 OURS = ("zcs-py-loan", "zcs-py-loan-spin")
 GOAL_RATIO = 2.5
 GOAL_TAIL = 2.0
-
-
-def size_text(n):
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
 
 
 def load(paths):
@@ -40,14 +34,9 @@ def load(paths):
         if not m:
             print(f"{path}: no pair number at the end of the name; skipped", file=sys.stderr)
             continue
-        with open(path) as f:
-            for line in f:
-                try:
-                    r = json.loads(line)
-                except ValueError:
-                    continue
-                if r.get("bench") == "latency" and r.get("path") in (ANCHOR, *OURS):
-                    rows[(int(m.group(1)), r["path"], r["size"])] = r
+        for r in latency_rows(path):
+            if r.get("path") in (ANCHOR, *OURS):
+                rows[(int(m.group(1)), r["path"], r["size"])] = r
     return rows
 
 
