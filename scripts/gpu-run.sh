@@ -234,7 +234,9 @@ if { want bench || want py-bench; } && [ -d bench/python ]; then
     pybench "zcs_python_latency-$r" bench/python/zcs_python_latency.py
     pybench "zcs_python_latency_spin-$r" bench/python/zcs_python_latency.py --spin-us 1000 --frameworks torch
   done
-  python3 scripts/py-latency-ratio.py "$out"/torch_ipc_latency-*.jsonl "$out"/zcs_python_latency*-[12].jsonl | tee -a "$out/bench.log" || true
+  # A pair without our rows (the wheel not carried: the script skips) fails the part.
+  python3 scripts/py-latency-ratio.py "$out"/torch_ipc_latency-*.jsonl "$out"/zcs_python_latency*-[12].jsonl | tee -a "$out/bench.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || { echo "FAILED: scripts/py-latency-ratio.py (a pair lacks torch's or our rows)" | tee -a "$out/bench.log"; fail=1; }
 fi
 # The second pack (.gpu-pack-extra, carried alone): the plugin suite in stock zenohd on
 # the GPU, and latency with the zenohd plugin as provider against own pools
