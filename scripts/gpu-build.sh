@@ -76,15 +76,21 @@ venv=target/py-venv
 rm -rf .gpu-pack/wheels
 "$venv/bin/maturin" build --profile gpu --locked -m python/Cargo.toml -i "$venv/bin/python" -o .gpu-pack/wheels
 # The device tool carries at most 64 MiB: ship the binaries as xz archives (about a
-# quarter of their size), one for the tests and one for the benchmarks, so that each
+# quarter of their size), the tests in two and the benchmarks in one, so that each
 # device call carries what it runs; scripts/gpu-run.sh unpacks what it finds.
-# Tests: carry `.gpu-pack` (all of it, or without bench.tar.xz if it is over the limit);
-# benchmarks: `.gpu-pack/bench.tar.xz` and `.gpu-pack/wheels`.
+# Tests, two calls: `.gpu-pack/tests-1.tar.xz` (the library and the data-path suites,
+# the demo) with `.gpu-pack/wheels` (the Python GPU tests), then
+# `.gpu-pack/tests-2.tar.xz` (crash matrix, provider, copies into Zenoh SHM, peer GPUs,
+# ROS 2 with its example programs) with `.gpu-pack/ros-wheels` (the ROS 2 peer).
+# Benchmarks: `.gpu-pack/bench.tar.xz` and `.gpu-pack/wheels`.
 mkdir -p .gpu-pack
 rm -f .gpu-pack/*.tar.xz
 bench_bins=(zcs_pool_bench zcs_latency zcs_throughput zcs_zenoh_shm zcs_peer_bench zcs_report)
+tests_2=(test-tests-gpu_crash_matrix test-tests-gpu_provider test-tests-shm_out test-tests-gpu_peer
+  test-tests-gpu_ros2 ros2_image_pub ros2_image_sub ros2_tensor_pub ros2_tensor_sub)
 (cd "$out" && tar -cf - --ignore-failed-read "${bench_bins[@]}" 2>/dev/null) | xz -T2 -6 > .gpu-pack/bench.tar.xz
-(cd "$out" && tar -cf - $(printf -- "--exclude=./%s " "${bench_bins[@]}") .) | xz -T2 -6 > .gpu-pack/tests.tar.xz
+(cd "$out" && tar -cf - $(printf -- "--exclude=./%s " "${bench_bins[@]}" "${tests_2[@]}") .) | xz -T2 -6 > .gpu-pack/tests-1.tar.xz
+(cd "$out" && tar -cf - --ignore-failed-read "${tests_2[@]}" 2>/dev/null) | xz -T2 -6 > .gpu-pack/tests-2.tar.xz
 # The ROS 2 GPU test's Python peer needs eclipse-zenoh and rosbags, and xxhash for
 # rmw_zenoh's GIDs; the GPU machine has no network. The first two run on any CPython
 # >= 3.9 (abi3 / pure); xxhash's extension is built per CPython version, so one wheel

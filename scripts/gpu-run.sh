@@ -12,11 +12,18 @@ set -uo pipefail
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 export ZCS_REQUIRE_GPU=1 RUST_BACKTRACE=1
+# A call that carries test archives runs the tests in them only: the test binaries an
+# earlier call left in .gpu-bin go, and each archive is moved aside once unpacked, so
+# that a later call on the same machine does not unpack it again.
+if ls .gpu-pack/tests*.tar.xz >/dev/null 2>&1; then
+  rm -f .gpu-bin/test-* .gpu-bin/zcs_demo
+fi
 for archive in .gpu-pack/*.tar.xz; do
   # The C pack is unpacked by part c into a folder of its own: its test binary needs
   # the pack's programs beside it and must not join the test loop below.
   [ -f "$archive" ] && [ "$archive" != .gpu-pack/c.tar.xz ] || continue
   mkdir -p .gpu-bin && xz -dc "$archive" | tar -C .gpu-bin -xf -
+  case "$archive" in .gpu-pack/tests*) mkdir -p .gpu-pack/unpacked && mv "$archive" .gpu-pack/unpacked/ ;; esac
 done
 { nvidia-smi --query-gpu=name,memory.total,driver_version,uuid --format=csv; nvidia-smi | head -5; nvidia-smi topo -m; uname -r; } > "$out/machine.txt" 2>&1
 # Two GPUs or more: the peer-GPU tests must run (not skip), and latency gets peer rows.
