@@ -1589,3 +1589,61 @@ fn child_plain_pub(conn: &ControlConn, p: &Params) {
     send_msg(conn, &Ctl::Done(Summary::default()), &[]);
     expect_ctl(conn, "Stop");
 }
+
+/// A callback subscriber that drops itself from inside its callback: on a small message
+/// (inline, delivered on a Zenoh thread) and on a block (delivered on the subscriber's
+/// link thread). Neither call deadlocks or panics, no sample comes after the drop
+/// returned, and the publisher sees the subscriber leave and gets its blocks back.
+#[test]
+fn callback_subscriber_dropped_inside_its_callback() {
+    const TEST: &str = "callback_subscriber_dropped_inside_its_callback";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    for (case, len) in [("inline", 100usize), ("block", 256 * KIB)] {
+        let (port, key) = (free_tcp_port(), format!("{}/{case}", test_key(TEST)));
+        let pub_session = host_session(port, true);
+        let publisher = pub_session.declare_publisher(key.clone()).wait().expect("declare publisher");
+        let sub_session = host_session(port, false);
+        type Slot = std::sync::Mutex<Option<GpuSubscriber<()>>>;
+        let slot: std::sync::Arc<Slot> = std::sync::Arc::default();
+        let (tx, rx) = mpsc::channel::<(u64, bool)>();
+        let held = std::sync::Arc::clone(&slot);
+        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let after = std::sync::Arc::clone(&dropped);
+        let sub = sub_session
+            .declare_subscriber(key.clone())
+            .callback(move |s| {
+                // Reports each call and whether the drop had already returned; the first
+                // call drops the subscriber (the lock is not held across the drop).
+                let _ = tx.send((s.seq(), after.load(std::sync::atomic::Ordering::SeqCst)));
+                let mine = held.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(me) = mine {
+                    drop(me);
+                    after.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            })
+            .wait()
+            .expect("declare callback subscriber");
+        *slot.lock().unwrap() = Some(sub);
+        wait_until(&format!("{case}: the subscriber"), IO, || publisher.aware_subscribers() == 1);
+        if len > 64 * KIB {
+            wait_zero_copy_only(&publisher, 1);
+        }
+        // Put until the first call has dropped the subscriber (an early put may still
+        // go to the plain key while the subscriber's listening there ends).
+        let mut seq = 0;
+        while !dropped.load(std::sync::atomic::Ordering::SeqCst) {
+            seq += 1;
+            publish_block(&publisher, seq, len);
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(seq < 500, "{case}: the callback was never called");
+        }
+        for more in seq + 1..=seq + 5 {
+            publish_block(&publisher, more, len);
+        }
+        wait_until(&format!("{case}: the subscriber gone"), IO, || publisher.aware_subscribers() == 0);
+        let calls: Vec<(u64, bool)> = rx.try_iter().collect();
+        assert!(!calls.is_empty(), "{case}: no call");
+        assert!(calls.iter().all(|&(_, late)| !late), "{case}: a sample came after the drop: {calls:?}");
+        wait_pool_empty(&publisher, &case);
+    }
+}

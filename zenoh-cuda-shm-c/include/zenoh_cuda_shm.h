@@ -462,7 +462,9 @@ zcs_result_t zcs_subscriber_declare(struct zcs_session_t session,
                                     struct zcs_subscriber_t *out);
 
 // Declares a subscriber on `key` that calls `callback(sample, context)` for each
-// sample, on a thread of the library, one sample at a time.
+// sample, on threads of the library; calls may overlap (samples of different
+// publishers arrive on different threads). The callback may drop its own subscriber;
+// no call starts after the drop.
 //
 // # Safety
 // `key` is NULL or NUL-terminated; `callback` is NULL or a function that does not

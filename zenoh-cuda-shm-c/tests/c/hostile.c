@@ -19,6 +19,20 @@ static void on_sample(zcs_sample_t sample, void *context) {
     zcs_sample_drop(&sample);
 }
 
+/* A callback subscriber that drops itself from inside its first call. */
+struct self_drop {
+    zcs_subscriber_t self;
+    atomic_int calls;
+    atomic_int drop_rc;
+};
+
+static void drop_self(zcs_sample_t sample, void *context) {
+    struct self_drop *c = context;
+    atomic_fetch_add(&c->calls, 1);
+    zcs_sample_drop(&sample);
+    if (c->self.id != 0) atomic_store(&c->drop_rc, zcs_subscriber_drop(&c->self));
+}
+
 int main(int argc, char **argv) {
     const char *zenoh = argc > 1 ? argv[1] : "{mode: \"peer\", scouting: {multicast: {enabled: false}}}";
     zcs_session_t null_session = {0};
@@ -229,6 +243,28 @@ int main(int argc, char **argv) {
     EXPECT(zcs_subscriber_recv(sub, 10000, &sample), ZCS_OK); /* the queue got it too */
     EXPECT(zcs_sample_drop(&sample), ZCS_OK);
     EXPECT(zcs_subscriber_drop(&cb), ZCS_OK);
+
+    /* A callback subscriber dropped from inside its callback: the drop succeeds, and
+       no call comes after it. */
+    struct self_drop sd = {{0}, 0, -100};
+    EXPECT(zcs_subscriber_declare_callback(s, "hostile/c", drop_self, &sd, &sd.self), ZCS_OK);
+    /* Put until its first call (it may miss the first puts while it joins). */
+    for (int i = 0; i < 500 && atomic_load(&sd.drop_rc) == -100; i++) {
+        EXPECT(zcs_publisher_put_bytes(p, (const uint8_t *)"abcd", 4, &u64), ZCS_OK);
+        EXPECT(zcs_subscriber_recv(sub, 10000, &sample), ZCS_OK);
+        EXPECT(zcs_sample_drop(&sample), ZCS_OK);
+        struct timespec t = {0, 20000000L};
+        nanosleep(&t, NULL);
+    }
+    if (atomic_load(&sd.drop_rc) != ZCS_OK) { fprintf(stderr, "dropping itself in its callback: %d\n", atomic_load(&sd.drop_rc)); failures++; }
+    EXPECT(zcs_publisher_put_bytes(p, (const uint8_t *)"efgh", 4, &u64), ZCS_OK);
+    EXPECT(zcs_subscriber_recv(sub, 10000, &sample), ZCS_OK);
+    EXPECT(zcs_sample_drop(&sample), ZCS_OK);
+    {
+        struct timespec t = {0, 200000000L};
+        nanosleep(&t, NULL);
+    }
+    if (atomic_load(&sd.calls) != 1) { fprintf(stderr, "the self-dropping callback ran %d times\n", atomic_load(&sd.calls)); failures++; }
 
     /* A handle made up, and one of another kind's number space. */
     zcs_publisher_t madeup = {p.id ^ 0x500000000ull};

@@ -34,7 +34,9 @@ pub struct SubscriberBuilder<H> {
 }
 
 impl<H> SubscriberBuilder<H> {
-    /// Delivers samples to `f`.
+    /// Delivers samples to `f`, on the library's threads; calls may overlap (samples of
+    /// different publishers arrive on different threads). `f` may drop its own
+    /// subscriber; no call starts after the drop.
     pub fn callback(self, f: impl Fn(GpuSample) + Send + Sync + 'static) -> SubscriberBuilder<Callback> {
         SubscriberBuilder {
             session: self.session,
