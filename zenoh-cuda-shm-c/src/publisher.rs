@@ -253,25 +253,27 @@ pub(crate) unsafe fn put_loan<P, R>(
     let h = unsafe { &mut *loan };
     let slot = LOANS.get(h.id)?;
     let mut held = slot.lock().unwrap_or_else(|p| p.into_inner());
-    let prepared = match held.as_ref() {
-        Some(l) if !owns(l) => return Err(foreign_loan()),
-        Some(l) => prepare(l)?,
-        None => return Err(Error::new(ZCS_ERR_STALE, "this loan was put already")),
-    };
-    let Some(taken) = held.take() else { return Err(Error::new(ZCS_ERR_STALE, "this loan was put already")) };
-    let result = publish(taken, prepared);
-    let result = match result {
-        Ok(r) => Ok(r),
-        Err((e, Some(back))) => {
-            *held = Some(*back);
+    let Some(l) = held.take() else { return Err(Error::new(ZCS_ERR_STALE, "this loan was put already")) };
+    let prepared = if owns(&l) { prepare(&l) } else { Err(foreign_loan()) };
+    let prepared = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            *held = Some(l);
             return Err(e);
         }
-        Err((e, None)) => Err(e),
     };
-    drop(held);
-    let _ = LOANS.remove(h.id);
-    h.id = 0;
-    result
+    match publish(l, prepared) {
+        Err((e, Some(back))) => {
+            *held = Some(*back);
+            Err(e)
+        }
+        result => {
+            drop(held);
+            let _ = LOANS.remove(h.id);
+            h.id = 0;
+            result.map_err(|(e, _)| e)
+        }
+    }
 }
 
 /// Runs `f` on the loan `loan` names.

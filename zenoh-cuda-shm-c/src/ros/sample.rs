@@ -16,8 +16,7 @@ use super::{IMAGE, TENSOR, wrong_type};
 use crate::error::{Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, guard, non_null, set_out, zcs_result_t};
 use crate::handle::{Registry, end};
 use crate::sample::zcs_sample_t;
-use crate::tensor::TensorOut;
-use crate::tensor::zcs_tensor_t;
+use crate::tensor::{TensorOut, zcs_tensor_t};
 
 /// A received ROS message.
 #[repr(C)]
