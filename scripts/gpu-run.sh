@@ -196,12 +196,12 @@ if want bench && [ -x .gpu-bin/zcs_throughput ]; then
     || echo "join steps failed" | tee -a "$out/bench.log"
 fi
 # Another experiment beside the goal rows (its own folder; it cannot fail the run): the
-# latency rows with our subscribers busy-polling before they sleep (`spin_us` 200 on
-# both sides), to see what waking sleeping threads costs on the path.
+# latency rows with our subscribers never polling (`spin_us` 0 on both sides), against
+# the default adaptive polling of the goal rows: what waking sleeping threads costs.
 if want bench && [ -x .gpu-bin/zcs_latency ]; then
-  echo "== zcs_latency --spin-us 200" | tee -a "$out/bench.log"
+  echo "== zcs_latency --spin-us 0" | tee -a "$out/bench.log"
   mkdir -p "$out/spin"
-  timeout 200 .gpu-bin/zcs_latency --backend cuda --spin-us 200 --sizes 4KiB,1MiB,32MiB,256MiB \
+  timeout 200 .gpu-bin/zcs_latency --backend cuda --spin-us 0 --sizes 4KiB,1MiB,32MiB,256MiB \
     >"$out/spin/zcs_latency.jsonl" 2>>"$out/bench.log" || echo "spin experiment failed" | tee -a "$out/bench.log"
 fi
 # The Python package: the wheel from scripts/gpu-build.sh, installed offline into .gpu-py
@@ -225,8 +225,8 @@ fi
 # ZCS_GPU_PART=py-bench: only these Python benchmarks (with the wheel carried).
 # torch's IPC and our Python rows alternate twice (this machine's figures drift by up to
 # 2x between minutes, so ratios are taken within a pair, by scripts/py-latency-ratio.py);
-# each pair also has our rows with spin_us 1000, longer than the producer's gap between
-# two messages (its fill of 256 MiB and the reply), so that the receivers never sleep.
+# each pair also has our rows with spin_us 0 (receivers never poll: the control for the
+# default, adaptive polling).
 if { want bench || want py-bench; } && [ -d bench/python ]; then
   pybench() { # output name, script, arguments
     local name=$1 py=$2
@@ -239,7 +239,7 @@ if { want bench || want py-bench; } && [ -d bench/python ]; then
   for r in 1 2; do
     pybench "torch_ipc_latency-$r" bench/python/torch_ipc_latency.py
     pybench "zcs_python_latency-$r" bench/python/zcs_python_latency.py
-    pybench "zcs_python_latency_spin-$r" bench/python/zcs_python_latency.py --spin-us 1000 --frameworks torch
+    pybench "zcs_python_latency_nospin-$r" bench/python/zcs_python_latency.py --spin-us 0 --frameworks torch
   done
   # A pair without our rows (the wheel not carried: the script skips) fails the part.
   python3 scripts/py-latency-ratio.py "$out"/torch_ipc_latency-*.jsonl "$out"/zcs_python_latency*-[12].jsonl | tee -a "$out/bench.log"

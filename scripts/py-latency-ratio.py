@@ -4,11 +4,12 @@
 Reads the JSON-lines output of bench/python/torch_ipc_latency.py and
 zcs_python_latency.py from runs made in alternation; a file's pair is the number at the
 end of its name (`torch_ipc_latency-1.jsonl` pairs with `zcs_python_latency-1.jsonl`
-and `zcs_python_latency_spin-1.jsonl`). The machine's figures drift between minutes, so
+and `zcs_python_latency_nospin-1.jsonl`). The machine's figures drift between minutes, so
 a ratio is only taken within a pair. Per pair and size it prints the one-way p50 of
-`torch-mp-ipc-hold` and of each of our PyTorch loan rows (`zcs-py-loan`,
-`zcs-py-loan-spin`), torch ÷ ours, and each row's p99 ÷ p50; then, per row, the lowest
-ratio against the goal (≥ 2.5) and the highest p99 ÷ p50 against its goal (≤ 2).
+`torch-mp-ipc-hold` and of each of our PyTorch loan rows (`zcs-py-loan`, and
+`zcs-py-loan-nospin` or `zcs-py-loan-spin` where `--spin-us` was given), torch ÷ ours,
+and each row's p99 ÷ p50; then, per row, the lowest ratio against the goal (≥ 2.5) and
+the highest p99 ÷ p50 against its goal (≤ 2).
 
     scripts/py-latency-ratio.py out/torch_ipc_latency-*.jsonl out/zcs_python_latency*-[12].jsonl
 
@@ -21,7 +22,7 @@ import sys
 from latencyrows import latency_rows, size_text
 
 ANCHOR = "torch-mp-ipc-hold"
-OURS = ("zcs-py-loan", "zcs-py-loan-spin")
+OURS = ("zcs-py-loan", "zcs-py-loan-nospin", "zcs-py-loan-spin")
 GOAL_RATIO = 2.5
 GOAL_TAIL = 2.0
 

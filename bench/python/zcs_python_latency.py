@@ -60,9 +60,18 @@ def zenoh_config(listen=None, connect=None):
     return c
 
 
+def spin_suffix(spin_us):
+    """Row name suffix: '' for the library's default, '-nospin' for 0, '-spin' else."""
+    return "" if spin_us is None else "-nospin" if spin_us == 0 else "-spin"
+
+
 def zcs_config(spin_us):
-    """Our session configuration: CUDA, and `spin_us` (0: receivers sleep at once)."""
-    return {"device": "cuda", "spin_us": spin_us}
+    """Our session configuration: CUDA, and `spin_us` if given (None: the library's
+    default, adaptive polling; 0: receivers sleep at once)."""
+    cfg = {"device": "cuda"}
+    if spin_us is not None:
+        cfg["spin_us"] = spin_us
+    return cfg
 
 
 def framework(name):
@@ -258,8 +267,9 @@ def main():
     ap.add_argument("--timeout", type=int, default=120, help="hard limit for the whole script, s")
     ap.add_argument("--frameworks", default="torch,cupy,jax",
                     help="consumer frameworks, one consumer process each (those that do not import are skipped)")
-    ap.add_argument("--spin-us", type=int, default=0,
-                    help="both sessions' spin_us: receivers poll this long before sleeping (rows get '-spin')")
+    ap.add_argument("--spin-us", type=int, default=None,
+                    help="both sessions' spin_us, the most receivers poll before sleeping (default: the "
+                         "library's; rows get '-nospin' for 0, '-spin' for another value)")
     ap.add_argument("--framework", default="torch", help=argparse.SUPPRESS)
     ap.add_argument("--role", default="producer", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -310,7 +320,7 @@ def main():
             t_start = time.perf_counter()
             p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", "consumer", "--port",
                                   str(port), "--key", key, "--timeout", str(args.timeout), "--framework", fw,
-                                  "--spin-us", str(args.spin_us)],
+                                  *([] if args.spin_us is None else ["--spin-us", str(args.spin_us)])],
                                  stdout=subprocess.PIPE, text=True)
             children.append(p)
             line = p.stdout.readline().strip()
@@ -330,9 +340,9 @@ def main():
                 "consumer_start_s": round(time.perf_counter() - t_start, 3),
                 "timer": "perf_counter from put to reply; fill + synchronize before the timer",
                 "breakdown": "breakdown_p50_us, breakdown_p99_us: " + ", ".join(BREAKDOWN),
-                "spin_us": args.spin_us, "cpus": len(os.sched_getaffinity(0)), "loadavg": os.getloadavg(),
+                "spin_us": "library default" if args.spin_us is None else args.spin_us, "cpus": len(os.sched_getaffinity(0)), "loadavg": os.getloadavg(),
             })
-            suffix = ("" if fw == "torch" else f"-{fw}") + ("-spin" if args.spin_us else "")
+            suffix = ("" if fw == "torch" else f"-{fw}") + spin_suffix(args.spin_us)
             if first:
                 rtt, _ = run_rounds(prod.plain, args.warmup, args.iters, args.max_secs)
                 latency_row("zcs-py-plain" + suffix, 0, rtt, {"ready": "tiny bytes echoed", **breakdown(prod.steps[-len(rtt):])})

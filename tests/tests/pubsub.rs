@@ -570,7 +570,8 @@ fn fanout_child() {
 
 /// `spin_us`: a subscriber whose threads poll before sleeping gets every message, in
 /// order, in place, through `recv` and `recv_timeout` alike; a wait with nothing to
-/// receive still ends at its timeout, not before.
+/// receive still ends at its timeout, not before. Its threads poll while messages come
+/// close together, and stop once they come further apart than `spin_us`.
 #[test]
 fn spinning_subscriber_receives_everything_and_keeps_timeouts() {
     const TEST: &str = "spinning_subscriber_receives_everything_and_keeps_timeouts";
@@ -593,9 +594,29 @@ fn spinning_subscriber_receives_everything_and_keeps_timeouts() {
         assert_eq!(sub.recv_timeout(wait).err(), Some(RecvError::Timeout));
         assert!(t.elapsed() >= wait, "{wait:?}: returned after {:?}", t.elapsed());
     }
+    let fast = sub.stats();
+    assert_eq!((fast.zero_copy, fast.cpu_bytes, fast.duplicates), (n, 0, 0));
+    assert!(fast.polled_us > 0, "back-to-back messages: the threads polled for them: {fast:?}");
+
+    // A message every 20 ms, well beyond `spin_us`: a fixed poll would cost 300 µs per
+    // message on each of the two waiting threads (link and queue), 12 ms in all.
+    let slow = 20;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for seq in n + 1..=n + slow {
+                std::thread::sleep(Duration::from_millis(20));
+                publish_block(&publisher, seq, len);
+            }
+        });
+        for seq in n + 1..=n + slow {
+            assert_eq!(sub.recv().expect("recv").seq(), seq);
+        }
+    });
     let st = sub.stats();
-    assert_eq!((st.zero_copy, st.cpu_bytes, st.duplicates), (n, 0, 0));
-    println!("{TEST}: {n} messages in place through spinning receives");
+    assert_eq!(st.zero_copy, n + slow);
+    let polled = st.polled_us - fast.polled_us;
+    assert!(polled < 4000, "slow messages: polling should stop after the first gaps, polled {polled} µs");
+    println!("{TEST}: {n} messages in place through spinning receives ({} µs polled), {slow} slow ones ({polled} µs polled)", fast.polled_us);
 }
 
 /// Phase A: two zero-copy subscribers only: no copy at all. Phase B: a plain Zenoh

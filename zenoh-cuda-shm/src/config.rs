@@ -145,11 +145,14 @@ pub struct ZcsConfig {
     /// it does with the blocks of a publisher of this host without a GPU.
     /// False: bytes through Zenoh, as from another host.
     pub host_blocks: bool,
-    /// Busy-polling by subscribers, in µs (default 0: none). Before sleeping, a
-    /// subscriber's link thread polls its control socket, and `recv`/`recv_timeout` of
-    /// a FIFO subscriber poll its queue, for up to this long: a message arriving
-    /// meanwhile does not wait for a sleeping thread to wake. Costs a busy core for
-    /// that long after each message; for latency-critical consumers with cores to spare.
+    /// The most a subscriber's waiting thread busy-polls before it sleeps, in µs
+    /// (default 500; 0: never). Its link threads poll their control sockets, and
+    /// `recv`/`recv_timeout` of a FIFO subscriber its queue, so that a message arriving
+    /// meanwhile does not wait for a sleeping thread to wake (tens of µs on a virtual
+    /// machine). Each thread polls only while its waits have been ending within
+    /// `spin_us`, and about as long as they last: a stream slower than one message per
+    /// `spin_us` is not polled for at all, a faster one or a request/reply loop keeps a
+    /// core busy while it waits. `polled_us` in the subscriber's stats shows the cost.
     pub spin_us: u64,
     /// With the `zenoh-shm` feature: the size of a Zenoh shared-memory pool (POSIX,
     /// registered with CUDA) that this session's publishers copy out into, so that Zenoh
@@ -225,7 +228,7 @@ impl Default for ZcsConfig {
             provider_discovery_ms: 300,
             peer_gpus: PeerGpus::InPlace,
             host_blocks: true,
-            spin_us: 0,
+            spin_us: 500,
             zenoh_shm_out_bytes: 0,
             host_id: None,
         }

@@ -42,7 +42,7 @@
 //! zcs_latency --backend host --iters 50            # CI smoke, no GPU: host memfd blocks
 //! zcs_latency --backend cuda --provider            # blocks lent by a provider process
 //! zcs_latency --backend cuda --zenohd bin/zenohd --plugin libzenoh_plugin_cuda_shm.so
-//! zcs_latency --backend cuda --spin-us 200          # subscribers busy-poll (`spin_us`)
+//! zcs_latency --backend cuda --spin-us 0            # subscribers never busy-poll
 //! zcs_latency --backend cuda --pong-gpu 1           # two GPUs: the peer path
 //! zcs_latency --backend cuda --pong-gpu 1 --peer-copy   # two GPUs: one copy on arrival
 //! zcs_latency --backend cuda --pong-gpu 1 --peer-host   # two GPUs: through host memory
@@ -57,9 +57,10 @@
 //! publisher copies each block into a host block and the pong copies that onto its GPU;
 //! the ready point is that second copy's completion (row `host-copy`).
 //!
-//! With `--spin-us`, every session of ours on both sides has that `spin_us` (its
-//! subscribers poll before sleeping) and the rows of ours are named `…-spin`; the
-//! `zenoh-plain` row stays plain Zenoh, the anchor of the same run.
+//! With `--spin-us`, every session of ours on both sides has that `spin_us` (the most
+//! its subscribers poll before sleeping) instead of the library's default, and the rows
+//! of ours are named `…-nospin` (0) or `…-spin` (another value); the `zenoh-plain` row
+//! stays plain Zenoh, the anchor of the same run.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -99,9 +100,9 @@ struct Args {
     /// The plugin's shared library for `--zenohd`.
     #[arg(long, requires = "zenohd")]
     plugin: Option<std::path::PathBuf>,
-    /// `spin_us` of our sessions on both sides: subscribers busy-poll this long before
-    /// sleeping (rows `…-spin`).
-    #[arg(long, default_value_t = 0)]
+    /// `spin_us` of our sessions on both sides: the most subscribers busy-poll before
+    /// sleeping (rows `…-nospin` for 0, `…-spin` for another value than the default).
+    #[arg(long, default_value_t = ZcsConfig::default().spin_us)]
     spin_us: u64,
     /// The pong's GPU (CUDA): another GPU than the ping's (0) measures the peer path,
     /// blocks mapped over NVLink or PCIe (row `zero-copy-peer`).
@@ -596,7 +597,11 @@ fn main() {
     }
     println!("{setup}");
 
-    let spin = if args.spin_us > 0 { "-spin" } else { "" };
+    let spin = match args.spin_us {
+        0 => "-nospin",
+        s if s == ZcsConfig::default().spin_us => "",
+        _ => "-spin",
+    };
     let ready = if cuda { "read on the pong's stream, then stream synchronized" } else { "host bytes mapped" };
     for &size in &args.plan.sizes {
         let before = zc_pub.stats().copies_out;

@@ -438,8 +438,10 @@ impl ControlConn {
             let got = match sys::recvmsg(self.fd.as_fd(), &mut buf, flags) {
                 Ok(got) => got,
                 Err(Errno::EINTR) => continue,
+                // Polling yields the core between tries: on a machine with fewer
+                // cores than busy threads, the thread we wait for may need it.
                 Err(Errno::EAGAIN) if spin_until.is_some_and(|t| Instant::now() < t) => {
-                    std::hint::spin_loop();
+                    std::thread::yield_now();
                     continue;
                 }
                 Err(Errno::EAGAIN) => match sys::poll_until(self.fd.as_fd(), libc::POLLIN, deadline) {

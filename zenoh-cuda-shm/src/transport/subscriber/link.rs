@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::discovery::{forget, forgotten};
 use super::handshake::{handshake, hello};
 use super::import::on_block;
+use super::spin::SpinWindow;
 use super::{Link, Shared, inc};
 use crate::ipc::{ControlConn, Frame, RecvError};
 use crate::pool::BlockKey;
@@ -112,10 +113,20 @@ enum LinkEnd {
     Violation,
 }
 
+/// Waits up to 100 ms for the link's next frame, polling first for as long as `spin`
+/// says, and adapts `spin` to the wait.
+fn recv_adapting(sh: &Shared, link: &Link, spin: &SpinWindow) -> Result<Frame, RecvError> {
+    let (window, t) = (spin.get(), Instant::now());
+    let got = link.conn.recv_spinning(Duration::from_millis(100), window);
+    sh.count_polled(spin.waited(window, t.elapsed()));
+    got
+}
+
 /// Receives and delivers what the publisher routes over the link, in order.
 fn run_link(sh: &Arc<Shared>, link: &Arc<Link>) -> LinkEnd {
     let mut backlog: VecDeque<Frame> = VecDeque::new();
     let mut leaving: Option<Instant> = None;
+    let spin = SpinWindow::new(sh.spin_max);
     loop {
         if leaving.is_none() && sh.closed.load(Ordering::Relaxed) {
             leaving = Some(Instant::now());
@@ -125,7 +136,7 @@ fn run_link(sh: &Arc<Shared>, link: &Arc<Link>) -> LinkEnd {
         }
         let mut frame = match backlog.pop_front() {
             Some(f) => f,
-            None => match link.conn.recv_spinning(Duration::from_millis(100), sh.spin) {
+            None => match recv_adapting(sh, link, &spin) {
                 Ok(f) => f,
                 Err(RecvError::Timeout(_)) => continue,
                 Err(e) => {

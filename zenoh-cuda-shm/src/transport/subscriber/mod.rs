@@ -8,6 +8,7 @@
 //! | `link.rs` | the link thread per publisher: what it routes, received in order |
 //! | `import.rs` | descriptors verified, blocks imported and cached |
 //! | `order.rs` | bytes merged with routed messages in sequence order, exactly once, losses counted |
+//! | `spin.rs` | adaptive busy-polling: how long a waiting thread polls before it sleeps |
 //! | `peer_copy.rs` | copies onto our GPU: another GPU's messages (`peer_gpus: copy`) and host blocks on arrival, bytes samples when read |
 
 mod discovery;
@@ -16,6 +17,7 @@ mod import;
 mod link;
 mod order;
 mod peer_copy;
+mod spin;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -41,6 +43,7 @@ use crate::sync::Unpoisoned;
 
 use discovery::{publisher_appeared, publisher_vanished};
 use order::{Order, Seen, on_bytes};
+use spin::SpinWindow;
 pub(crate) use peer_copy::{PeerCopier, PeerCopy, Upload};
 
 /// Counters of one subscriber. All monotonic.
@@ -90,6 +93,9 @@ pub struct SubscriberStats {
     /// that never came, Zenoh drops under congestion, failed imports: each shows here
     /// once a later message of the publisher is delivered.
     pub lost: u64,
+    /// Time this subscriber's threads spent busy-polling for messages, in µs: what
+    /// `spin_us` cost in CPU (one core while it grows).
+    pub polled_us: u64,
 }
 
 #[derive(Default)]
@@ -111,10 +117,21 @@ struct Counters {
     releases: AtomicU64,
     late_bytes: AtomicU64,
     lost: AtomicU64,
+    polled_ns: AtomicU64,
 }
 
 fn inc(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Shared {
+    /// Adds a wait's polling to `polled_us`.
+    fn count_polled(&self, polled: Duration) {
+        if !polled.is_zero() {
+            let ns = u64::try_from(polled.as_nanos()).unwrap_or(u64::MAX);
+            self.counters.polled_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+    }
 }
 
 /// What a subscriber maps blocks into.
@@ -217,8 +234,11 @@ pub(crate) struct Shared {
     deliver: Mutex<Option<Arc<Deliver>>>,
     releaser: RecyclerHandle,
     handshake_timeout: Duration,
-    /// How long the link threads poll before sleeping (`spin_us`).
-    spin: Duration,
+    /// The most a waiting thread polls before it sleeps (`spin_us`): each link thread
+    /// adapts its own window up to it.
+    spin_max: Duration,
+    /// The polling window of `recv` on the subscriber's FIFO queue.
+    queue_spin: SpinWindow,
     bad_input: RateLimitedWarn,
     plain_listen: PlainListen,
     plain_sub: Mutex<Option<zenoh::pubsub::Subscriber<()>>>,
@@ -291,7 +311,8 @@ impl SubscriberCore {
             deliver: Mutex::new(Some(Arc::new(deliver))),
             releaser,
             handshake_timeout,
-            spin,
+            spin_max: spin,
+            queue_spin: SpinWindow::new(spin),
             bad_input: RateLimitedWarn::new(Duration::from_secs(5)),
             plain_listen,
             plain_sub: Mutex::new(None),
@@ -342,9 +363,16 @@ impl SubscriberCore {
         Ok(Self { shared, _recycler: recycler, _token: token, _bytes: bytes, _pubs: pubs })
     }
 
-    /// How long receivers poll before sleeping (`spin_us`).
-    pub(crate) fn spin(&self) -> Duration {
-        self.shared.spin
+    /// How long the next `recv` on the FIFO queue polls before it sleeps.
+    pub(crate) fn queue_spin(&self) -> Duration {
+        self.shared.queue_spin.get()
+    }
+
+    /// Adapts the FIFO queue's polling window to a `recv` that polled up to `window`
+    /// and ended after `waited`.
+    pub(crate) fn queue_waited(&self, window: Duration, waited: Duration) {
+        let polled = self.shared.queue_spin.waited(window, waited);
+        self.shared.count_polled(polled);
     }
 
     pub(crate) fn stats(&self) -> SubscriberStats {
@@ -368,6 +396,7 @@ impl SubscriberCore {
             releases: l(&c.releases),
             late_bytes: l(&c.late_bytes),
             lost: l(&c.lost),
+            polled_us: l(&c.polled_ns) / 1000,
         }
     }
 

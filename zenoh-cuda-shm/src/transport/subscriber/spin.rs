@@ -1,0 +1,127 @@
+//! Adaptive busy-polling: how long a subscriber's waiting thread polls before it sleeps
+//! (`spin_us`, the most it ever polls).
+//!
+//! A thread that sleeps pays a wake-up when its message comes: tens of µs on a virtual
+//! machine, and most of a round trip's p99. A thread that polls pays a busy core
+//! instead. A [`SpinWindow`] polls only while that pays, that is while this thread's
+//! waits have been ending within `spin_us`:
+//! - it starts closed: a new receiver sleeps at once;
+//! - a wait that ended within `spin_us` (while polling or after sleeping) widens it to
+//!   twice that wait (at least [`MIN`]), never beyond `spin_us`;
+//! - a wait longer than `spin_us` (a slow stream, a pause, a timeout) halves it; below
+//!   [`MIN`] it closes.
+//!
+//! A stream whose messages are further apart than `spin_us` is thus never polled for,
+//! whatever its rate, after its first gap; a request/reply loop or a fast stream polls
+//! about as long as its gaps, and sleeps again once they grow.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The narrowest open window.
+pub(crate) const MIN: Duration = Duration::from_micros(5);
+
+/// One waiting thread's polling window (shared by the threads that wait on one queue).
+pub(crate) struct SpinWindow {
+    max_ns: u64,
+    cur_ns: AtomicU64,
+}
+
+impl SpinWindow {
+    /// A closed window that may open up to `max` (zero: it never does).
+    pub(crate) fn new(max: Duration) -> Self {
+        Self { max_ns: nanos(max), cur_ns: AtomicU64::new(0) }
+    }
+
+    /// How long the next wait polls before it sleeps.
+    pub(crate) fn get(&self) -> Duration {
+        Duration::from_nanos(self.cur_ns.load(Ordering::Relaxed))
+    }
+
+    /// Adapts the window to a wait that polled for up to `window` (as [`SpinWindow::get`]
+    /// gave it) and ended after `waited`, with a message or not. Returns how long that
+    /// wait polled.
+    pub(crate) fn waited(&self, window: Duration, waited: Duration) -> Duration {
+        if self.max_ns == 0 {
+            return Duration::ZERO;
+        }
+        let w = nanos(waited);
+        let cur = self.cur_ns.load(Ordering::Relaxed);
+        let next = if w <= self.max_ns {
+            cur.max(w.saturating_mul(2).max(nanos(MIN))).min(self.max_ns)
+        } else if cur / 2 < nanos(MIN) {
+            0
+        } else {
+            cur / 2
+        };
+        // Threads sharing a window may race here; either's update is a fair one.
+        self.cur_ns.store(next, Ordering::Relaxed);
+        waited.min(window)
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn starts_closed_and_never_opens_with_max_zero() {
+        let w = SpinWindow::new(Duration::ZERO);
+        assert_eq!(w.get(), Duration::ZERO);
+        assert_eq!(w.waited(Duration::ZERO, 3 * US), Duration::ZERO);
+        assert_eq!(w.get(), Duration::ZERO);
+    }
+
+    #[test]
+    fn quick_waits_open_it_to_twice_the_wait_up_to_max() {
+        let w = SpinWindow::new(500 * US);
+        assert_eq!(w.get(), Duration::ZERO, "a new receiver sleeps at once");
+        // Slept, woken after 40 µs: polled for nothing, opens to 80 µs.
+        assert_eq!(w.waited(Duration::ZERO, 40 * US), Duration::ZERO);
+        assert_eq!(w.get(), 80 * US);
+        // A wait already served (a backlog) opens it no less than MIN and shrinks nothing.
+        w.waited(80 * US, Duration::ZERO);
+        assert_eq!(w.get(), 80 * US);
+        let fresh = SpinWindow::new(500 * US);
+        fresh.waited(Duration::ZERO, Duration::ZERO);
+        assert_eq!(fresh.get(), MIN);
+        // A longer wait within max widens it, capped at max.
+        assert_eq!(w.waited(80 * US, 300 * US), 80 * US, "polled the whole window, then slept");
+        assert_eq!(w.get(), 500 * US);
+        assert_eq!(w.waited(500 * US, 120 * US), 120 * US, "served while polling");
+        assert_eq!(w.get(), 500 * US, "shorter waits do not narrow it");
+    }
+
+    #[test]
+    fn waits_beyond_max_halve_it_then_close_it() {
+        let w = SpinWindow::new(500 * US);
+        w.waited(Duration::ZERO, 400 * US);
+        assert_eq!(w.get(), 500 * US);
+        // A frame every 33 ms: each wait polls, finds nothing, halves the window.
+        let mut polled = Duration::ZERO;
+        for _ in 0..10 {
+            let win = w.get();
+            polled += w.waited(win, Duration::from_millis(33));
+        }
+        assert_eq!(w.get(), Duration::ZERO, "closed after a few slow waits");
+        assert!(polled < 1000 * US, "at most twice max polled in all: {polled:?}");
+        // Closed, a slow stream costs no polling at all.
+        assert_eq!(w.waited(Duration::ZERO, Duration::from_millis(33)), Duration::ZERO);
+        assert_eq!(w.get(), Duration::ZERO);
+    }
+
+    #[test]
+    fn huge_durations_saturate() {
+        let w = SpinWindow::new(Duration::MAX);
+        w.waited(Duration::ZERO, Duration::from_secs(1));
+        assert_eq!(w.get(), Duration::from_secs(2));
+        w.waited(Duration::ZERO, Duration::MAX);
+        assert_eq!(w.get(), Duration::from_nanos(u64::MAX));
+    }
+}
