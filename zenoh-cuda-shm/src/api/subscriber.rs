@@ -248,7 +248,7 @@ impl GpuSubscriber<flume::Receiver<GpuSample>> {
             Ok(None) => sleep(t.elapsed()),
             Err(e) => Err(e),
         };
-        self.core.queue_waited(window, t.elapsed());
+        self.core.queue_waited(window, t.elapsed(), got.is_ok());
         got
     }
 

@@ -118,7 +118,7 @@ enum LinkEnd {
 fn recv_adapting(sh: &Shared, link: &Link, spin: &SpinWindow) -> Result<Frame, RecvError> {
     let (window, t) = (spin.get(), Instant::now());
     let got = link.conn.recv_spinning(Duration::from_millis(100), window);
-    sh.count_polled(spin.waited(window, t.elapsed()));
+    sh.count_polled(spin.waited(window, t.elapsed(), got.is_ok()));
     got
 }
 

@@ -369,9 +369,9 @@ impl SubscriberCore {
     }
 
     /// Adapts the FIFO queue's polling window to a `recv` that polled up to `window`
-    /// and ended after `waited`.
-    pub(crate) fn queue_waited(&self, window: Duration, waited: Duration) {
-        let polled = self.shared.queue_spin.waited(window, waited);
+    /// and ended after `waited`, with a sample (`got`) or not.
+    pub(crate) fn queue_waited(&self, window: Duration, waited: Duration, got: bool) {
+        let polled = self.shared.queue_spin.waited(window, waited, got);
         self.shared.count_polled(polled);
     }
 

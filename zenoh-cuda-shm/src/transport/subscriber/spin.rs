@@ -6,10 +6,11 @@
 //! instead. A [`SpinWindow`] polls only while that pays, that is while this thread's
 //! waits have been ending within `spin_us`:
 //! - it starts closed: a new receiver sleeps at once;
-//! - a wait that ended within `spin_us` (while polling or after sleeping) widens it to
-//!   twice that wait (at least [`MIN`]), never beyond `spin_us`;
+//! - a wait that a message ended within `spin_us` (while polling or after sleeping)
+//!   widens it to twice that wait (at least [`MIN`]), never beyond `spin_us`;
 //! - a wait longer than `spin_us` (a slow stream, a pause, a timeout) halves it; below
-//!   [`MIN`] it closes.
+//!   [`MIN`] it closes;
+//! - a shorter wait that timed out tells nothing and changes nothing.
 //!
 //! A stream whose messages are further apart than `spin_us` is thus never polled for,
 //! whatever its rate, after its first gap; a request/reply loop or a fast stream polls
@@ -39,15 +40,17 @@ impl SpinWindow {
     }
 
     /// Adapts the window to a wait that polled for up to `window` (as [`SpinWindow::get`]
-    /// gave it) and ended after `waited`, with a message or not. Returns how long that
-    /// wait polled.
-    pub(crate) fn waited(&self, window: Duration, waited: Duration) -> Duration {
+    /// gave it) and ended after `waited`, with a message (`got`) or not. Returns how
+    /// long that wait polled.
+    pub(crate) fn waited(&self, window: Duration, waited: Duration, got: bool) -> Duration {
         if self.max_ns == 0 {
             return Duration::ZERO;
         }
         let w = nanos(waited);
         let cur = self.cur_ns.load(Ordering::Relaxed);
-        let next = if w <= self.max_ns {
+        let next = if w <= self.max_ns && !got {
+            cur
+        } else if w <= self.max_ns {
             cur.max(w.saturating_mul(2).max(nanos(MIN))).min(self.max_ns)
         } else if cur / 2 < nanos(MIN) {
             0
@@ -74,7 +77,7 @@ mod tests {
     fn starts_closed_and_never_opens_with_max_zero() {
         let w = SpinWindow::new(Duration::ZERO);
         assert_eq!(w.get(), Duration::ZERO);
-        assert_eq!(w.waited(Duration::ZERO, 3 * US), Duration::ZERO);
+        assert_eq!(w.waited(Duration::ZERO, 3 * US, true), Duration::ZERO);
         assert_eq!(w.get(), Duration::ZERO);
     }
 
@@ -83,45 +86,59 @@ mod tests {
         let w = SpinWindow::new(500 * US);
         assert_eq!(w.get(), Duration::ZERO, "a new receiver sleeps at once");
         // Slept, woken after 40 µs: polled for nothing, opens to 80 µs.
-        assert_eq!(w.waited(Duration::ZERO, 40 * US), Duration::ZERO);
+        assert_eq!(w.waited(Duration::ZERO, 40 * US, true), Duration::ZERO);
         assert_eq!(w.get(), 80 * US);
         // A wait already served (a backlog) opens it no less than MIN and shrinks nothing.
-        w.waited(80 * US, Duration::ZERO);
+        w.waited(80 * US, Duration::ZERO, true);
         assert_eq!(w.get(), 80 * US);
         let fresh = SpinWindow::new(500 * US);
-        fresh.waited(Duration::ZERO, Duration::ZERO);
+        fresh.waited(Duration::ZERO, Duration::ZERO, true);
         assert_eq!(fresh.get(), MIN);
         // A longer wait within max widens it, capped at max.
-        assert_eq!(w.waited(80 * US, 300 * US), 80 * US, "polled the whole window, then slept");
+        assert_eq!(w.waited(80 * US, 300 * US, true), 80 * US, "polled the whole window, then slept");
         assert_eq!(w.get(), 500 * US);
-        assert_eq!(w.waited(500 * US, 120 * US), 120 * US, "served while polling");
+        assert_eq!(w.waited(500 * US, 120 * US, true), 120 * US, "served while polling");
         assert_eq!(w.get(), 500 * US, "shorter waits do not narrow it");
     }
 
     #[test]
     fn waits_beyond_max_halve_it_then_close_it() {
         let w = SpinWindow::new(500 * US);
-        w.waited(Duration::ZERO, 400 * US);
+        w.waited(Duration::ZERO, 400 * US, true);
         assert_eq!(w.get(), 500 * US);
         // A frame every 33 ms: each wait polls, finds nothing, halves the window.
         let mut polled = Duration::ZERO;
         for _ in 0..10 {
             let win = w.get();
-            polled += w.waited(win, Duration::from_millis(33));
+            polled += w.waited(win, Duration::from_millis(33), true);
         }
         assert_eq!(w.get(), Duration::ZERO, "closed after a few slow waits");
         assert!(polled < 1000 * US, "at most twice max polled in all: {polled:?}");
         // Closed, a slow stream costs no polling at all.
-        assert_eq!(w.waited(Duration::ZERO, Duration::from_millis(33)), Duration::ZERO);
+        assert_eq!(w.waited(Duration::ZERO, Duration::from_millis(33), true), Duration::ZERO);
         assert_eq!(w.get(), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_short_wait_without_a_message_changes_nothing() {
+        let w = SpinWindow::new(500 * US);
+        // `recv_timeout(0)` in a loop: no message, no reason to poll.
+        assert_eq!(w.waited(Duration::ZERO, US, false), Duration::ZERO);
+        assert_eq!(w.get(), Duration::ZERO);
+        w.waited(Duration::ZERO, 100 * US, true);
+        assert_eq!(w.waited(200 * US, 150 * US, false), 150 * US);
+        assert_eq!(w.get(), 200 * US, "nor does it close an open one");
+        // A timeout beyond max does count: nothing came for that long.
+        w.waited(200 * US, Duration::from_millis(100), false);
+        assert_eq!(w.get(), 100 * US);
     }
 
     #[test]
     fn huge_durations_saturate() {
         let w = SpinWindow::new(Duration::MAX);
-        w.waited(Duration::ZERO, Duration::from_secs(1));
+        w.waited(Duration::ZERO, Duration::from_secs(1), true);
         assert_eq!(w.get(), Duration::from_secs(2));
-        w.waited(Duration::ZERO, Duration::MAX);
+        w.waited(Duration::ZERO, Duration::MAX, true);
         assert_eq!(w.get(), Duration::from_nanos(u64::MAX));
     }
 }
