@@ -616,7 +616,10 @@ fn spinning_subscriber_receives_everything_and_keeps_timeouts() {
     assert_eq!(st.zero_copy, n + slow);
     let polled = st.polled_us - fast.polled_us;
     assert!(polled < 4000, "slow messages: polling should stop after the first gaps, polled {polled} µs");
-    println!("{TEST}: {n} messages in place through spinning receives ({} µs polled), {slow} slow ones ({polled} µs polled)", fast.polled_us);
+    println!(
+        "{TEST}: {n} messages in place through spinning receives ({} µs polled), {slow} slow ones ({polled} µs polled)",
+        fast.polled_us
+    );
 }
 
 /// Phase A: two zero-copy subscribers only: no copy at all. Phase B: a plain Zenoh

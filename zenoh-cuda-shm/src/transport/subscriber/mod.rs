@@ -94,7 +94,7 @@ pub struct SubscriberStats {
     /// once a later message of the publisher is delivered.
     pub lost: u64,
     /// Time this subscriber's threads spent busy-polling for messages, in µs: what
-    /// `spin_us` cost in CPU (one core while it grows).
+    /// `spin_us` cost in CPU time (each polling thread keeps one core busy).
     pub polled_us: u64,
 }
 
