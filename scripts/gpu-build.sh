@@ -7,10 +7,12 @@
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 mkdir -p "$(git rev-parse --git-dir)/info"
+# Cargo's target folder (CARGO_TARGET_DIR or the workspace's `target/`).
+gpu_target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/gpu
 if [ "${1:-}" = --soak ]; then
   grep -qx '/.gpu-soak/' .git/info/exclude 2>/dev/null || echo '/.gpu-soak/' >> .git/info/exclude
   cargo build --profile gpu -p zcs-tests --bin zcs_soak
-  rm -rf .gpu-soak && mkdir -p .gpu-soak && cp target/gpu/zcs_soak .gpu-soak/
+  rm -rf .gpu-soak && mkdir -p .gpu-soak && cp "$gpu_target"/zcs_soak .gpu-soak/
   du -sh .gpu-soak
   exit 0
 fi
@@ -131,15 +133,15 @@ for line in sys.stdin:
 ')
 command -v cmake >/dev/null || python3 -m pip install -q --disable-pip-version-check "cmake>=3.16"
 cdir=$(mktemp -d)
-scripts/c-install.sh --from target/gpu "$cdir/prefix" >/dev/null
+scripts/c-install.sh --from "$gpu_target" "$cdir/prefix" >/dev/null
 cmake -S examples/c -B "$cdir/build" -DCMAKE_PREFIX_PATH="$cdir/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$cdir/build" -j 2 >/dev/null
 mkdir -p "$cdir/pack"
-cp "$cdir/prefix/lib/libzenoh_cuda_shm_c.so" target/gpu/examples/z_cuda_pub target/gpu/examples/z_cuda_sub "$cdir/pack/"
+cp "$cdir/prefix/lib/libzenoh_cuda_shm_c.so" "$gpu_target"/examples/z_cuda_pub "$gpu_target"/examples/z_cuda_sub "$cdir/pack/"
 cp "$cdir/build/z_cuda_pub" "$cdir/pack/z_cuda_pub_c"
 cp "$cdir/build/z_cuda_sub" "$cdir/pack/z_cuda_sub_cpp" && strip "$cdir/pack/z_cuda_sub_cpp"
 cp "$cdir/build/z_tensor" "$cdir/build/zcs_latency_cpp" "$cdir/pack/" && strip "$cdir/pack/z_tensor" "$cdir/pack/zcs_latency_cpp"
-cp target/gpu/zcs_latency "$cdir/pack/"
+cp "$gpu_target"/zcs_latency "$cdir/pack/"
 cp "$c_tensor_test" "$cdir/pack/test-c_tensor"
 mkdir -p "$cdir/pack/wheels" && cp .gpu-pack/wheels/*.whl "$cdir/pack/wheels/"
 tar -C "$cdir/pack" -cf - . | xz -T2 -6 > .gpu-pack/c.tar.xz
@@ -169,12 +171,12 @@ for line in sys.stdin:
 ' "$extra/gpu"
 # The plugin's .so as the test build left it (a later build of the bridge, which links
 # the plugin statically without `dynamic_plugin`, may write another over it).
-cp target/gpu/deps/libzenoh_plugin_cuda_shm.so "$extra/gpu/deps/"
+cp "$gpu_target"/deps/libzenoh_plugin_cuda_shm.so "$extra/gpu/deps/"
 cargo build --profile gpu -p zenoh-bridge-cuda-shm 2>/dev/null
 cargo build --profile gpu -p zcs-tests --bin zcs_soak 2>/dev/null
 cargo build --profile gpu -p zcs-examples --example z_cuda_pub --example z_cuda_sub 2>/dev/null
-cp target/gpu/zenoh-bridge-cuda-shm "$extra/gpu/"
-cp target/gpu/examples/z_cuda_pub target/gpu/examples/z_cuda_sub "$extra/gpu/examples/"
-cp target/gpu/zcs_soak .gpu-bin/zcs_latency "$extra/"
+cp "$gpu_target"/zenoh-bridge-cuda-shm "$extra/gpu/"
+cp "$gpu_target"/examples/z_cuda_pub "$gpu_target"/examples/z_cuda_sub "$extra/gpu/examples/"
+cp "$gpu_target"/zcs_soak .gpu-bin/zcs_latency "$extra/"
 tar -C "$extra" -cf - . | xz -T2 -6 > .gpu-pack-extra/extra.tar.xz
 du -sh "$extra" .gpu-pack-extra
