@@ -386,3 +386,48 @@ fn topic_names_resolve_as_rcl_does() {
         Err(RosDeclareError::Name(NameError::Invalid { .. }))
     ));
 }
+
+/// A subscription's `recv` polls while messages come within `spin_us` of each other,
+/// and stops once they come further apart: a fixed poll would cost 300 µs per slow
+/// message here.
+#[test]
+fn recv_polls_only_while_messages_come_close_together() {
+    const TEST: &str = "recv_polls_only_while_messages_come_close_together";
+    let _w = watchdog_guard(TEST, Duration::from_secs(60));
+    let port = free_tcp_port();
+    let ours = GpuSession::open(
+        loopback_zenoh_config(Some(port), None, Some("15")),
+        ZcsConfig { device: DeviceChoice::Host, spin_us: 300, ..ZcsConfig::default() },
+    )
+    .wait()
+    .unwrap();
+    let raw = zenoh::open(loopback_zenoh_config(None, Some(port), None)).wait().unwrap();
+    let node = RosNode::new(&ours, NodeOptions::new("test_node").domain(15)).unwrap();
+    let sub = node.subscriber::<Image<()>>("/t", Qos::reliable(10)).unwrap();
+    raw_sees(&raw, sub.token());
+    let key = sub.key().to_owned();
+    let gid = [8; 16];
+    for seq in 1..=200 {
+        raw.put(&key, cdr(&[1; 4])).attachment(attachment(seq, gid)).wait().unwrap();
+        assert_eq!(sub.recv_timeout(IO).unwrap().attachment().seq, seq);
+    }
+    let fast = sub.stats();
+    assert!(fast.polled_us > 0, "back-to-back messages: recv polled for them: {fast:?}");
+    let slow = 20;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for seq in 201..=200 + slow {
+                std::thread::sleep(Duration::from_millis(20));
+                raw.put(&key, cdr(&[1; 4])).attachment(attachment(seq, gid)).wait().unwrap();
+            }
+        });
+        for seq in 201..=200 + slow {
+            assert_eq!(sub.recv().unwrap().attachment().seq, seq);
+        }
+    });
+    let st = sub.stats();
+    assert_eq!((st.base, st.lost), (200 + slow as u64, 0));
+    let polled = st.polled_us - fast.polled_us;
+    assert!(polled < 2000, "slow messages: polling should stop after the first gaps, polled {polled} µs");
+    println!("{TEST}: {} µs polled for 200 fast messages, {polled} µs for {slow} slow ones", fast.polled_us);
+}

@@ -147,9 +147,9 @@ pub struct ZcsConfig {
     pub host_blocks: bool,
     /// The most a subscriber's waiting thread busy-polls before it sleeps, in µs
     /// (default 500; 0: never). Its link threads poll their control sockets, and
-    /// `recv`/`recv_timeout` of a FIFO subscriber its queue, so that a message arriving
-    /// meanwhile does not wait for a sleeping thread to wake (tens of µs on a virtual
-    /// machine). Each thread polls only while its waits have been ending within
+    /// `recv`/`recv_timeout` of a FIFO subscriber or a ROS 2 subscription its queue, so
+    /// that a message arriving meanwhile does not wait for a sleeping thread to wake
+    /// (tens of µs on a virtual machine). Each thread polls only while its waits have been ending within
     /// `spin_us`, and about as long as they last: a stream slower than one message per
     /// `spin_us` is not polled for at all, a faster one or a request/reply loop keeps a
     /// core busy while it waits. `polled_us` in the subscriber's stats shows the cost.

@@ -10,6 +10,7 @@ use crate::cuda::Topology;
 use crate::sample::{GpuSample, Path, SampleInfo};
 use crate::transport::locality::PeerView;
 use crate::transport::publisher::DeclareError;
+use crate::transport::subscriber::spin::QueueEnd;
 use crate::transport::subscriber::{SubMedium, SubscriberCore, SubscriberStats};
 
 use super::*;
@@ -215,54 +216,26 @@ pub enum RecvError {
     Closed,
 }
 
+impl From<QueueEnd> for RecvError {
+    fn from(e: QueueEnd) -> Self {
+        match e {
+            QueueEnd::Timeout => RecvError::Timeout,
+            QueueEnd::Closed => RecvError::Closed,
+        }
+    }
+}
+
 impl GpuSubscriber<flume::Receiver<GpuSample>> {
     /// Waits for the next sample (polling first while samples have been coming within
     /// `spin_us`).
     pub fn recv(&self) -> Result<GpuSample, RecvError> {
-        self.adapting(Duration::MAX, |_| self.handler.recv().map_err(|_| RecvError::Closed))
+        self.core.recv_queue(&self.handler, Duration::MAX).map_err(RecvError::from)
     }
 
     /// Waits up to `timeout` for the next sample (polling first, within `timeout`,
     /// while samples have been coming within `spin_us`).
     pub fn recv_timeout(&self, timeout: Duration) -> Result<GpuSample, RecvError> {
-        self.adapting(timeout, |polled| {
-            self.handler.recv_timeout(timeout.saturating_sub(polled)).map_err(|e| match e {
-                flume::RecvTimeoutError::Timeout => RecvError::Timeout,
-                flume::RecvTimeoutError::Disconnected => RecvError::Closed,
-            })
-        })
-    }
-
-    /// Polls the queue for the subscriber's polling window (at most `within`), then
-    /// waits with `sleep` (given the time polled) if nothing came; adapts the window to
-    /// the whole wait.
-    fn adapting(
-        &self,
-        within: Duration,
-        sleep: impl FnOnce(Duration) -> Result<GpuSample, RecvError>,
-    ) -> Result<GpuSample, RecvError> {
-        let window = self.core.queue_spin();
-        let t = std::time::Instant::now();
-        let got = match self.poll(window.min(within), t) {
-            Ok(Some(s)) => Ok(s),
-            Ok(None) => sleep(t.elapsed()),
-            Err(e) => Err(e),
-        };
-        self.core.queue_waited(window, t.elapsed(), got.is_ok());
-        got
-    }
-
-    /// Polls the queue until `for_` has passed since `t`, yielding the core between
-    /// tries (a polling thread must not starve the threads it waits for).
-    fn poll(&self, for_: Duration, t: std::time::Instant) -> Result<Option<GpuSample>, RecvError> {
-        loop {
-            match self.handler.try_recv() {
-                Ok(s) => return Ok(Some(s)),
-                Err(flume::TryRecvError::Disconnected) => return Err(RecvError::Closed),
-                Err(flume::TryRecvError::Empty) if t.elapsed() < for_ => std::thread::yield_now(),
-                Err(flume::TryRecvError::Empty) => return Ok(None),
-            }
-        }
+        self.core.recv_queue(&self.handler, timeout).map_err(RecvError::from)
     }
 
     /// The next sample if one is queued.

@@ -39,6 +39,7 @@ use crate::api::{GpuSubscriber, RecvError};
 use crate::config::PlainListen;
 use crate::sample::{GpuSample, Path, ReadError};
 use crate::sync::Unpoisoned;
+use crate::transport::subscriber::spin::{SpinWindow, recv_queue};
 
 /// Sequence numbers remembered per publisher GID for deduplication.
 const DEDUP_WINDOW: usize = 4096;
@@ -67,6 +68,9 @@ pub struct RosSubscriberStats {
     pub bad_cdr: u64,
     /// Channel samples without a valid envelope, dropped.
     pub bad_envelope: u64,
+    /// Time this subscription's threads spent busy-polling for messages, in µs (its
+    /// `recv` and its channel's link threads; see `spin_us`).
+    pub polled_us: u64,
 }
 
 #[derive(Default)]
@@ -78,6 +82,7 @@ struct Counters {
     bad_attachment: AtomicU64,
     bad_cdr: AtomicU64,
     bad_envelope: AtomicU64,
+    polled_ns: AtomicU64,
 }
 
 /// Sequence numbers seen from one publisher: the last [`DEDUP_WINDOW`] of them.
@@ -328,6 +333,8 @@ pub struct RosSubscriber<M: RosDataMessage> {
     _buf_cpu: Option<zenoh::pubsub::Subscriber<()>>,
     channel: GpuSubscriber<()>,
     rx: flume::Receiver<RosSample<M>>,
+    /// The polling window of `recv` on `rx`.
+    spin: SpinWindow,
     core: Arc<Core>,
     watch: Arc<Watch>,
     key: String,
@@ -420,6 +427,7 @@ impl<M: RosDataMessage> RosSubscriber<M> {
             _buf_cpu: buf_cpu,
             channel,
             rx,
+            spin: SpinWindow::new(Duration::from_micros(node.0.session.config().spin_us)),
             core,
             watch,
             key,
@@ -488,20 +496,27 @@ impl<M: RosDataMessage> RosSubscriber<M> {
             bad_attachment: c.bad_attachment.load(Ordering::Relaxed),
             bad_cdr: c.bad_cdr.load(Ordering::Relaxed),
             bad_envelope: c.bad_envelope.load(Ordering::Relaxed),
+            polled_us: c.polled_ns.load(Ordering::Relaxed) / 1000 + self.channel.stats().polled_us,
         }
     }
 
-    /// Waits for the next message.
+    /// Waits for the next message (polling first while messages have been coming
+    /// within `spin_us`).
     pub fn recv(&self) -> Result<RosSample<M>, RecvError> {
-        self.rx.recv().map_err(|_| RecvError::Closed)
+        self.recv_within(Duration::MAX)
     }
 
-    /// Waits up to `timeout` for the next message.
+    /// Waits up to `timeout` for the next message (polling first, within `timeout`,
+    /// while messages have been coming within `spin_us`).
     pub fn recv_timeout(&self, timeout: Duration) -> Result<RosSample<M>, RecvError> {
-        self.rx.recv_timeout(timeout).map_err(|e| match e {
-            flume::RecvTimeoutError::Timeout => RecvError::Timeout,
-            flume::RecvTimeoutError::Disconnected => RecvError::Closed,
-        })
+        self.recv_within(timeout)
+    }
+
+    fn recv_within(&self, within: Duration) -> Result<RosSample<M>, RecvError> {
+        let (got, polled) = recv_queue(&self.rx, &self.spin, within);
+        let ns = u64::try_from(polled.as_nanos()).unwrap_or(u64::MAX);
+        self.core.counters.polled_ns.fetch_add(ns, Ordering::Relaxed);
+        got.map_err(RecvError::from)
     }
 
     /// The next message if one is queued.

@@ -17,7 +17,7 @@ mod import;
 mod link;
 mod order;
 mod peer_copy;
-mod spin;
+pub(crate) mod spin;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -43,7 +43,7 @@ use crate::sync::Unpoisoned;
 
 use discovery::{publisher_appeared, publisher_vanished};
 use order::{Order, Seen, on_bytes};
-use spin::SpinWindow;
+use spin::{QueueEnd, SpinWindow, recv_queue};
 pub(crate) use peer_copy::{PeerCopier, PeerCopy, Upload};
 
 /// Counters of one subscriber. All monotonic.
@@ -363,16 +363,12 @@ impl SubscriberCore {
         Ok(Self { shared, _recycler: recycler, _token: token, _bytes: bytes, _pubs: pubs })
     }
 
-    /// How long the next `recv` on the FIFO queue polls before it sleeps.
-    pub(crate) fn queue_spin(&self) -> Duration {
-        self.shared.queue_spin.get()
-    }
-
-    /// Adapts the FIFO queue's polling window to a `recv` that polled up to `window`
-    /// and ended after `waited`, with a sample (`got`) or not.
-    pub(crate) fn queue_waited(&self, window: Duration, waited: Duration, got: bool) {
-        let polled = self.shared.queue_spin.waited(window, waited, got);
+    /// Receives from the subscriber's FIFO queue `rx` within `within` (`Duration::MAX`:
+    /// no limit), polling first while samples have been coming within `spin_us`.
+    pub(crate) fn recv_queue(&self, rx: &flume::Receiver<GpuSample>, within: Duration) -> Result<GpuSample, QueueEnd> {
+        let (got, polled) = recv_queue(rx, &self.shared.queue_spin, within);
         self.shared.count_polled(polled);
+        got
     }
 
     pub(crate) fn stats(&self) -> SubscriberStats {

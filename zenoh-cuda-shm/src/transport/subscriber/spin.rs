@@ -17,12 +17,13 @@
 //! about as long as its gaps, and sleeps again once they grow.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The narrowest open window.
 pub(crate) const MIN: Duration = Duration::from_micros(5);
 
-/// One waiting thread's polling window (shared by the threads that wait on one queue).
+/// One waiting thread's polling window (shared by the threads that wait on one queue:
+/// a FIFO subscriber's, a ROS 2 subscription's).
 pub(crate) struct SpinWindow {
     max_ns: u64,
     cur_ns: AtomicU64,
@@ -61,6 +62,45 @@ impl SpinWindow {
         self.cur_ns.store(next, Ordering::Relaxed);
         waited.min(window)
     }
+}
+
+/// How a wait on a queue ended without an item.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum QueueEnd {
+    Timeout,
+    Closed,
+}
+
+/// Receives from `rx`: polls for `spin`'s window (at most `within`), yielding the core
+/// between tries (a polling thread must not keep the thread it waits for from
+/// running), then sleeps for the rest of `within` (`Duration::MAX`: for as long as it
+/// takes); adapts `spin` to the whole wait. Returns what came and how long it polled.
+pub(crate) fn recv_queue<T>(
+    rx: &flume::Receiver<T>,
+    spin: &SpinWindow,
+    within: Duration,
+) -> (Result<T, QueueEnd>, Duration) {
+    let window = spin.get();
+    let t = Instant::now();
+    let polling = window.min(within);
+    let got = loop {
+        match rx.try_recv() {
+            Ok(v) => break Ok(v),
+            Err(flume::TryRecvError::Disconnected) => break Err(QueueEnd::Closed),
+            Err(flume::TryRecvError::Empty) if t.elapsed() < polling => std::thread::yield_now(),
+            Err(flume::TryRecvError::Empty) if within == Duration::MAX => {
+                break rx.recv().map_err(|_| QueueEnd::Closed);
+            }
+            Err(flume::TryRecvError::Empty) => {
+                break rx.recv_timeout(within.saturating_sub(t.elapsed())).map_err(|e| match e {
+                    flume::RecvTimeoutError::Timeout => QueueEnd::Timeout,
+                    flume::RecvTimeoutError::Disconnected => QueueEnd::Closed,
+                });
+            }
+        }
+    };
+    let polled = spin.waited(window, t.elapsed(), got.is_ok());
+    (got, polled)
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -131,6 +171,29 @@ mod tests {
         // A timeout beyond max does count: nothing came for that long.
         w.waited(200 * US, Duration::from_millis(100), false);
         assert_eq!(w.get(), 100 * US);
+    }
+
+    #[test]
+    fn recv_queue_polls_only_once_the_window_is_open_and_keeps_its_timeout() {
+        let (tx, rx) = flume::unbounded();
+        let w = SpinWindow::new(Duration::from_millis(50));
+        // Closed: no polling; the wait times out at its timeout, not before.
+        let t = Instant::now();
+        assert_eq!(recv_queue(&rx, &w, Duration::from_millis(20)), (Err(QueueEnd::Timeout), Duration::ZERO));
+        assert!(t.elapsed() >= Duration::from_millis(20));
+        tx.send(1).unwrap();
+        assert_eq!(recv_queue(&rx, &w, Duration::MAX), (Ok(1), Duration::ZERO));
+        assert_eq!(w.get(), MIN, "an item already there opens the window to its minimum");
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(2));
+            tx.send(2).unwrap();
+            tx
+        });
+        let (got, polled) = recv_queue(&rx, &w, Duration::from_secs(5));
+        assert_eq!((got, polled), (Ok(2), MIN), "polled its whole window, then slept");
+        assert!(w.get() >= Duration::from_millis(4), "opened to twice the wait: {:?}", w.get());
+        drop(sender.join().unwrap());
+        assert_eq!(recv_queue(&rx, &w, Duration::MAX).0, Err(QueueEnd::Closed));
     }
 
     #[test]
