@@ -183,14 +183,15 @@ mod tests {
         assert!(t.elapsed() >= Duration::from_millis(20));
         tx.send(1).unwrap();
         assert_eq!(recv_queue(&rx, &w, Duration::MAX), (Ok(1), Duration::ZERO));
-        assert_eq!(w.get(), MIN, "an item already there opens the window to its minimum");
+        let opened = w.get();
+        assert!(opened >= MIN && opened < Duration::from_millis(2), "an item already there opens it a little: {opened:?}");
         let sender = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(2));
             tx.send(2).unwrap();
             tx
         });
         let (got, polled) = recv_queue(&rx, &w, Duration::from_secs(5));
-        assert_eq!((got, polled), (Ok(2), MIN), "polled its whole window, then slept");
+        assert_eq!((got, polled), (Ok(2), opened), "polled its whole window, then slept");
         assert!(w.get() >= Duration::from_millis(4), "opened to twice the wait: {:?}", w.get());
         drop(sender.join().unwrap());
         assert_eq!(recv_queue(&rx, &w, Duration::MAX).0, Err(QueueEnd::Closed));
