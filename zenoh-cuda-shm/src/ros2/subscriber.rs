@@ -39,7 +39,7 @@ use crate::api::{GpuSubscriber, RecvError};
 use crate::config::PlainListen;
 use crate::sample::{GpuSample, Path, ReadError};
 use crate::sync::Unpoisoned;
-use crate::transport::subscriber::spin::{SpinWindow, recv_queue};
+use crate::transport::subscriber::spin::{SpinWindow, count_polled, recv_queue};
 
 /// Sequence numbers remembered per publisher GID for deduplication.
 const DEDUP_WINDOW: usize = 4096;
@@ -514,8 +514,7 @@ impl<M: RosDataMessage> RosSubscriber<M> {
 
     fn recv_within(&self, within: Duration) -> Result<RosSample<M>, RecvError> {
         let (got, polled) = recv_queue(&self.rx, &self.spin, within);
-        let ns = u64::try_from(polled.as_nanos()).unwrap_or(u64::MAX);
-        self.core.counters.polled_ns.fetch_add(ns, Ordering::Relaxed);
+        count_polled(&self.core.counters.polled_ns, polled);
         got.map_err(RecvError::from)
     }
 

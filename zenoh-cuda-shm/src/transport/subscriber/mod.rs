@@ -127,10 +127,7 @@ fn inc(c: &AtomicU64) {
 impl Shared {
     /// Adds a wait's polling to `polled_us`.
     fn count_polled(&self, polled: Duration) {
-        if !polled.is_zero() {
-            let ns = u64::try_from(polled.as_nanos()).unwrap_or(u64::MAX);
-            self.counters.polled_ns.fetch_add(ns, Ordering::Relaxed);
-        }
+        spin::count_polled(&self.counters.polled_ns, polled);
     }
 }
 

@@ -103,6 +103,13 @@ pub(crate) fn recv_queue<T>(
     (got, polled)
 }
 
+/// Adds a wait's polling to a `polled_us` counter (kept in ns).
+pub(crate) fn count_polled(counter: &AtomicU64, polled: Duration) {
+    if !polled.is_zero() {
+        counter.fetch_add(nanos(polled), Ordering::Relaxed);
+    }
+}
+
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
