@@ -65,7 +65,7 @@ pub fn parse_stamp(b: &[u8]) -> Option<(u64, u64)> {
 /// The `(seq, ts_ns)` of what a plain subscriber receives: from our publishers' attachment
 /// (sequence number and publication time of its `BytesHeader`), else from a [`stamp`].
 pub fn parse_any_stamp(b: &[u8]) -> Option<(u64, u64)> {
-    match zenoh_cuda_shm::protocol::decode_attachment(b) {
+    match zcs_wire::protocol::decode_attachment(b) {
         Ok(Some(h)) => Some((h.seq, h.timestamp_ns)),
         Ok(None) => parse_stamp(b),
         Err(_) => None,
@@ -74,14 +74,14 @@ pub fn parse_any_stamp(b: &[u8]) -> Option<(u64, u64)> {
 
 /// Writes `seq`'s pattern into the whole of `loan`: the fill kernel on the loan's stream
 /// for a device block (with `kernels`), the CPU for a host block.
-pub fn fill_loan(loan: &mut zenoh_cuda_shm::GpuLoan, kernels: Option<&zenoh_cuda_shm::cuda::Kernels>, seq: u64) {
+pub fn fill_loan(loan: &mut zenoh_cuda_shm::GpuLoan, kernels: Option<&zcs_memory::cuda::Kernels>, seq: u64) {
     match (kernels, loan.device_ptr()) {
         (Some(k), Some(ptr)) => {
             // SAFETY: the loan owns `len()` mapped bytes until its `put`, which orders the
             // ready signal after this launch on the loan's stream.
             unsafe { k.fill(loan.stream().expect("CUDA loan"), ptr, loan.len() as u64, seq) }.expect("fill")
         }
-        _ => zenoh_cuda_shm::cuda::kernels::fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seq),
+        _ => zcs_memory::cuda::kernels::fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seq),
     }
 }
 
@@ -96,7 +96,7 @@ pub fn loan_waiting(
     loop {
         match p.loan(size) {
             Ok(l) => return l,
-            Err(zenoh_cuda_shm::pool::LoanError::Exhausted { .. }) if t.elapsed() < limit => {}
+            Err(zcs_pool::LoanError::Exhausted { .. }) if t.elapsed() < limit => {}
             Err(e) => panic!("{}: loan of {size} bytes: {e}", p.key()),
         }
     }
@@ -201,8 +201,8 @@ pub mod check {
     //! `Kernels::check` against the publisher's pattern, then synchronise; without a GPU
     //! (`--backend host`), the same pattern check on the CPU.
 
-    use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
-    use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
+    use zcs_memory::cuda::kernels::{check_pattern, fill_pattern};
+    use zcs_memory::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
     use zenoh_cuda_shm::{GpuSample, ReadError};
 
     /// Mean host time per frame in each step (µs): where a frame's time goes.

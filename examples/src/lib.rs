@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
-use zenoh_cuda_shm::cuda::{DeviceBlock, Kernels};
+use zcs_memory::cuda::kernels::{check_pattern, fill_pattern};
+use zcs_memory::cuda::{DeviceBlock, Kernels};
 use zenoh_cuda_shm::{GpuSample, GpuSession, Path, RecvError, ZcsConfig};
 
 /// Zenoh connection flags, as in Zenoh's examples.

@@ -1,7 +1,7 @@
 //! The ROS 2 examples' shared code: `ros2_image_pub`/`ros2_image_sub` and
 //! `ros2_tensor_pub`/`ros2_tensor_sub` are thin `main`s over [`run_pub`] and [`run_sub`].
 //!
-//! Every message's data is the pattern of [`zenoh_cuda_shm::cuda::kernels::pattern_byte`]
+//! Every message's data is the pattern of [`zcs_memory::cuda::kernels::pattern_byte`]
 //! seeded with the message's ROS sequence number (the attachment's), written by a kernel
 //! on the GPU (or on the CPU with host blocks); subscribers check every byte, the
 //! sequence numbers (contiguous per publisher) and timestamps (non-decreasing), and
@@ -11,12 +11,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use zenoh_cuda_shm::cuda::Kernels;
-use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
-use zenoh_cuda_shm::ros2::names::gid_hex;
-use zenoh_cuda_shm::ros2::{EntityKind, NodeOptions, Qos, RosDataMessage, RosNode, RosSample};
+use zcs_memory::cuda::Kernels;
+use zcs_memory::cuda::kernels::{check_pattern, fill_pattern};
 use zenoh_cuda_shm::tensor_codec::cdr::{ExperimentalTensor, Header, Image, Time};
 use zenoh_cuda_shm::{GpuSession, RecvError};
+use zenoh_cuda_shm_ros2::names::gid_hex;
+use zenoh_cuda_shm_ros2::{EntityKind, NodeOptions, Qos, RosDataMessage, RosNode, RosSample};
 
 use crate::{CommonArgs, DeviceChecker, catch_interrupt, interrupted, next_or_interrupt, open, with_progress};
 
@@ -155,7 +155,7 @@ pub fn tensor_fields(width: u32, height: u32) -> ExperimentalTensor<()> {
 }
 
 fn now_ns() -> i64 {
-    zenoh_cuda_shm::ros2::attachment::now_ns()
+    zenoh_cuda_shm_ros2::attachment::now_ns()
 }
 
 fn wait_subscriptions(node: &RosNode, key: &str, n: usize) {
@@ -198,7 +198,7 @@ pub fn run_pub(kind: Kind, common: &CommonArgs, ros: &RosArgs, args: &RosPubArgs
 fn pub_loop<M: RosDataMessage>(
     session: &GpuSession,
     node: &RosNode,
-    p: &zenoh_cuda_shm::ros2::RosPublisher<M>,
+    p: &zenoh_cuda_shm_ros2::RosPublisher<M>,
     args: &RosPubArgs,
     len: usize,
     fields: impl Fn(i64) -> M,
@@ -293,7 +293,7 @@ impl SeqCheck {
 }
 
 /// Prints the publishers the subscription found silent, with their reasons.
-fn report_silent<M: RosDataMessage>(s: &zenoh_cuda_shm::ros2::RosSubscriber<M>) {
+fn report_silent<M: RosDataMessage>(s: &zenoh_cuda_shm_ros2::RosSubscriber<M>) {
     for p in s.silent_publishers() {
         let reasons: Vec<String> = p.reasons.iter().map(ToString::to_string).collect();
         eprintln!("[ros2] silent publisher {} ({}): {}", gid_hex(&p.gid), p.token, reasons.join("; "));
@@ -325,7 +325,7 @@ pub fn run_sub(kind: Kind, common: &CommonArgs, ros: &RosArgs, args: &RosSubArgs
 
 fn sub_loop<M: RosDataMessage>(
     session: &GpuSession,
-    s: &zenoh_cuda_shm::ros2::RosSubscriber<M>,
+    s: &zenoh_cuda_shm_ros2::RosSubscriber<M>,
     args: &RosSubArgs,
     fields_ok: impl Fn(&M, usize) -> bool,
 ) -> Result<(), BoxError> {

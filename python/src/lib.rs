@@ -15,6 +15,7 @@ use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 
 mod capsule;
+mod closable;
 mod dtype;
 mod loan;
 mod publisher;

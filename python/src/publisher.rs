@@ -11,8 +11,8 @@ use zenoh_cuda_shm::tensor_codec::{Device, DeviceType, TensorMeta};
 use zenoh_cuda_shm::{GpuPublisher, PublishError, TensorPublishError};
 
 use crate::capsule::{self, Taken};
+use crate::closable::Closable;
 use crate::loan::{Loan, LoanCell};
-use crate::session::Closable;
 use crate::{ClosedError, LoanError, chain, dtype, zcs_err};
 
 pub(crate) struct PubState {

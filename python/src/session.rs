@@ -8,15 +8,10 @@ use zenoh::Wait;
 use zenoh_cuda_shm::config::PeerGpus;
 use zenoh_cuda_shm::{GpuSession, ZcsConfig};
 
+use crate::closable::Closable;
 use crate::publisher::{PubState, Publisher};
 use crate::subscriber::{SubState, Subscriber};
 use crate::{ClosedError, chain, zcs_err};
-
-/// Something a session closes when it closes.
-pub(crate) trait Closable: Send + Sync {
-    /// Undeclares and lets go of the Rust object (idempotent).
-    fn close(&self);
-}
 
 pub(crate) struct SessionState {
     session: RwLock<Option<GpuSession>>,

@@ -10,7 +10,7 @@ use zenoh_cuda_shm::dlpack::{ConsumerStream, ExportError, ExportOptions};
 use zenoh_cuda_shm::tensor_codec::{DeviceType, TensorMeta};
 use zenoh_cuda_shm::{GpuSample, GpuSubscriber, RecvError};
 
-use crate::session::Closable;
+use crate::closable::Closable;
 use crate::{ClosedError, capsule, chain, dtype, stream, zcs_err};
 
 type Fifo = GpuSubscriber<flume::Receiver<GpuSample>>;

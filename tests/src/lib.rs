@@ -11,8 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Serialize, de::DeserializeOwned};
+use zcs_wire::ipc::{ControlConn, Frame};
 use zenoh_cuda_shm::cuda::Gpu;
-use zenoh_cuda_shm::ipc::{ControlConn, Frame};
 
 /// Which memory a multi-process test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -289,4 +289,16 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         _ => return Err(format!("bad size unit in {s:?} (use KiB, MiB or GiB)")),
     };
     n.checked_mul(mult).filter(|&b| b > 0).ok_or_else(|| format!("bad size {s:?}"))
+}
+
+/// Number of open file descriptors of this process (entries of `/proc/self/fd`), for
+/// leak checks.
+pub fn open_fd_count() -> std::io::Result<usize> {
+    // The directory handle itself is one entry while we iterate; don't count it.
+    Ok(std::fs::read_dir("/proc/self/fd")?.count().saturating_sub(1))
+}
+
+/// Number of threads of this process (`/proc/self/task`), for leak checks.
+pub fn thread_count() -> std::io::Result<usize> {
+    Ok(std::fs::read_dir("/proc/self/task")?.count())
 }

@@ -20,17 +20,17 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+use zcs_memory::cuda::kernels::{check_pattern, fill_pattern};
+use zcs_memory::host::{HostBlock, boot_id};
+use zcs_pool::{BlockKey, CapabilityKey};
 use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, spawn_child, watchdog_guard};
-use zenoh::Wait;
-use zenoh_cuda_shm::config::DeviceChoice;
-use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
-use zenoh_cuda_shm::host::{HostBlock, boot_id};
-use zenoh_cuda_shm::ipc::{
+use zcs_tests::{open_fd_count, thread_count};
+use zcs_wire::ipc::{
     AccessPolicy, ControlConn, DEFAULT_MAX_CONNECTIONS, MAX_FRAME_BYTES, MAX_FRAME_FDS, RecvError, SocketName,
 };
-use zenoh_cuda_shm::pool::{BlockKey, CapabilityKey};
-use zenoh_cuda_shm::protocol::{self, Descriptor, Group, Reply, Request, Role, Token};
-use zenoh_cuda_shm::test_support::{open_fd_count, thread_count};
+use zcs_wire::protocol::{self, Descriptor, Group, Reply, Request, Role, Token};
+use zenoh::Wait;
+use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, GpuSubscriber, Path, ZcsConfig};
 
 const MIB: usize = 1 << 20;
@@ -385,7 +385,7 @@ fn hostile_frames_before_the_handshake_are_refused_and_bounded() {
         (
             "Hello with a lifeline nobody holds",
             Box::new(move |c: &ControlConn| {
-                let unheld = zenoh_cuda_shm::host::HostBlock::create(c"zcs-test-unheld", 4).expect("memfd");
+                let unheld = zcs_memory::host::HostBlock::create(c"zcs-test-unheld", 4).expect("memfd");
                 c.send(&lifeline2, &[unheld.fd()]).expect("send");
             }),
         ),

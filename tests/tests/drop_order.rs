@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use zcs_tests::{free_tcp_port, loopback_zenoh_config, watchdog_guard};
 use zenoh_cuda_shm::config::DeviceChoice;
-use zenoh_cuda_shm::ros2::{NodeOptions, Qos, RosNode};
 use zenoh_cuda_shm::tensor_codec::cdr::Image;
 use zenoh_cuda_shm::{GpuSession, ZcsConfig};
+use zenoh_cuda_shm_ros2::{NodeOptions, Qos, RosNode};
 
 /// The system allocator, counting the bytes currently allocated.
 struct Counting;

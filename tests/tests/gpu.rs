@@ -14,13 +14,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use zcs_memory::cuda::kernels::check_pattern;
+use zcs_memory::cuda::{DeviceBlock, Fence, Gpu, ImportedBlock, Kernels, Stream, sys};
+use zcs_pool::signal::{ReadGuard, ReadySignals, WriteGuard};
+use zcs_pool::{BlockKey, BlockMemory, CudaBackend, HolderId, Pool, PoolConfig};
 use zcs_tests::{child_role, gpu_or_skip, recv_msg, send_msg, spawn_child, wait_child, watchdog_guard};
-use zenoh_cuda_shm::cuda::kernels::check_pattern;
-use zenoh_cuda_shm::cuda::{DeviceBlock, Fence, Gpu, ImportedBlock, Kernels, Stream, sys};
-use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
-use zenoh_cuda_shm::pool::{BlockKey, BlockMemory, CudaBackend, HolderId, Pool, PoolConfig};
-use zenoh_cuda_shm::signal::{ReadGuard, ReadySignals, WriteGuard};
-use zenoh_cuda_shm::test_support::{open_fd_count, thread_count};
+use zcs_tests::{open_fd_count, thread_count};
+use zcs_wire::ipc::{ControlConn, ControlListener, SocketName};
 
 const MIB: usize = 1 << 20;
 const SOCK_ENV: &str = "ZCS_TEST_SOCK";
@@ -128,12 +128,7 @@ impl Producer {
     }
 
     /// Loans `len` bytes, runs `before` on the stream, fills with `seed`, publishes.
-    fn publish(
-        &self,
-        len: usize,
-        seed: u64,
-        before: impl FnOnce(&Self, u64),
-    ) -> zenoh_cuda_shm::pool::Published<CudaBackend> {
+    fn publish(&self, len: usize, seed: u64, before: impl FnOnce(&Self, u64)) -> zcs_pool::Published<CudaBackend> {
         let guard = WriteGuard::new(self.pool.loan(len).unwrap(), Arc::clone(&self.stream), Arc::clone(&self.signals));
         before(self, guard.device_ptr());
         // SAFETY: the guard owns the loaned block (≥ len bytes, mapped) until `finish`,
@@ -142,7 +137,7 @@ impl Producer {
         guard.finish().unwrap()
     }
 
-    fn send(&self, conn: &ControlConn, p: &zenoh_cuda_shm::pool::Published<CudaBackend>, seed: u64, mode: Mode) {
+    fn send(&self, conn: &ControlConn, p: &zcs_pool::Published<CudaBackend>, seed: u64, mode: Mode) {
         p.lease(consumer_holder()).unwrap();
         let msg = Msg::Block {
             key: p.key(),

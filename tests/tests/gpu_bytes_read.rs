@@ -10,11 +10,11 @@
 
 use std::time::Duration;
 
+use zcs_memory::cuda::kernels::Kernels;
 use zcs_tests::{
     child_role, free_tcp_port, gpu_or_skip, loopback_zenoh_config, spawn_child, wait_child, wait_until, watchdog_guard,
 };
 use zenoh_cuda_shm::config::DeviceChoice;
-use zenoh_cuda_shm::cuda::kernels::Kernels;
 use zenoh_cuda_shm::cuda::{DeviceBlock, copy};
 use zenoh_cuda_shm::{GpuSession, Path, ZcsConfig};
 

@@ -11,10 +11,10 @@
 
 use std::time::{Duration, Instant};
 
+use zcs_memory::cuda::kernels::check_pattern;
+use zcs_memory::cuda::{Kernels, sys};
 use zcs_tests::{child_role, free_tcp_port, gpu_or_skip, loopback_zenoh_config, spawn_child, watchdog_guard};
 use zenoh_cuda_shm::config::DeviceChoice;
-use zenoh_cuda_shm::cuda::kernels::check_pattern;
-use zenoh_cuda_shm::cuda::{Kernels, sys};
 use zenoh_cuda_shm::{GpuSession, ReadError, ZcsConfig};
 
 const NAME: &str = "gpu_reader_is_released_when_its_publisher_dies_before_signalling";

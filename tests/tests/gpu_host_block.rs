@@ -11,13 +11,13 @@
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+use zcs_memory::cuda::kernels::{Kernels, check_pattern, fill_pattern};
+use zcs_pool::PoolConfig;
 use zcs_tests::{
     child_role, free_tcp_port, gpu_or_skip, loopback_zenoh_config, spawn_child, wait_child, wait_until, watchdog_guard,
 };
 use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::cuda::DeviceBlock;
-use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern, fill_pattern};
-use zenoh_cuda_shm::pool::PoolConfig;
 use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, Path, ZcsConfig};
 
 const PREFIX: &str = "zcs-test/host-block";

@@ -12,13 +12,13 @@
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+use zcs_memory::cuda::kernels::Kernels;
 use zcs_tests::{
     child_role, free_tcp_port, loopback_zenoh_config, spawn_child, two_gpus_or_skip, wait_child, wait_until,
     watchdog_guard,
 };
 use zenoh_cuda_shm::config::{DeviceChoice, PeerGpus};
 use zenoh_cuda_shm::cuda::DeviceBlock;
-use zenoh_cuda_shm::cuda::kernels::Kernels;
 use zenoh_cuda_shm::{GpuPublisher, GpuSession, Path, ZcsConfig};
 
 const PREFIX: &str = "zcs-test/peer";

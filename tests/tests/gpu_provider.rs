@@ -6,7 +6,7 @@
 #[path = "support/provider.rs"]
 mod provider;
 
-use zenoh_cuda_shm::cuda::kernels::Kernels;
+use zcs_memory::cuda::kernels::Kernels;
 
 /// A publisher that borrows device blocks from the provider is SIGKILLed mid-stream
 /// while two subscribers hold its blocks; contents checked on the GPU's bytes.

@@ -24,13 +24,13 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tensor_codec::cdr::{Header, Image, Time};
+use zcs_memory::cuda::{DeviceBlock, Kernels, sys};
 use zcs_tests::{CHILD_ROLE_ENV, child_role, free_tcp_port, gpu_or_skip, gpu_required, watchdog_guard};
 use zenoh_cuda_shm::config::DeviceChoice;
-use zenoh_cuda_shm::cuda::{DeviceBlock, Kernels, sys};
-use zenoh_cuda_shm::ros2::attachment::now_ns;
-use zenoh_cuda_shm::ros2::names::gid_hex;
-use zenoh_cuda_shm::ros2::{NodeOptions, Qos, RosNode};
 use zenoh_cuda_shm::{GpuSession, Path, ZcsConfig, tensor_codec};
+use zenoh_cuda_shm_ros2::attachment::now_ns;
+use zenoh_cuda_shm_ros2::names::gid_hex;
+use zenoh_cuda_shm_ros2::{NodeOptions, Qos, RosNode};
 
 const PARAMS_ENV: &str = "ZCS_ROS2_PARAMS";
 const ENTRY: &str = "ros2_child";

@@ -28,10 +28,10 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use zcs_memory::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
 use zcs_tests::{child_role, gpu_or_skip, spawn_child, wait_child, watchdog_guard};
 use zenoh::Wait;
 use zenoh_cuda_shm::config::DeviceChoice;
-use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
 use zenoh_cuda_shm::dlpack::{
     ConsumerStream, DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, ManagedTensorLegacy,
     ManagedTensorVersioned, live_exports,

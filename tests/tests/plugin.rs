@@ -33,8 +33,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use zcs_memory::cuda::kernels::Kernels;
 use zcs_tests::{free_tcp_port, watchdog_guard};
-use zenoh_cuda_shm::cuda::kernels::Kernels;
 
 #[path = "support/provider.rs"]
 mod provider;

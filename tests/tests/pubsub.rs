@@ -33,14 +33,14 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use zcs_memory::cuda::kernels::{check_pattern, fill_pattern};
+use zcs_pool::BlockKey;
 use zcs_tests::{child_role, free_tcp_port, recv_msg, send_msg, spawn_child, watchdog_guard};
+use zcs_wire::ipc::{ControlConn, ControlListener, SocketName};
+use zcs_wire::protocol::{self, BytesHeader, Descriptor, Group, Reply, Request, Role, Token};
 use zenoh::Wait;
 use zenoh::qos::CongestionControl;
 use zenoh_cuda_shm::config::{DeviceChoice, HostId};
-use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
-use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
-use zenoh_cuda_shm::pool::BlockKey;
-use zenoh_cuda_shm::protocol::{self, BytesHeader, Descriptor, Group, Reply, Request, Role, Token};
 use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, GpuSubscriber, Path, PutReport, RecvError, ZcsConfig};
 
 #[path = "support/fanout.rs"]
@@ -880,7 +880,7 @@ fn a_killed_subscriber_whose_connection_outlives_it_returns_its_blocks() {
     }
     let reclaimed = killed.elapsed();
     wait_until("the connection to end", IO, || publisher.stats().disconnects == 1);
-    assert!(!zenoh_cuda_shm::host::process_gone(keeper), "the keeper holds the connection's other end");
+    assert!(!zcs_memory::host::process_gone(keeper), "the keeper holds the connection's other end");
     let st = publisher.stats();
     assert_eq!((st.lifeline_deaths, st.held_until_exit), (1, 0), "{st:?}");
     assert_eq!(publisher.zero_copy_subscribers(), 0);
@@ -1176,7 +1176,7 @@ fn bad_input_on_our_channels_is_dropped() {
 fn hostile_publisher(x: &Target) -> u64 {
     let name = SocketName::random_abstract();
     let listener = ControlListener::bind(&name).expect("bind the hostile publisher's socket");
-    let group = Group { boot_id: zenoh_cuda_shm::host::boot_id().unwrap(), device: "host".into() };
+    let group = Group { boot_id: zcs_memory::host::boot_id().unwrap(), device: "host".into() };
     let instance = 0x4057_11e0_0000_0001;
     let token = Token {
         role: Role::Pub,
@@ -1190,7 +1190,7 @@ fn hostile_publisher(x: &Target) -> u64 {
     let hello = protocol::decode::<Request>("hello", &conn.recv(IO).expect("hello").bytes).expect("decode hello");
     assert!(matches!(hello, Request::Hello { group: ref g, .. } if *g == group), "{hello:?}");
     let probe_token = 0x7e57_u64;
-    let probe = zenoh_cuda_shm::host::HostBlock::create(c"hostile-probe", 4096).expect("probe memfd");
+    let probe = zcs_memory::host::HostBlock::create(c"hostile-probe", 4096).expect("probe memfd");
     // SAFETY: 4096 bytes, mapped read-write, not yet shared.
     unsafe { (probe.as_ptr() as *mut u64).write(probe_token) };
     let welcome = Reply::Welcome {
@@ -1233,7 +1233,7 @@ fn hostile_publisher(x: &Target) -> u64 {
                 Request::Release { blocks } => released += blocks.len(),
                 other => panic!("unexpected request from the subscriber: {other:?}"),
             },
-            Err(zenoh_cuda_shm::ipc::RecvError::Closed) => break,
+            Err(zcs_wire::ipc::RecvError::Closed) => break,
             Err(e) => panic!("the subscriber did not close the link: {e}"),
         }
     }
@@ -1259,7 +1259,7 @@ fn a_token_outliving_its_publisher_is_reported_as_a_gone_publisher() {
         role: Role::Pub,
         key,
         instance,
-        group: Group { boot_id: zenoh_cuda_shm::host::boot_id().unwrap(), device: "host".into() },
+        group: Group { boot_id: zcs_memory::host::boot_id().unwrap(), device: "host".into() },
         socket: Some(SocketName::random_abstract().to_key_chunk()),
     };
     let _token = raw.liveliness().declare_token(token.to_key()).wait().expect("declare token");
@@ -1285,13 +1285,13 @@ fn a_publisher_exporting_no_handle_type_we_import_is_refused() {
     let name = SocketName::random_abstract();
     let listener = ControlListener::bind(&name).expect("bind the publisher's socket");
     let instance = 0xfab0_0000_0000_0001;
-    let group = Group { boot_id: zenoh_cuda_shm::host::boot_id().unwrap(), device: "host".into() };
+    let group = Group { boot_id: zcs_memory::host::boot_id().unwrap(), device: "host".into() };
     let token = Token { role: Role::Pub, key, instance, group, socket: Some(name.to_key_chunk()) };
     let _token = raw.liveliness().declare_token(token.to_key()).wait().expect("declare token");
     let conn = listener.accept_timeout(IO).expect("the subscriber connects");
     let hello = protocol::decode::<Request>("hello", &conn.recv(IO).expect("hello").bytes).expect("decode hello");
     assert!(matches!(hello, Request::Hello { handles, .. } if handles & protocol::HANDLE_POSIX_FD != 0), "{hello:?}");
-    let probe = zenoh_cuda_shm::host::HostBlock::create(c"fabric-probe", 4096).expect("probe memfd");
+    let probe = zcs_memory::host::HostBlock::create(c"fabric-probe", 4096).expect("probe memfd");
     let welcome = Reply::Welcome {
         publisher: instance,
         holder: 1,

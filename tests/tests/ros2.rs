@@ -10,12 +10,12 @@ use tensor_codec::cdr::{Header, Image, Time};
 use zcs_tests::{free_tcp_port, loopback_zenoh_config, watchdog_guard};
 use zenoh::Wait;
 use zenoh_cuda_shm::config::DeviceChoice;
-use zenoh_cuda_shm::ros2::names::{gid_hex, gid_of};
-use zenoh_cuda_shm::ros2::{
+use zenoh_cuda_shm::{GpuSession, Path, ZcsConfig, tensor_codec};
+use zenoh_cuda_shm_ros2::names::{gid_hex, gid_of};
+use zenoh_cuda_shm_ros2::{
     Attachment, NameError, NodeOptions, Qos, RosDataMessage, RosDeclareError, RosNode, SilenceReason, buf_cpu_key,
     channel_key, marker_token, silence_token,
 };
-use zenoh_cuda_shm::{GpuSession, Path, ZcsConfig, tensor_codec};
 
 const IO: Duration = Duration::from_secs(10);
 
@@ -167,10 +167,10 @@ fn bad_envelopes_on_our_channel_are_dropped_and_counted() {
     forger.put_bytes_meta(&[1; 16], None).unwrap();
     forger.put_bytes_meta(&[1; 16], Some(vec![9; 40])).unwrap();
     let att = Attachment { seq: 1, timestamp_ns: 1, gid: [3; 16] };
-    let mut truncated = zenoh_cuda_shm::ros2::message::encode_envelope(&att, &fields()).unwrap();
+    let mut truncated = zenoh_cuda_shm_ros2::message::encode_envelope(&att, &fields()).unwrap();
     truncated.truncate(truncated.len() - 3);
     forger.put_bytes_meta(&[1; 16], Some(truncated)).unwrap();
-    let good = zenoh_cuda_shm::ros2::message::encode_envelope(&att, &fields()).unwrap();
+    let good = zenoh_cuda_shm_ros2::message::encode_envelope(&att, &fields()).unwrap();
     forger.put_bytes_meta(&[2; 16], Some(good.clone())).unwrap();
     // The same (GID, seq) again: a duplicate.
     forger.put_bytes_meta(&[2; 16], Some(good)).unwrap();
@@ -321,7 +321,7 @@ fn silent_publishers_are_reported_once_with_a_reason() {
     while latched.try_recv().or_else(|| volatile.try_recv()).is_some() {}
     assert_eq!(latched.stats().silent_publishers, 3, "each reported once");
 
-    let reasons = |s: &zenoh_cuda_shm::ros2::RosSubscriber<Image<()>>, gid: [u8; 16]| {
+    let reasons = |s: &zenoh_cuda_shm_ros2::RosSubscriber<Image<()>>, gid: [u8; 16]| {
         s.silent_publishers().into_iter().find(|p| p.gid == gid).map(|p| p.reasons).unwrap_or_default()
     };
     let unheard = SilenceReason::UnheardKey { key: format!("{}/_buf/{}", latched.key(), gid_hex(&latched.gid())) };

@@ -5,10 +5,10 @@
 //! against `rosbags` by `tests/python/test_ros2_peer.py`.
 
 use tensor_codec::cdr::{ExperimentalTensor, Header, Image, Time};
-use zenoh_cuda_shm::ros2::message::{RosDataMessage, decode_envelope, encode_envelope};
-use zenoh_cuda_shm::ros2::names::{NodeName, canonical_token, gid_hex, gid_of, hash_token, topic_key};
-use zenoh_cuda_shm::ros2::{Attachment, AttachmentError, Backends, Entity, EntityKind, Qos, channel_key};
 use zenoh_cuda_shm::tensor_codec;
+use zenoh_cuda_shm_ros2::message::{RosDataMessage, decode_envelope, encode_envelope};
+use zenoh_cuda_shm_ros2::names::{NodeName, canonical_token, gid_hex, gid_of, hash_token, topic_key};
+use zenoh_cuda_shm_ros2::{Attachment, AttachmentError, Backends, Entity, EntityKind, Qos, channel_key};
 
 const ZID: &str = "aac3178e146ba6f1fc6e6a4085e77f21";
 const IMAGE_HASH: &str = "RIHS01_d31d41a9a4c4bc8eae9be757b0beed306564f7526c88ea6a4588fb9582527d47";

@@ -12,12 +12,12 @@
 
 use std::time::{Duration, Instant};
 
+use zcs_memory::cuda::kernels::fill_pattern;
 use zcs_tests::{free_tcp_port, loopback_zenoh_config, watchdog_guard};
+use zcs_wire::ipc::{ControlConn, SocketName};
+use zcs_wire::protocol::{self, Group, Request, Role, Token};
 use zenoh::Wait;
 use zenoh_cuda_shm::config::DeviceChoice;
-use zenoh_cuda_shm::cuda::kernels::fill_pattern;
-use zenoh_cuda_shm::ipc::{ControlConn, SocketName};
-use zenoh_cuda_shm::protocol::{self, Group, Request, Role, Token};
 use zenoh_cuda_shm::{GpuSample, GpuSession, GpuSubscriber, ZcsConfig};
 
 const IO: Duration = Duration::from_secs(20);
@@ -94,7 +94,7 @@ fn dropping_a_publisher_session_with_work_outstanding_is_bounded() {
     let socket = advertised_socket(sub_session.zenoh(), &key);
     let silent = ControlConn::connect(&socket, IO).expect("silent peer");
     let half = ControlConn::connect(&socket, IO).expect("half-handshaken peer");
-    let group = Group { boot_id: zenoh_cuda_shm::host::boot_id().expect("boot id"), device: "host".into() };
+    let group = Group { boot_id: zcs_memory::host::boot_id().expect("boot id"), device: "host".into() };
     half.send(
         &protocol::encode(&Request::Hello { subscriber: 7, group, lifeline: false, handles: protocol::HANDLES }),
         &[],
@@ -127,7 +127,7 @@ fn dropping_a_publisher_session_with_work_outstanding_is_bounded() {
         loop {
             match c.recv(IO) {
                 Ok(f) => assert!(f.fds.is_empty()),
-                Err(zenoh_cuda_shm::ipc::RecvError::Closed) => break,
+                Err(zcs_wire::ipc::RecvError::Closed) => break,
                 Err(e) => panic!("expected Closed, got {e:?}"),
             }
         }
@@ -166,7 +166,7 @@ fn dropping_a_subscriber_session_with_samples_held_is_bounded() {
     // The samples still read their bytes: the mapping lives as long as they do.
     for (i, s) in held.iter().enumerate() {
         let bytes = s.to_vec().expect("a held sample is readable after its session is gone");
-        assert_eq!(zenoh_cuda_shm::cuda::kernels::check_pattern(&bytes, 0, i as u64 + 1), None);
+        assert_eq!(zcs_memory::cuda::kernels::check_pattern(&bytes, 0, i as u64 + 1), None);
     }
     let t2 = Instant::now();
     drop(held);

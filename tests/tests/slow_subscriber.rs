@@ -10,9 +10,9 @@
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
+use zcs_memory::cuda::kernels::{check_pattern, fill_pattern};
 use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, spawn_child, wait_child, watchdog_guard};
 use zenoh_cuda_shm::config::DeviceChoice;
-use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
 use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, Path, ZcsConfig};
 
 const KEY: &str = "zcs-test/slow/frames";

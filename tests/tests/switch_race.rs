@@ -15,11 +15,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use zcs_memory::cuda::kernels::{check_pattern, fill_pattern};
 use zcs_tests::{free_tcp_port, watchdog_guard};
+use zcs_transport::fault as test_support;
 use zenoh::Wait;
 use zenoh_cuda_shm::config::DeviceChoice;
-use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
-use zenoh_cuda_shm::{GpuSample, GpuSession, GpuSubscriber, ZcsConfig, test_support};
+use zenoh_cuda_shm::{GpuSample, GpuSession, GpuSubscriber, ZcsConfig};
 
 /// The fault injection applies to the whole process: tests take turns.
 static HOOKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -273,7 +274,7 @@ fn gaps_count_as_lost_until_filled() {
     // A publisher of ours that this subscriber never handshakes with (no token): its
     // bytes are delivered as they come, each (publisher, seq) once.
     let put = |seq: u64| {
-        let header = zenoh_cuda_shm::protocol::BytesHeader {
+        let header = zcs_wire::protocol::BytesHeader {
             publisher: 0xabc,
             seq,
             timestamp_ns: 0,
@@ -283,14 +284,14 @@ fn gaps_count_as_lost_until_filled() {
         };
         let mut data = vec![0u8; 16];
         fill_pattern(&mut data, 0, seq);
-        raw.put(zenoh_cuda_shm::protocol::bytes_key("camera/gaps"), data)
-            .attachment(zenoh_cuda_shm::protocol::encode_attachment(&header))
+        raw.put(zcs_wire::protocol::bytes_key("camera/gaps"), data)
+            .attachment(zcs_wire::protocol::encode_attachment(&header))
             .wait()
             .unwrap();
     };
     // Until the router routes the raw session's puts to the subscriber: another
     // publisher's messages, drained.
-    let mut warm = zenoh_cuda_shm::protocol::BytesHeader {
+    let mut warm = zcs_wire::protocol::BytesHeader {
         publisher: 0xdef,
         seq: 0,
         timestamp_ns: 0,
@@ -301,8 +302,8 @@ fn gaps_count_as_lost_until_filled() {
     let t = Instant::now();
     loop {
         warm.seq += 1;
-        raw.put(zenoh_cuda_shm::protocol::bytes_key("camera/gaps"), vec![0u8; 16])
-            .attachment(zenoh_cuda_shm::protocol::encode_attachment(&warm))
+        raw.put(zcs_wire::protocol::bytes_key("camera/gaps"), vec![0u8; 16])
+            .attachment(zcs_wire::protocol::encode_attachment(&warm))
             .wait()
             .unwrap();
         if sub.recv_timeout(Duration::from_millis(100)).is_ok() {

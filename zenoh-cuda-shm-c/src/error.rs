@@ -27,6 +27,8 @@ pub const ZCS_ERR_MEMORY: zcs_result_t = -6;
 pub const ZCS_ERR_FAILED: zcs_result_t = -7;
 /// A bug in this library was caught at the boundary (nothing was unwound into C).
 pub const ZCS_ERR_PANIC: zcs_result_t = -8;
+/// The sample carries no tensor description (it was published as plain bytes).
+pub const ZCS_ERR_NO_TENSOR: zcs_result_t = -9;
 
 /// An error of a call: its code and message.
 #[derive(Debug)]
@@ -171,7 +173,7 @@ pub extern "C" fn zcs_result_name(code: zcs_result_t) -> *const c_char {
         ZCS_ERR_MEMORY => c"ZCS_ERR_MEMORY",
         ZCS_ERR_FAILED => c"ZCS_ERR_FAILED",
         ZCS_ERR_PANIC => c"ZCS_ERR_PANIC",
-        crate::tensor::ZCS_ERR_NO_TENSOR => c"ZCS_ERR_NO_TENSOR",
+        ZCS_ERR_NO_TENSOR => c"ZCS_ERR_NO_TENSOR",
         _ => c"unknown result code",
     };
     name.as_ptr()

@@ -19,6 +19,7 @@
 
 #![allow(non_camel_case_types)]
 
+mod description;
 mod error;
 mod handle;
 mod publisher;
@@ -29,6 +30,7 @@ mod tensor;
 // Last, so that its items come after the others in the generated header.
 mod ros;
 
+pub use description::zcs_tensor_t;
 pub use error::*;
 pub use publisher::*;
 pub use ros::*;

@@ -6,10 +6,10 @@ use std::sync::{Mutex, OnceLock};
 use zenoh_cuda_shm::cuda::Gpu;
 use zenoh_cuda_shm::{DeviceRead, GpuSample};
 
+use crate::description::TensorOut;
 use crate::error::{Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, guard, non_null, set_out, zcs_result_t};
 use crate::handle::{Registry, end};
 use crate::session::{SESSIONS, caller_stream, zcs_session_t};
-use crate::tensor::TensorOut;
 
 /// A received message.
 #[repr(C)]

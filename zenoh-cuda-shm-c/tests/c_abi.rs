@@ -17,8 +17,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::{build_c, c_program, host_session, zenoh_json};
+use zcs_memory::cuda::kernels::{check_pattern, fill_pattern};
 use zcs_tests::free_tcp_port;
-use zenoh_cuda_shm::cuda::kernels::{check_pattern, fill_pattern};
 
 const FRAMES: u64 = 20;
 const SIZE: usize = 300 * 1024 + 5;

@@ -31,8 +31,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use zcs_memory::cuda::sys;
 use zcs_tests::free_tcp_port;
-use zenoh_cuda_shm::cuda::sys;
 use zenoh_cuda_shm::tensor_codec::{DType, Device, TensorMeta};
 use zenoh_cuda_shm::{GpuLoan, GpuSession, ZcsConfig};
 

@@ -24,13 +24,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{build_c, c_program, host_session, zenoh_json};
+use zcs_memory::cuda::kernels::fill_pattern;
 use zcs_tests::{free_tcp_port, watchdog_guard};
 use zenoh::Wait;
-use zenoh_cuda_shm::cuda::kernels::fill_pattern;
-use zenoh_cuda_shm::ros2::attachment::now_ns;
-use zenoh_cuda_shm::ros2::{Attachment, EntityKind, NodeOptions, Qos, RosDataMessage, RosNode, RosSubscriber};
 use zenoh_cuda_shm::tensor_codec::cdr::{ExperimentalTensor, Header, Image, Time};
 use zenoh_cuda_shm::{GpuSession, Path};
+use zenoh_cuda_shm_ros2::attachment::now_ns;
+use zenoh_cuda_shm_ros2::{Attachment, EntityKind, NodeOptions, Qos, RosDataMessage, RosNode, RosSubscriber};
 
 /// Messages of each type each way.
 const COUNT: i64 = 8;
@@ -146,7 +146,7 @@ fn receive<M: RosDataMessage>(
     sub: &RosSubscriber<M>,
     peer: &mut Peer,
     what: &str,
-) -> BTreeMap<i64, zenoh_cuda_shm::ros2::RosSample<M>> {
+) -> BTreeMap<i64, zenoh_cuda_shm_ros2::RosSample<M>> {
     let mut got = BTreeMap::new();
     while got.len() < COUNT as usize {
         let s = match sub.recv_timeout(IO) {

@@ -1,63 +1,48 @@
 //! Zero-copy CUDA device buffers between processes, over Zenoh.
 //!
-//! Layers, each using only the ones below it:
+//! Layers, each using only the ones below it; the lower ones are crates of their own,
+//! so the compiler keeps each to the ones below it:
 //!
-//! | module | what |
+//! | where | what |
 //! |---|---|
-//! | [`cuda`] | RAII owners over the CUDA driver: devices, VMM blocks, events, copies on a stream |
-//! | `host` | OS calls: sealed memfds, boot id |
-//! | `pool` | blocks with size classes, generations, capabilities, leases, back-pressure, recycling |
-//! | `signal` | stream-ordered ready signals and the read/write guards built on them |
-//! | `ipc` | the Unix-socket control channel: framing, FD passing, peer credentials |
-//! | `protocol` | key layout, liveliness tokens, descriptors, control messages (versioned) |
-//! | `transport` | per-put routing, handshakes, import caches, leases per connection |
-//! | [`provider`] | the host's block provider (the zenohd plugin runs one) and its clients |
+//! | crate `zcs-memory` ([`cuda`]) | RAII owners over the CUDA driver and over sealed host memory (memfd) |
+//! | crate `zcs-pool` | blocks with size classes, generations, capabilities, leases, back-pressure, recycling; ready signals |
+//! | crate `zcs-wire` | the Unix-socket control channel (framing, FD passing, peer credentials) and the protocol (keys, tokens, descriptors, control messages) |
+//! | crate `zcs-provider` ([`provider`]) | the host's block provider (the zenohd plugin runs one) and its clients |
+//! | crate `zcs-transport` ([`config`]) | per-put routing, handshakes, import caches, leases per connection, the received sample |
+//! | [`sample`] | [`GpuSample`]: a received message, read in place on a stream, as host bytes or copied |
 //! | [`api`] | [`GpuSession`], [`GpuPublisher`], [`GpuSubscriber`], [`GpuSample`] |
 //! | [`tensor`] | tensors: publish with a DLPack description, receive views and copies |
 //! | [`dlpack`] | the DLPack C ABI: export received tensors, publish frameworks' tensors |
-//! | `ros2` | (feature `ros2`) ROS 2 over rmw_zenoh: graph tokens, CDR on the base key, GPU channel beside it |
 //!
-//! The layers without a link are internal: private, unless feature `internals` makes
-//! them public for this workspace's router plugin, tests and benchmarks. They are not a
-//! stable API; what applications need of them is re-exported here. Feature
-//! `test-support` adds what only test suites and demos need (fault injection, resource
-//! counters, the pattern kernels of [`cuda`]).
+//! The layer crates are not a stable API; what applications need of them is
+//! re-exported here. ROS 2 over rmw_zenoh is the crate `zenoh-cuda-shm-ros2`, above
+//! this one.
 //!
 //! See `docs/architecture.md` for the design and `docs/safety.md` for every invariant
 //! the `unsafe` code relies on.
 
-/// An internal layer (see the crate docs): public with feature `internals`, private
-/// otherwise. Without the feature, items only the workspace's other crates use are
-/// unused here, hence the `allow`.
-macro_rules! internal_layer {
-    ($name:ident) => {
-        #[cfg(feature = "internals")]
-        pub mod $name;
-        #[cfg(not(feature = "internals"))]
-        #[allow(dead_code, unused_imports)]
-        pub(crate) mod $name;
+pub mod api;
+/// The CUDA layer (crate `zcs-memory`): devices, streams, VMM blocks, events, copies.
+pub mod cuda {
+    pub use zcs_memory::cuda::{
+        CudaError, DeviceBlock, Fence, Filling, Gpu, GpuUuid, ImportedBlock, IpcEvent, ProbeError, Stream, Topology,
+        VmmMapping, copy, device, event, topology, vmm, warm_import_path,
     };
 }
-
-pub mod api;
-pub mod config;
-pub mod cuda;
 pub mod dlpack;
-pub mod error;
-internal_layer!(host);
-internal_layer!(ipc);
-internal_layer!(pool);
-internal_layer!(protocol);
-pub mod provider;
-#[cfg(feature = "ros2")]
-pub mod ros2;
 pub mod sample;
-internal_layer!(signal);
-mod sync;
 pub mod tensor;
-#[cfg(feature = "test-support")]
-pub mod test_support;
-internal_layer!(transport);
+
+pub use zcs_memory::error;
+pub use zcs_provider as provider;
+pub use zcs_transport::config;
+
+// The layers below, under the names the modules of this crate use.
+pub(crate) use zcs_memory::{host, sync};
+pub(crate) use zcs_pool::{self as pool, signal};
+pub(crate) use zcs_transport as transport;
+pub(crate) use zcs_wire::{ipc, protocol};
 
 pub use api::{GpuLoan, GpuPublisher, GpuSession, GpuSubscriber, OpenError, PublishError, RecvError, WriteError};
 pub use config::ZcsConfig;

@@ -344,7 +344,7 @@ impl GpuSample {
         let data = match self.host_bytes() {
             Some(bytes) => bytes[range].to_vec(),
             None => {
-                let gpu = self.subscriber_gpu().ok_or(ReadError::NoGpu)?;
+                let gpu = self.delivery().subscriber_gpu().ok_or(ReadError::NoGpu)?;
                 let stream = gpu.new_stream()?;
                 let read = self.read(&stream)?;
                 let mut out = vec![0u8; range.len()];

@@ -68,7 +68,7 @@ pub fn version_info() -> VersionInfo {
         zenoh_features: zenoh::FEATURES,
         rustc,
         rustc_commit,
-        protocol: zenoh_cuda_shm::protocol::VERSION,
+        protocol: zcs_wire::protocol::VERSION,
     }
 }
 
@@ -124,7 +124,7 @@ pub fn entries(
             "provider".to_owned(),
             json!({
                 "id": format!("{:016x}", p.provider.id),
-                "socket": zenoh_cuda_shm::ipc::SocketName::from_key_chunk(&p.provider.socket)
+                "socket": zcs_wire::ipc::SocketName::from_key_chunk(&p.provider.socket)
                     .map_or_else(|_| p.provider.socket.clone(), |n| n.to_string()),
                 "boot_id": p.boot_id,
                 "devices": p.devices.iter().map(|d| &d.device).collect::<Vec<_>>(),
@@ -223,7 +223,7 @@ pub fn answer(query: &KeyExpr<'_>, status_key: &str, entries: Vec<(String, Value
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
-    use zenoh_cuda_shm::protocol::{Group, Role, Token};
+    use zcs_wire::protocol::{Group, Role, Token};
 
     use super::*;
     use crate::registry::Registry;

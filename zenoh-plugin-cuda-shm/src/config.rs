@@ -119,7 +119,7 @@ impl ProviderSection {
                 GpuChoice::Ordinals(v) => GpuSelection::Ordinals(v.clone()),
             },
             host: self.host,
-            pool: zenoh_cuda_shm::pool::PoolConfig {
+            pool: zcs_pool::PoolConfig {
                 max_bytes: self.max_bytes,
                 max_blocks: self.max_blocks,
                 loan_timeout_ms: self.loan_timeout_ms,

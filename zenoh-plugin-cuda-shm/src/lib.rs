@@ -38,12 +38,12 @@ pub mod silence;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
+use zcs_wire::protocol::TOKEN_ROOT;
 use zenoh::Wait;
 use zenoh::internal::plugins::{Response, RunningPlugin, RunningPluginTrait, ZenohPlugin};
 use zenoh::internal::runtime::DynamicRuntime;
 use zenoh::key_expr::KeyExpr;
 use zenoh::sample::{Sample, SampleKind};
-use zenoh_cuda_shm::protocol::TOKEN_ROOT;
 use zenoh_cuda_shm::provider::Provider;
 use zenoh_plugin_trait::{Plugin, PluginControl, PluginReport};
 use zenoh_util::ffi::JsonKeyValueMap;
@@ -264,8 +264,8 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use serde_json::json;
+    use zcs_wire::protocol::{Group, Role, Token};
     use zenoh::internal::runtime::RuntimeBuilder;
-    use zenoh_cuda_shm::protocol::{Group, Role, Token};
 
     use super::*;
 

@@ -25,9 +25,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
+use zcs_wire::ipc::SocketName;
+use zcs_wire::protocol::{Role, Token};
 use zenoh::key_expr::keyexpr;
-use zenoh_cuda_shm::ipc::SocketName;
-use zenoh_cuda_shm::protocol::{Role, Token};
 
 /// One publisher or GPU-aware subscriber, as its token describes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -266,7 +266,7 @@ fn decode(token_key: &str, now: SystemTime) -> Option<Entity> {
 mod tests {
     use std::time::Duration;
 
-    use zenoh_cuda_shm::protocol::Group;
+    use zcs_wire::protocol::Group;
 
     use super::*;
 
@@ -355,7 +355,7 @@ mod tests {
             "@zcs/v1/sub/6b/notahexnumber/b/host".to_owned(),
             "@zcs/v1/sub/6b/0000000000000007/b/host/extra".to_owned(),
             // a key that is not a key expression: "a//b"
-            format!("@zcs/v1/sub/{}/0000000000000007/b/host", zenoh_cuda_shm::protocol::hex_key("a//b")),
+            format!("@zcs/v1/sub/{}/0000000000000007/b/host", zcs_wire::protocol::hex_key("a//b")),
             // a publisher whose socket chunk does not decode
             good.rsplit_once('/').map(|(head, _)| format!("{head}/zzz")).unwrap(),
         ];

@@ -71,12 +71,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use zcs_bench::latency::{Plan, row};
 use zcs_bench::now_ns;
+use zcs_memory::cuda::pinned::PinnedPool;
+use zcs_memory::cuda::{DeviceBlock, sys};
 use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, recv_msg, send_msg, spawn_child_bin};
+use zcs_wire::ipc::{ControlConn, ControlListener, SocketName};
 use zenoh::Wait;
 use zenoh_cuda_shm::config::{DeviceChoice, PeerGpus, ProviderMode};
-use zenoh_cuda_shm::cuda::pinned::PinnedPool;
-use zenoh_cuda_shm::cuda::{DeviceBlock, sys};
-use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
 use zenoh_cuda_shm::provider::{GpuSelection, Provider, ProviderClient, ProviderConfig};
 use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, GpuSubscriber, Path, ZcsConfig};
 
@@ -258,7 +258,7 @@ fn provider_process() {
 
 /// Waits until a provider's token is visible on `z`.
 fn wait_provider(z: &zenoh::Session) {
-    let boot_id = zenoh_cuda_shm::host::boot_id().expect("boot id");
+    let boot_id = zcs_memory::host::boot_id().expect("boot id");
     let t = Instant::now();
     while ProviderClient::discover(z, &boot_id, Duration::from_millis(200)).is_none() {
         assert!(t.elapsed() < IO, "the provider process never announced itself");

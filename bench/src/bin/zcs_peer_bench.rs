@@ -21,8 +21,8 @@ use std::time::Instant;
 
 use clap::Parser;
 use serde_json::json;
+use zcs_memory::cuda::kernels::Kernels;
 use zcs_tests::{parse_size, percentile};
-use zenoh_cuda_shm::cuda::kernels::Kernels;
 use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, ImportedBlock, Topology, copy};
 
 #[derive(Parser, Debug)]

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use serde_json::json;
+use zcs_pool::{Backend, CudaBackend, HolderId, HostBackend, Pool, PoolConfig};
 use zcs_tests::{child_role, percentile, recv_msg, send_msg, spawn_child_bin};
+use zcs_wire::ipc::{ControlConn, ControlListener, SocketName};
 use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, ImportedBlock, warm_import_path};
-use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
-use zenoh_cuda_shm::pool::{Backend, CudaBackend, HolderId, HostBackend, Pool, PoolConfig};
 
 #[derive(Parser, Debug)]
 #[command(about = "zenoh-cuda-shm pool and import benchmarks (JSON lines)")]

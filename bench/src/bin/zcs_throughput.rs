@@ -74,17 +74,17 @@ use serde_json::json;
 use zcs_bench::check::{Checker, StageClock, Stages};
 use zcs_bench::frames::{CHILD_LIMIT, DRAIN_IDLE, FRAME_4K_RGBA, FRAME_1080P_RGB, ROUTE_TIMEOUT, SUB_FIFO};
 use zcs_bench::{cpu_secs, fill_loan, loan_waiting, now_ns, parse_stamp, stamp};
+use zcs_memory::cuda::kernels::fill_pattern;
+use zcs_memory::cuda::pinned::PinnedPool;
+use zcs_memory::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
 use zcs_tests::{
     child_role, free_tcp_port, loopback_zenoh_config, parse_size, percentile, recv_msg, send_msg, spawn_child_bin,
     wait_child, watchdog_guard,
 };
+use zcs_wire::ipc::{ControlConn, ControlListener, SocketName};
 use zenoh::Wait;
 use zenoh::bytes::ZBytes;
 use zenoh_cuda_shm::config::{DeviceChoice, HostId, PeerGpus};
-use zenoh_cuda_shm::cuda::kernels::fill_pattern;
-use zenoh_cuda_shm::cuda::pinned::PinnedPool;
-use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
-use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
 use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, Path, ZcsConfig};
 
 #[derive(Parser, Debug)]

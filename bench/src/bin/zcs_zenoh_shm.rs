@@ -63,21 +63,21 @@ use zcs_bench::check::Checker;
 use zcs_bench::frames::{CHILD_LIMIT, DRAIN_IDLE, FRAME_4K_RGBA, FRAME_1080P_RGB, ROUTE_TIMEOUT, SUB_FIFO};
 use zcs_bench::latency::{Plan, Samples, row};
 use zcs_bench::{cpu_secs, fill_loan, loan_waiting, now_ns, parse_any_stamp, stamp};
+use zcs_memory::cuda::kernels::fill_pattern;
+use zcs_memory::cuda::pinned::HostRegistration;
+use zcs_memory::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
+use zcs_memory::host::{Mapping, mapping_of};
 use zcs_tests::{
     child_role, free_tcp_port, loopback_shm_zenoh_config, parse_size, percentile, recv_msg, send_msg, spawn_child_bin,
     wait_child, watchdog_guard,
 };
+use zcs_wire::ipc::{ControlConn, ControlListener, SocketName};
 use zenoh::Wait;
 use zenoh::shm::{
     AllocAlignment, GarbageCollect, PosixShmProviderBackend, ShmProvider, ShmProviderBuilder, ZAllocError,
     ZLayoutAllocError, ZShmMut,
 };
 use zenoh_cuda_shm::config::{DeviceChoice, ProviderMode};
-use zenoh_cuda_shm::cuda::kernels::fill_pattern;
-use zenoh_cuda_shm::cuda::pinned::HostRegistration;
-use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
-use zenoh_cuda_shm::host::{Mapping, mapping_of};
-use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
 use zenoh_cuda_shm::{GpuPublisher, GpuSession, ZcsConfig};
 
 #[derive(Parser, Debug)]

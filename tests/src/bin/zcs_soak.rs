@@ -38,11 +38,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use zcs_memory::cuda::kernels::{Kernels, check_pattern, fill_pattern};
 use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, spawn_child_bin};
+use zcs_tests::{open_fd_count, thread_count};
 use zenoh::Wait;
 use zenoh_cuda_shm::config::DeviceChoice;
-use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern, fill_pattern};
-use zenoh_cuda_shm::test_support::{open_fd_count, thread_count};
 use zenoh_cuda_shm::{GpuLoan, GpuPublisher, GpuSample, GpuSession, GpuSubscriber, ReadError, ZcsConfig};
 
 const KEY_ROOT: &str = "zcs-soak";

@@ -44,9 +44,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use zenoh::Wait;
 
+use zcs_memory::cuda::kernels::{Kernels, check_pattern, fill_pattern};
 use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, spawn_child, watchdog_guard};
-use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern, fill_pattern};
-use zenoh_cuda_shm::test_support::{open_fd_count, thread_count};
+use zcs_tests::{open_fd_count, thread_count};
 use zenoh_cuda_shm::{GpuLoan, GpuPublisher, GpuSample, GpuSession, GpuSubscriber, Path, ReadError, ZcsConfig};
 
 /// Iterations per cell.
@@ -846,7 +846,7 @@ impl PlainWatch {
             while !stop.load(Ordering::Relaxed) {
                 let Ok(Some(sample)) = handler.recv_timeout(Duration::from_millis(20)) else { continue };
                 let att = sample.attachment().expect("our bytes carry a header").to_bytes();
-                let h = zenoh_cuda_shm::protocol::decode_attachment(&att).expect("header").expect("our header");
+                let h = zcs_wire::protocol::decode_attachment(&att).expect("header").expect("our header");
                 let bytes = sample.payload().to_bytes();
                 assert_eq!(bytes.len(), LEN, "plain seq {} length", h.seq);
                 assert_eq!(check_pattern(&bytes, 0, h.seq), None, "plain seq {}: bytes not written for it", h.seq);

@@ -26,13 +26,13 @@ use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use zcs_memory::cuda::kernels::check_pattern;
+use zcs_memory::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
 use zcs_tests::{
     child_role, free_tcp_port, from_hex, loopback_zenoh_config, spawn_child, to_hex, wait_child, watchdog_guard,
 };
+use zcs_wire::ipc::{ControlConn, ControlListener, SocketName};
 use zenoh::Wait;
-use zenoh_cuda_shm::cuda::kernels::check_pattern;
-use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
-use zenoh_cuda_shm::ipc::{ControlConn, ControlListener, SocketName};
 use zenoh_cuda_shm::{GpuLoan, GpuPublisher, GpuSample, GpuSession, Path, ZcsConfig};
 
 pub use zcs_tests::Mode;
@@ -511,7 +511,7 @@ impl Dev {
                 unsafe { kernels.fill(stream, ptr, len, seed) }.expect("fill");
             }
             Self::Host { .. } => {
-                zenoh_cuda_shm::cuda::kernels::fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seed)
+                zcs_memory::cuda::kernels::fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seed)
             }
         }
     }
@@ -912,7 +912,7 @@ fn role_plain_sub(env: &ChildEnv) {
             .expect("plain receive")
             .unwrap_or_else(|| panic!("{who}: message {seq} did not arrive within {IO:?}"));
         let att = s.attachment().expect("our attachment").to_bytes();
-        let h = zenoh_cuda_shm::protocol::decode_attachment(&att).expect("decode").expect("our header");
+        let h = zcs_wire::protocol::decode_attachment(&att).expect("decode").expect("our header");
         assert_eq!(h.seq, seq, "{who}: sequence numbers");
         assert!(h.from_block, "{who}: message {seq} should come from a block");
         let payload = s.payload().to_bytes();

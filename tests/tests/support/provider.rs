@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use zcs_memory::cuda::kernels::{Kernels, check_pattern, fill_pattern};
 use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, spawn_child, watchdog_guard};
 use zenoh::Wait;
 use zenoh_cuda_shm::config::ProviderMode;
-use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern, fill_pattern};
 use zenoh_cuda_shm::provider::{GpuSelection, Provider, ProviderConfig, ProviderSnapshot};
 use zenoh_cuda_shm::{GpuLoan, GpuSample, GpuSession, GpuSubscriber, Path, ZcsConfig};
 

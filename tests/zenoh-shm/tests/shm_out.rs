@@ -10,15 +10,15 @@
 
 use std::time::Duration;
 
+use zcs_memory::cuda::kernels::{Kernels, check_pattern, fill_pattern};
 use zcs_tests::{
     Mode, child_role, free_tcp_port, gpu_or_skip, loopback_shm_zenoh_config, spawn_child, wait_child, wait_until,
     watchdog_guard,
 };
 use zenoh::Wait;
-use zenoh_cuda_shm::cuda::kernels::{Kernels, check_pattern, fill_pattern};
-use zenoh_cuda_shm::ros2::{NodeOptions, Qos, RosDataMessage, RosNode};
 use zenoh_cuda_shm::tensor_codec::cdr::{Header, Image, Time};
 use zenoh_cuda_shm::{GpuLoan, GpuPublisher, GpuSession, ShmOutError, ZcsConfig};
+use zenoh_cuda_shm_ros2::{NodeOptions, Qos, RosDataMessage, RosNode};
 
 const PREFIX: &str = "zcs-test/shm-out";
 const ENV_PORT: &str = "ZCS_TEST_PORT";

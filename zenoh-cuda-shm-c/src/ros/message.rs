@@ -8,8 +8,8 @@ use std::ffi::{CString, c_char};
 use zenoh_cuda_shm::tensor_codec::cdr::{ExperimentalTensor, Header, Image, Time};
 use zenoh_cuda_shm::tensor_codec::{Device, TensorMeta};
 
+use crate::description::{TensorOut, meta_in, zcs_tensor_t};
 use crate::error::{Error, ZCS_ERR_INVALID, non_null, str_arg};
-use crate::tensor::{TensorOut, meta_in, zcs_tensor_t};
 
 /// A `sensor_msgs/msg/Image` without its data.
 ///

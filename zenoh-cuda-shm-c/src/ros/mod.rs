@@ -26,7 +26,7 @@ pub use qos::*;
 pub use sample::*;
 pub use subscriber::*;
 
-use zenoh_cuda_shm::ros2::RosDeclareError;
+use zenoh_cuda_shm_ros2::RosDeclareError;
 
 use crate::error::{Error, ZCS_ERR_INVALID, chain};
 

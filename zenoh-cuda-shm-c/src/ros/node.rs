@@ -2,7 +2,7 @@
 
 use std::ffi::c_char;
 
-use zenoh_cuda_shm::ros2::{NodeOptions, RosNode};
+use zenoh_cuda_shm_ros2::{NodeOptions, RosNode};
 
 use crate::error::{guard, non_null, set_out, str_arg, zcs_result_t};
 use crate::handle::{Registry, end};

@@ -6,20 +6,20 @@ use std::ffi::{CString, c_char};
 use std::sync::Mutex;
 
 use zenoh_cuda_shm::GpuLoan;
-use zenoh_cuda_shm::ros2::{RosDataMessage, RosPublishError, RosPublisher};
 use zenoh_cuda_shm::tensor_codec::Device;
 use zenoh_cuda_shm::tensor_codec::cdr::{ExperimentalTensor, Image};
+use zenoh_cuda_shm_ros2::{RosDataMessage, RosPublishError, RosPublisher};
 
 use super::message::{image_in, tensor_in, zcs_ros_image_t};
 use super::node::{NODES, zcs_ros_node_t};
 use super::qos::{qos_in, zcs_ros_qos_t};
 use super::{IMAGE, TENSOR, declare_failed, wrong_type};
+use crate::description::zcs_tensor_t;
 use crate::error::{
     Error, ZCS_ERR_INVALID, bytes_arg, chain, guard, non_null, set_opt_out, set_out, str_arg, zcs_result_t,
 };
 use crate::handle::{Registry, end};
 use crate::publisher::{LOANS, put_loan, zcs_loan_t};
-use crate::tensor::zcs_tensor_t;
 
 /// A publisher of one message type on a ROS topic.
 #[repr(C)]

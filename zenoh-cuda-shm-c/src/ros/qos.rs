@@ -2,7 +2,7 @@
 //! reliability, durability and history (keep last `depth`, or keep all). The values
 //! are those of `rmw/types.h`.
 
-use zenoh_cuda_shm::ros2::{Durability, History, Qos, Reliability};
+use zenoh_cuda_shm_ros2::{Durability, History, Qos, Reliability};
 
 use crate::error::{Error, ZCS_ERR_INVALID, guard, non_null, set_out, zcs_result_t};
 

@@ -6,17 +6,17 @@ use std::ffi::{CString, c_char};
 use std::sync::OnceLock;
 
 use zenoh_cuda_shm::cuda::Gpu;
-use zenoh_cuda_shm::ros2::{Attachment, RosDataMessage, RosSample};
 use zenoh_cuda_shm::tensor_codec::Device;
 use zenoh_cuda_shm::tensor_codec::cdr::{ExperimentalTensor, Image};
 use zenoh_cuda_shm::{GpuSample, Path, ReadError};
+use zenoh_cuda_shm_ros2::{Attachment, RosDataMessage, RosSample};
 
 use super::message::{ImageStrings, tensor_fields, zcs_ros_image_t};
 use super::{IMAGE, TENSOR, wrong_type};
+use crate::description::{TensorOut, zcs_tensor_t};
 use crate::error::{Error, ZCS_ERR_INVALID, ZCS_ERR_MEMORY, guard, non_null, set_out, zcs_result_t};
 use crate::handle::{Registry, end};
 use crate::sample::zcs_sample_t;
-use crate::tensor::{TensorOut, zcs_tensor_t};
 
 /// A received ROS message.
 #[repr(C)]

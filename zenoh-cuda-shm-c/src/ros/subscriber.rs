@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use zenoh_cuda_shm::RecvError;
 use zenoh_cuda_shm::cuda::Gpu;
-use zenoh_cuda_shm::ros2::{RosDataMessage, RosSample, RosSubscriber};
 use zenoh_cuda_shm::tensor_codec::cdr::{ExperimentalTensor, Image};
+use zenoh_cuda_shm_ros2::{RosDataMessage, RosSample, RosSubscriber};
 
 use super::declare_failed;
 use super::node::{NODES, zcs_ros_node_t};

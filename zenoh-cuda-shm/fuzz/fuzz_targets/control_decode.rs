@@ -6,8 +6,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zenoh_cuda_shm::ipc::MAX_FRAME_BYTES;
-use zenoh_cuda_shm::protocol::{self, ProviderReply, ProviderRequest, Reply, Request};
+use zcs_wire::ipc::MAX_FRAME_BYTES;
+use zcs_wire::protocol::{self, ProviderReply, ProviderRequest, Reply, Request};
 
 fn roundtrip<T>(what: &'static str, bytes: &[u8])
 where

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
-use zenoh_cuda_shm::ipc::{ControlConn, MAX_FRAME_BYTES, MAX_FRAME_FDS, RecvError, SendError};
-use zenoh_cuda_shm::protocol::{self, Request};
+use zcs_wire::ipc::{ControlConn, MAX_FRAME_BYTES, MAX_FRAME_FDS, RecvError, SendError};
+use zcs_wire::protocol::{self, Request};
 
 /// One descriptor, attached as many times as the input asks (the kernel installs a new
 /// descriptor per slot at the receiver).

@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zenoh_cuda_shm::protocol::{self, BytesHeader, Descriptor, Reply};
+use zcs_wire::protocol::{self, BytesHeader, Descriptor, Reply};
 
 fn roundtrip<T>(what: &'static str, bytes: &[u8])
 where

@@ -7,12 +7,12 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zenoh_cuda_shm::ipc::SocketName;
-use zenoh_cuda_shm::protocol::Token;
-use zenoh_cuda_shm::ros2::Backends;
-use zenoh_cuda_shm::ros2::Entity;
-use zenoh_cuda_shm::ros2::names::{canonical_qos, canonical_token, gid_of};
-use zenoh_cuda_shm::ros2::resolve::resolve_topic;
+use zcs_wire::ipc::SocketName;
+use zcs_wire::protocol::Token;
+use zenoh_cuda_shm_ros2::Backends;
+use zenoh_cuda_shm_ros2::Entity;
+use zenoh_cuda_shm_ros2::names::{canonical_qos, canonical_token, gid_of};
+use zenoh_cuda_shm_ros2::resolve::resolve_topic;
 
 fuzz_target!(|input: &[u8]| {
     let Ok(s) = std::str::from_utf8(input) else { return };

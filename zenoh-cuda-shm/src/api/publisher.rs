@@ -47,7 +47,7 @@ impl PublisherBuilder {
                 stream: gpu.new_stream().map_err(SignalError::from)?,
                 copy_stream: gpu.new_stream().map_err(SignalError::from)?,
                 // Idle staging kept: enough for a few 4K RGBA frames.
-                staging: crate::cuda::pinned::PinnedPool::new(gpu, 256 << 20),
+                staging: zcs_memory::cuda::pinned::PinnedPool::new(gpu, 256 << 20),
             },
             None => {
                 PubMedium::Host { pool: Pool::new(HostBackend::default().with_lender(lender), s.cfg.pool.clone())? }
@@ -256,10 +256,12 @@ fn host_bytes_mut(loan: &mut Loan<HostBackend>) -> &mut [u8] {
 }
 
 impl GpuPublisher {
-    /// The session's Zenoh SHM pool for copies out, if it has one.
+    /// A buffer of `len` bytes in the session's Zenoh SHM pool for copies out
+    /// (`zenoh_shm_out_bytes`), for a payload put beside this publisher's (a ROS 2
+    /// message's CDR): `None` without such a pool, or while it has no room.
     #[cfg(feature = "zenoh-shm")]
-    pub(crate) fn shm_out(&self) -> Option<&crate::transport::shm_out::ShmOut> {
-        self.core.shared.shm_out.as_deref()
+    pub fn shm_buffer(&self, len: usize) -> Option<zenoh::shm::ZShmMut> {
+        self.core.shared.shm_out().and_then(|s| s.buffer(len))
     }
 
     /// The key.

@@ -88,7 +88,7 @@ impl<H> SubscriberBuilder<H> {
             s.cfg.plain_listen,
             Duration::from_millis(s.cfg.handshake_timeout_ms),
             Duration::from_micros(s.cfg.spin_us),
-            deliver,
+            Box::new(move |d| deliver(GpuSample::new(d))),
             Arc::clone(&s.providers),
             peer,
             s.cfg.host_blocks,
@@ -171,30 +171,8 @@ impl<H> GpuSubscriber<H> {
     /// `None` for [`Path::ZeroCopy`] (the fastest path needs no excuse).
     pub fn path_reason(&self, info: &SampleInfo) -> Option<String> {
         match info.path {
-            Path::ZeroCopy => None,
-            Path::ZeroCopyPeer => {
-                Some("the publisher's block, on another GPU of this host, read in place over NVLink or PCIe".to_owned())
-            }
-            Path::PeerCopy => Some(
-                "the publisher's block, on another GPU of this host, copied onto this GPU on arrival (peer_gpus: copy)"
-                    .to_owned(),
-            ),
-            Path::HostBlock => Some(
-                "the publisher's block, on a GPU of this host, copied once into shared host memory for this \
-                 process, which has no GPU of its own"
-                    .to_owned(),
-            ),
-            Path::HostCopy => Some(
-                "the publisher's block, on a GPU of this host that this one does not map (no peer access, or \
-                 peer_gpus: host), copied once into shared host memory by the publisher and onto this GPU on arrival"
-                    .to_owned(),
-            ),
-            Path::Plain => Some("a plain Zenoh publisher, not one of ours".to_owned()),
-            Path::Inline => Some("a small message, carried whole (the publisher's inline_threshold)".to_owned()),
-            Path::CpuBytes => Some(self.bytes_reason(info.publisher).unwrap_or_else(|| {
-                "copied out by the publisher: sent while the link came up, or this subscriber is at its lease limit"
-                    .to_owned()
-            })),
+            Path::CpuBytes => self.bytes_reason(info.publisher).or_else(|| info.path.reason().map(str::to_owned)),
+            path => path.reason().map(str::to_owned),
         }
     }
 

@@ -97,11 +97,11 @@ impl Owner {
             end_reads(&gpu, &end).into_iter().map(|f| Box::new(f) as Box<dyn PoolFence>).collect();
         match staged {
             // The private copy must outlive the consumer's reads: freed on the releaser.
-            Some(block) => sample.defer_until(fences, Box::new(move || drop(block))),
+            Some(block) => sample.delivery().defer_until(fences, Box::new(move || drop(block))),
             None => {
                 for fence in fences {
                     // A sample without a lease hands the fence back: nothing to hold.
-                    drop(sample.hold_lease_until(fence));
+                    drop(sample.delivery().hold_lease_until(fence));
                 }
             }
         }
@@ -254,7 +254,7 @@ impl GpuSample {
     /// ordinal for CUDA sessions, `kDLCPU` for host-memory sessions (DLPack's
     /// `__dlpack_device__`).
     pub fn dlpack_device(&self) -> DLDevice {
-        match self.subscriber_gpu() {
+        match self.delivery().subscriber_gpu() {
             Some(gpu) => Device::cuda(gpu.ordinal() as i32).into(),
             None => Device::CPU.into(),
         }
@@ -331,7 +331,7 @@ impl GpuSample {
         let shape = meta.shape.clone().into_boxed_slice();
         let dtype = meta.dtype.to_dl();
         let no_copy = |why| if options.copy == Some(false) { Err(ExportError::CopyRequired { why }) } else { Ok(()) };
-        if options.to_host && self.subscriber_gpu().is_some() {
+        if options.to_host && self.delivery().subscriber_gpu().is_some() {
             no_copy("the payload is in device memory")?;
             // The bytes the view touches, rebased to offset 0 (same explicit strides).
             let (_, data) = self.to_owned_tensor().map_err(ExportError::HostCopy)?.into_parts();
@@ -341,7 +341,7 @@ impl GpuSample {
             let (device, flags) = (Device::CPU.into(), DLPACK_FLAG_BITMASK_IS_COPIED);
             return Ok(Parts { data: base, device, dtype, shape, strides, flags, owner });
         }
-        let Some(gpu) = self.subscriber_gpu() else {
+        let Some(gpu) = self.delivery().subscriber_gpu() else {
             let bytes = self.host_bytes().ok_or(ExportError::PayloadUnavailable)?;
             // Bytes that arrived inline sit wherever Zenoh's buffer put them: a first element
             // that is not aligned to its item size is served from an aligned copy.
@@ -395,7 +395,7 @@ impl GpuSample {
             }
             StreamKind::NoSync => (gpu.new_stream()?, EndOn::Context),
         };
-        let (base, staged, flags) = match self.begin_detached_read(&work)? {
+        let (base, staged, flags) = match self.delivery().begin_detached_read(&work)? {
             Some(ptr) if options.copy == Some(true) => {
                 // A private device copy, enqueued on the consumer's stream after its wait.
                 let block = DeviceBlock::allocate(gpu, self.len().max(1))?;

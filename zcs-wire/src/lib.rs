@@ -1,0 +1,16 @@
+//! The wire of zenoh-cuda-shm between processes of one host: the Unix-socket control
+//! channel, and the protocol spoken on it and on Zenoh.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`ipc`] | the control channel: framing, FD passing, peer credentials, socket names, lifelines |
+//! | [`protocol`] | key layout, liveliness tokens, descriptors, control and provider messages (versioned) |
+//!
+//! Not a stable API: applications use the `zenoh-cuda-shm` crate.
+
+pub mod ipc;
+pub mod protocol;
+
+// The layers below, under the names the modules of this crate use.
+pub(crate) use zcs_memory::{cuda, error, host, sync};
+pub(crate) use zcs_pool as pool;

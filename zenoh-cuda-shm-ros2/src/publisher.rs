@@ -1,0 +1,323 @@
+//! A ROS publisher whose data can live on the GPU.
+//!
+//! Every message goes on our channel (`<base key>/@zcs_ros2`, a [`GpuPublisher`]):
+//! zero-copy to our GPU-capable subscriptions on the same GPU, bytes to the other ones
+//! of ours. The CDR message with its rmw_zenoh attachment goes on the base key only
+//! while an ordinary ROS subscription of the topic exists (counted from the graph's
+//! `MS` tokens, minus our GPU-capable subscriptions' markers), or always for
+//! TRANSIENT_LOCAL (the base key's publication cache is what late joiners query).
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use zenoh::Wait;
+use zenoh::bytes::ZBytes;
+use zenoh::qos::{CongestionControl, Reliability as ZReliability};
+
+use super::attachment::{Attachment, now_ns};
+use super::channel_key;
+use super::graph::publisher_marker_token;
+use super::message::{RosDataMessage, encode_envelope};
+use super::names::{Durability, EntityKind, History, Qos, Reliability};
+use super::node::{Endpoint, RosDeclareError, RosNode};
+use crate::api::{GpuLoan, GpuPublisher, PublishError};
+use crate::pool::LoanError;
+use crate::transport::publisher::{PutError, PutReport};
+use tensor_codec::cdr::CdrEncodeError;
+
+/// Publishing a ROS message failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RosPublishError {
+    /// The message fields do not encode.
+    #[error(transparent)]
+    Encode(#[from] CdrEncodeError),
+    /// The device→host copy for ordinary subscribers failed.
+    #[error("the copy for ordinary ROS subscribers failed")]
+    Copy(#[source] crate::api::WriteError),
+    /// Our channel refused the message.
+    #[error(transparent)]
+    Channel(#[from] PutError),
+    /// Our channel refused host data.
+    #[error(transparent)]
+    ChannelBytes(#[from] PublishError),
+    /// The base-key put failed.
+    #[error("the zenoh put on the base key failed")]
+    Base(#[source] zenoh::Error),
+}
+
+enum Base {
+    Plain(zenoh::pubsub::Publisher<'static>),
+    Advanced(zenoh_ext::AdvancedPublisher<'static>),
+}
+
+/// What one publish did.
+#[derive(Debug, Clone)]
+pub struct RosPutReport {
+    /// The message's sequence number (attachment).
+    pub seq: i64,
+    /// Our channel's report (`None` when host data was not sent there: no subscriber of
+    /// ours was known).
+    pub channel: Option<PutReport>,
+    /// Whether the CDR message went on the base key.
+    pub base: bool,
+}
+
+/// Counters of a [`RosPublisher`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RosPublisherStats {
+    /// Messages published.
+    pub published: u64,
+    /// CDR messages put on the base key.
+    pub base_puts: u64,
+    /// Device→host copies made for them.
+    pub device_to_host: u64,
+    /// Of `base_puts`, those whose CDR message was written into a buffer of the
+    /// session's Zenoh shared-memory pool (`zenoh_shm_out_bytes`, feature `zenoh-shm`):
+    /// ROS nodes of this host with shared memory on get it by reference.
+    pub base_shm: u64,
+}
+
+/// A publisher of `M` on a ROS topic. See the module docs for the routing.
+///
+/// The node (a session handle) is declared after the Zenoh entities so that it drops
+/// after them: a base publisher undeclared once the node's drop has closed the session
+/// would keep the closed session's memory alive (see `transport::publisher::PublisherCore`).
+pub struct RosPublisher<M: RosDataMessage> {
+    key: String,
+    topic: String,
+    token: String,
+    gid: [u8; 16],
+    qos: Qos,
+    seq: AtomicI64,
+    gpu: GpuPublisher,
+    base: Base,
+    published: AtomicU64,
+    base_puts: AtomicU64,
+    d2h: AtomicU64,
+    base_shm: AtomicU64,
+    _token: zenoh::liveliness::LivelinessToken,
+    _marker: zenoh::liveliness::LivelinessToken,
+    node: RosNode,
+    _m: PhantomData<fn(M)>,
+}
+
+impl<M: RosDataMessage> std::fmt::Debug for RosPublisher<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RosPublisher").field("key", &self.key).field("token", &self.token).finish()
+    }
+}
+
+impl<M: RosDataMessage> RosPublisher<M> {
+    pub(crate) fn new(node: RosNode, topic: &str, qos: Qos) -> Result<Self, RosDeclareError> {
+        let Endpoint { topic, key, token, gid, .. } = node.endpoint::<M>(EntityKind::Publisher, topic, &qos)?;
+        let domain = node.0.name.domain;
+        let z = node.0.session.zenoh().clone();
+        let gpu = node.0.session.declare_publisher(channel_key(&key)).wait()?;
+        let reliability = match qos.reliability {
+            Reliability::Reliable => ZReliability::Reliable,
+            Reliability::BestEffort => ZReliability::BestEffort,
+        };
+        // As rmw_zenoh: block only for reliable keep-all, else drop under congestion.
+        let congestion = match (qos.reliability, qos.history) {
+            (Reliability::Reliable, History::KeepAll) => CongestionControl::Block,
+            _ => CongestionControl::Drop,
+        };
+        let builder = z.declare_publisher(key.clone()).reliability(reliability).congestion_control(congestion);
+        let base = match qos.durability {
+            Durability::Volatile => Base::Plain(builder.wait()?),
+            Durability::TransientLocal => {
+                use zenoh_ext::{AdvancedPublisherBuilderExt, CacheConfig, MissDetectionConfig};
+                let mut b =
+                    builder.cache(CacheConfig::default().max_samples(qos.depth() as usize)).publisher_detection();
+                if qos.reliability == Reliability::Reliable {
+                    b = b.sample_miss_detection(
+                        MissDetectionConfig::default().sporadic_heartbeat(std::time::Duration::from_millis(500)),
+                    );
+                }
+                Base::Advanced(b.wait()?)
+            }
+        };
+        // The marker before the MP token: a subscription that sees the token already knows
+        // this publisher numbers its messages one by one.
+        let marker = z.liveliness().declare_token(publisher_marker_token(domain, &gid)).wait()?;
+        let tok = z.liveliness().declare_token(token.clone()).wait()?;
+        Ok(Self {
+            key,
+            topic,
+            token,
+            gid,
+            qos,
+            seq: AtomicI64::new(1),
+            gpu,
+            base,
+            published: AtomicU64::new(0),
+            base_puts: AtomicU64::new(0),
+            d2h: AtomicU64::new(0),
+            base_shm: AtomicU64::new(0),
+            _token: tok,
+            _marker: marker,
+            node,
+            _m: PhantomData,
+        })
+    }
+
+    /// The data key (`<domain>/<topic>/<type>/<hash>`).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The topic name as resolved (`/robot1/camera/image` for `camera/image` in
+    /// namespace `/robot1`).
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The liveliness token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The GID, as rmw_zenoh computes it (what `ros2 topic info -v` shows; also in
+    /// every message's attachment).
+    pub fn gid(&self) -> [u8; 16] {
+        self.gid
+    }
+
+    /// The QoS.
+    pub fn qos(&self) -> Qos {
+        self.qos
+    }
+
+    /// Our channel's publisher (zero-copy and bytes paths, its counters).
+    pub fn channel(&self) -> &GpuPublisher {
+        &self.gpu
+    }
+
+    /// Ordinary ROS subscriptions of this topic now (each makes publishes copy the data
+    /// to host and put CDR on the base key).
+    pub fn ordinary_subscriptions(&self) -> usize {
+        self.node.ordinary_subscriptions(&self.key)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> RosPublisherStats {
+        RosPublisherStats {
+            published: self.published.load(Ordering::Relaxed),
+            base_puts: self.base_puts.load(Ordering::Relaxed),
+            device_to_host: self.d2h.load(Ordering::Relaxed),
+            base_shm: self.base_shm.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The sequence number the next publish will carry (exact while one thread
+    /// publishes: e.g. to write data that depends on it before publishing).
+    pub fn next_seq(&self) -> i64 {
+        self.seq.load(Ordering::Relaxed)
+    }
+
+    /// Loans a block for the data of one message (write it on the loan's stream).
+    pub fn loan(&self, len: usize) -> Result<GpuLoan, LoanError> {
+        self.gpu.loan(len)
+    }
+
+    fn next_attachment(&self) -> Attachment {
+        // Relaxed: the counter only has to hand out distinct, increasing numbers.
+        Attachment { seq: self.seq.fetch_add(1, Ordering::Relaxed), timestamp_ns: now_ns(), gid: self.gid }
+    }
+
+    fn wants_base(&self) -> bool {
+        self.qos.durability == Durability::TransientLocal || self.ordinary_subscriptions() > 0
+    }
+
+    /// The CDR message of `msg` with `len` bytes of data written by `fill`: in a buffer of
+    /// the session's Zenoh SHM pool when there is one with room, else on the heap.
+    fn base_payload(
+        &self,
+        msg: &M,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), RosPublishError>,
+    ) -> Result<ZBytes, RosPublishError> {
+        let mut cdr = msg.encode_cdr_prefix(len)?;
+        let at = cdr.len();
+        #[cfg(feature = "zenoh-shm")]
+        if let Some(mut buf) = self.gpu.shm_buffer(at + len) {
+            buf[..at].copy_from_slice(&cdr);
+            fill(&mut buf[at..])?;
+            self.base_shm.fetch_add(1, Ordering::Relaxed);
+            return Ok(ZBytes::from(buf));
+        }
+        cdr.resize(at + len, 0);
+        fill(&mut cdr[at..])?;
+        Ok(ZBytes::from(cdr))
+    }
+
+    fn put_base(&self, cdr: ZBytes, att: &Attachment) -> Result<(), RosPublishError> {
+        let a = att.encode().to_vec();
+        let r = match &self.base {
+            Base::Plain(p) => p.put(cdr).attachment(a).wait(),
+            Base::Advanced(p) => p.put(cdr).attachment(a).wait(),
+        };
+        r.map_err(RosPublishError::Base)?;
+        self.base_puts.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Publishes a message whose data is the whole `loan`: `msg` carries every other
+    /// field. The channel gets the block (with the fields and attachment as metadata);
+    /// ordinary ROS subscribers, if any, get the CDR message, copied device→host once.
+    pub fn publish(&self, msg: &M, mut loan: GpuLoan) -> Result<RosPutReport, RosPublishError> {
+        let att = self.next_attachment();
+        let cdr = if self.wants_base() {
+            let cdr =
+                self.base_payload(msg, loan.len(), |dst| loan.read_to_host(0, dst).map_err(RosPublishError::Copy))?;
+            if loan.device_ptr().is_some() {
+                self.d2h.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(cdr)
+        } else {
+            None
+        };
+        loan.set_meta(encode_envelope(&att, msg)?);
+        // The channel first: a subscriber that gets both keeps the first copy to arrive,
+        // and this makes it the zero-copy one.
+        let channel = self.gpu.put(loan)?;
+        let base = cdr.is_some();
+        if let Some(cdr) = cdr {
+            self.put_base(cdr, &att)?;
+        }
+        self.published.fetch_add(1, Ordering::Relaxed);
+        Ok(RosPutReport { seq: att.seq, channel: Some(channel), base })
+    }
+
+    /// Publishes a message whose data is in host memory: on our channel while any
+    /// subscription of ours is known, and as CDR on the base key while an ordinary one
+    /// is (or always, for TRANSIENT_LOCAL).
+    pub fn publish_host(&self, msg: &M, data: &[u8]) -> Result<RosPutReport, RosPublishError> {
+        let att = self.next_attachment();
+        let channel = if self.gpu.aware_subscribers() > 0 {
+            Some(self.gpu.put_bytes_meta(data, Some(encode_envelope(&att, msg)?))?)
+        } else {
+            None
+        };
+        let base = self.wants_base();
+        if base {
+            let cdr = self.base_payload(msg, data.len(), |dst| {
+                dst.copy_from_slice(data);
+                Ok(())
+            })?;
+            self.put_base(cdr, &att)?;
+        }
+        self.published.fetch_add(1, Ordering::Relaxed);
+        Ok(RosPutReport { seq: att.seq, channel, base })
+    }
+}
+
+/// Declared by its node.
+impl RosNode {
+    /// Declares a publisher of `M` on `topic` (e.g. `/camera/image`, or a name relative
+    /// to the node, see [`RosNode::resolve_topic`]).
+    pub fn publisher<M: RosDataMessage>(&self, topic: &str, qos: Qos) -> Result<RosPublisher<M>, RosDeclareError> {
+        RosPublisher::new(self.clone(), topic, qos)
+    }
+}

@@ -1,0 +1,534 @@
+//! A ROS subscription that takes the zero-copy channel from our publishers, the base
+//! key from every other ROS publisher, and `<base key>/_buf_cpu` from buffer-aware
+//! rmw_zenoh publishers (0.10.5 / 0.12.0 and later), which serve CPU-only buffer-aware
+//! subscriptions there and nowhere else.
+//!
+//! Every path carries the rmw_zenoh attachment of each message (inside the envelope on
+//! our channel), so a message is identified by `(GID, sequence number)` on any. A
+//! message is delivered once, by whichever path brings it first; other copies are
+//! dropped and counted. Our publishers put the channel copy first, so while they also
+//! serve ordinary subscribers the zero-copy copy is the one kept. No switch-over can
+//! lose a message: nothing is dropped that was not delivered already.
+//!
+//! Losses: a gap in a publisher's sequence numbers after its first delivered message
+//! counts as lost, and a late message that fills a gap takes it back. Buffer-aware
+//! rmw_zenoh publishers number each *put* (one message to `_buf_cpu` and to N other
+//! keys uses N+1 numbers), so their gaps are not losses: a publisher is taken for one
+//! of them once a message of its arrives on `_buf_cpu`.
+
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use zenoh::Wait;
+use zenoh::bytes::ZBytes;
+
+use super::attachment::{Attachment, AttachmentError};
+use std::time::Instant;
+
+use super::graph::marker_token;
+use super::message::{EnvelopeError, RosDataMessage, decode_envelope};
+use super::names::{Durability, EntityKind, Qos, Reliability};
+use super::node::{Endpoint, RosDeclareError, RosNode};
+use super::silence::{SilentPublisher, Subject, Watch};
+use super::{buf_cpu_key, channel_key};
+use crate::api::{GpuSubscriber, RecvError};
+use crate::config::PlainListen;
+use crate::sample::{GpuSample, Path, ReadError};
+use crate::sync::Unpoisoned;
+use crate::transport::subscriber::spin::{SpinWindow, count_polled, recv_queue};
+
+/// Sequence numbers remembered per publisher GID for deduplication.
+const DEDUP_WINDOW: usize = 4096;
+/// Publisher GIDs remembered; beyond this the oldest-seen are forgotten.
+const MAX_PUBLISHERS: usize = 1024;
+
+/// Counters of a [`RosSubscriber`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RosSubscriberStats {
+    /// Messages delivered from our channel.
+    pub channel: u64,
+    /// Messages delivered from the base key.
+    pub base: u64,
+    /// Messages delivered from `<base key>/_buf_cpu` (buffer-aware rmw_zenoh publishers).
+    pub buf_cpu: u64,
+    /// Messages missing from publishers that number their messages one by one (gaps
+    /// after a publisher's first delivered message, less those filled late).
+    pub lost: u64,
+    /// Publishers reported as silent (see [`RosSubscriber::silent_publishers`]).
+    pub silent_publishers: u64,
+    /// Second copies (the same GID and sequence number by the other path) dropped.
+    pub duplicates: u64,
+    /// Base-key samples without a valid attachment, dropped.
+    pub bad_attachment: u64,
+    /// Base-key samples whose CDR does not decode, dropped.
+    pub bad_cdr: u64,
+    /// Channel samples without a valid envelope, dropped.
+    pub bad_envelope: u64,
+    /// Time this subscription's threads spent busy-polling for messages, in µs (its
+    /// `recv` and its channel's link threads; see `spin_us`).
+    pub polled_us: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    channel: AtomicU64,
+    base: AtomicU64,
+    buf_cpu: AtomicU64,
+    duplicates: AtomicU64,
+    bad_attachment: AtomicU64,
+    bad_cdr: AtomicU64,
+    bad_envelope: AtomicU64,
+    polled_ns: AtomicU64,
+}
+
+/// Sequence numbers seen from one publisher: the last [`DEDUP_WINDOW`] of them.
+#[derive(Default)]
+struct Seen {
+    seqs: BTreeSet<i64>,
+    order: u64,
+    /// The highest sequence number delivered.
+    high: Option<i64>,
+    /// Numbers skipped below `high`, less those delivered late.
+    lost: u64,
+    /// Numbers each put, not each message (a buffer-aware rmw_zenoh publisher).
+    per_put: bool,
+}
+
+#[derive(Default)]
+struct Dedup {
+    by_gid: HashMap<[u8; 16], Seen>,
+    clock: u64,
+    /// Losses of publishers forgotten to make room.
+    forgotten_lost: u64,
+}
+
+impl Dedup {
+    /// Records `(gid, seq)`: `None` if it was delivered already, else whether its
+    /// publisher numbers per put. `via_buf_cpu`: it came on `_buf_cpu`.
+    fn first(&mut self, gid: [u8; 16], seq: i64, via_buf_cpu: bool) -> Option<bool> {
+        self.clock += 1;
+        if !self.by_gid.contains_key(&gid) && self.by_gid.len() >= MAX_PUBLISHERS {
+            let oldest = self.by_gid.iter().min_by_key(|(_, s)| s.order).map(|(g, _)| *g);
+            if let Some(s) = oldest.and_then(|g| self.by_gid.remove(&g)) {
+                self.forgotten_lost += if s.per_put { 0 } else { s.lost };
+            }
+        }
+        let seen = self.by_gid.entry(gid).or_default();
+        seen.order = self.clock;
+        seen.per_put |= via_buf_cpu;
+        if seen.seqs.len() >= DEDUP_WINDOW && seen.seqs.first().is_some_and(|&lo| seq < lo) {
+            return None; // older than the window: long since delivered or skipped
+        }
+        if !seen.seqs.insert(seq) {
+            return None;
+        }
+        if seen.seqs.len() > DEDUP_WINDOW {
+            seen.seqs.pop_first();
+        }
+        match seen.high {
+            Some(high) if seq > high => {
+                seen.lost += seq.abs_diff(high) - 1;
+                seen.high = Some(seq);
+            }
+            Some(_) => seen.lost = seen.lost.saturating_sub(1),
+            None => seen.high = Some(seq),
+        }
+        Some(seen.per_put)
+    }
+
+    fn heard(&self, gid: &[u8; 16]) -> bool {
+        self.by_gid.contains_key(gid)
+    }
+
+    fn lost(&self) -> u64 {
+        self.by_gid.values().filter(|s| !s.per_put).map(|s| s.lost).sum::<u64>() + self.forgotten_lost
+    }
+}
+
+/// The state of a subscription that does not depend on its message type.
+#[derive(Default)]
+struct Core {
+    dedup: Mutex<Dedup>,
+    counters: Counters,
+}
+
+impl Core {
+    fn dedup(&self) -> std::sync::MutexGuard<'_, Dedup> {
+        self.dedup.locked()
+    }
+}
+
+struct Shared<M> {
+    tx: flume::Sender<RosSample<M>>,
+    core: Arc<Core>,
+}
+
+impl<M: RosDataMessage> Shared<M> {
+    /// `Some(per_put)` for a message not delivered yet.
+    fn first(&self, att: &Attachment, via_buf_cpu: bool) -> Option<bool> {
+        let new = self.core.dedup().first(att.gid, att.seq, via_buf_cpu);
+        if new.is_none() {
+            self.core.counters.duplicates.fetch_add(1, Ordering::Relaxed);
+        }
+        new
+    }
+
+    fn on_channel(&self, sample: GpuSample) {
+        let env = sample.info().meta.as_deref().ok_or(EnvelopeError::Missing).and_then(decode_envelope::<M>);
+        let (attachment, msg) = match env {
+            Ok(v) => v,
+            Err(e) => {
+                self.core.counters.bad_envelope.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(error = %crate::error::Chain(&e), key = %sample.info().key, "dropping a channel sample");
+                return;
+            }
+        };
+        if let Some(seq_per_put) = self.first(&attachment, false) {
+            self.core.counters.channel.fetch_add(1, Ordering::Relaxed);
+            let _ = self.tx.send(RosSample { msg, attachment, seq_per_put, body: Body::Channel(sample) });
+        }
+    }
+
+    /// A sample of the base key, or of `_buf_cpu` when `via_buf_cpu`: the same CDR.
+    fn on_base(&self, sample: zenoh::sample::Sample, via_buf_cpu: bool) {
+        let attachment = match sample.attachment().map(|a| a.to_bytes()) {
+            None => Err(AttachmentError::Missing),
+            Some(a) => Attachment::decode(&a),
+        };
+        let attachment = match attachment {
+            Ok(a) => a,
+            Err(e) => {
+                self.core.counters.bad_attachment.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(error = %crate::error::Chain(&e), key = %sample.key_expr(), "dropping a sample without a valid attachment");
+                return;
+            }
+        };
+        let payload = sample.payload().clone();
+        let decoded = M::decode_cdr(&payload.to_bytes());
+        let (msg, range) = match decoded {
+            Ok(v) => v,
+            Err(e) => {
+                self.core.counters.bad_cdr.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(error = %crate::error::Chain(&e), key = %sample.key_expr(), "dropping a sample whose CDR does not decode");
+                return;
+            }
+        };
+        if let Some(seq_per_put) = self.first(&attachment, via_buf_cpu) {
+            let c = &self.core.counters;
+            if via_buf_cpu { &c.buf_cpu } else { &c.base }.fetch_add(1, Ordering::Relaxed);
+            let _ = self.tx.send(RosSample { msg, attachment, seq_per_put, body: Body::Base { payload, range } });
+        }
+    }
+}
+
+enum Body {
+    Channel(GpuSample),
+    Base { payload: ZBytes, range: Range<usize> },
+}
+
+/// A received ROS message: its fields, its attachment, and its data where it arrived
+/// (a GPU sample from our channel, or the CDR bytes of the base key).
+pub struct RosSample<M> {
+    msg: M,
+    attachment: Attachment,
+    seq_per_put: bool,
+    body: Body,
+}
+
+impl<M: RosDataMessage + std::fmt::Debug> std::fmt::Debug for RosSample<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RosSample")
+            .field("msg", &self.msg)
+            .field("attachment", &self.attachment)
+            .field("path", &self.path())
+            .field("data_len", &self.data_len())
+            .finish()
+    }
+}
+
+impl<M: RosDataMessage> RosSample<M> {
+    /// The message fields (no data).
+    pub fn msg(&self) -> &M {
+        &self.msg
+    }
+
+    /// The rmw_zenoh attachment (sequence number, source timestamp, publisher GID).
+    pub fn attachment(&self) -> &Attachment {
+        &self.attachment
+    }
+
+    /// Whether its publisher numbers each put rather than each message (a buffer-aware
+    /// rmw_zenoh publisher, as far as known when it arrived): gaps in its sequence
+    /// numbers are then not losses.
+    pub fn seq_per_put(&self) -> bool {
+        self.seq_per_put
+    }
+
+    /// How the data arrived: our channel's paths, or [`Path::Plain`] for the CDR
+    /// message on the base key or `_buf_cpu`.
+    pub fn path(&self) -> Path {
+        match &self.body {
+            Body::Channel(s) => s.path(),
+            Body::Base { .. } => Path::Plain,
+        }
+    }
+
+    /// Length of the data field.
+    pub fn data_len(&self) -> usize {
+        match &self.body {
+            Body::Channel(s) => s.len(),
+            Body::Base { range, .. } => range.len(),
+        }
+    }
+
+    /// The sample from our channel (read it on a CUDA stream in place), if it came that way.
+    pub fn gpu_sample(&self) -> Option<&GpuSample> {
+        match &self.body {
+            Body::Channel(s) => Some(s),
+            Body::Base { .. } => None,
+        }
+    }
+
+    /// The data as host bytes without a copy where possible (`None` for device blocks:
+    /// use [`RosSample::gpu_sample`] or [`RosSample::data_to_vec`]).
+    pub fn host_data(&self) -> Option<Cow<'_, [u8]>> {
+        match &self.body {
+            Body::Channel(s) => s.host_bytes(),
+            Body::Base { payload, range } => Some(match payload.to_bytes() {
+                Cow::Borrowed(b) => Cow::Borrowed(&b[range.clone()]),
+                Cow::Owned(b) => Cow::Owned(b[range.clone()].to_vec()),
+            }),
+        }
+    }
+
+    /// An owned host copy of the data (device→host for device blocks).
+    pub fn data_to_vec(&self) -> Result<Vec<u8>, ReadError> {
+        match &self.body {
+            Body::Channel(s) => s.to_vec(),
+            Body::Base { .. } => Ok(self.host_data().map(Cow::into_owned).unwrap_or_default()),
+        }
+    }
+
+    /// The whole message with its data copied to host memory.
+    pub fn to_message(&self) -> Result<M::Owned, ReadError> {
+        Ok(self.msg.with_data(self.data_to_vec()?))
+    }
+}
+
+enum BaseSub {
+    Plain(#[allow(dead_code)] zenoh::pubsub::Subscriber<()>),
+    Advanced(#[allow(dead_code)] zenoh_ext::AdvancedSubscriber<()>),
+}
+
+/// A subscription to `M` on a ROS topic. Fields drop in order: the tokens go first
+/// (publishers stop counting it), then the base subscribers, then our channel.
+pub struct RosSubscriber<M: RosDataMessage> {
+    _token: zenoh::liveliness::LivelinessToken,
+    _marker: zenoh::liveliness::LivelinessToken,
+    _base: BaseSub,
+    _buf_cpu: Option<zenoh::pubsub::Subscriber<()>>,
+    channel: GpuSubscriber<()>,
+    rx: flume::Receiver<RosSample<M>>,
+    /// The polling window of `recv` on `rx`.
+    spin: SpinWindow,
+    core: Arc<Core>,
+    watch: Arc<Watch>,
+    key: String,
+    topic: String,
+    token: String,
+    gid: [u8; 16],
+    _node: RosNode,
+}
+
+impl<M: RosDataMessage> std::fmt::Debug for RosSubscriber<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RosSubscriber").field("key", &self.key).field("token", &self.token).finish()
+    }
+}
+
+impl<M: RosDataMessage> RosSubscriber<M> {
+    pub(crate) fn new(node: RosNode, topic: &str, qos: Qos) -> Result<Self, RosDeclareError> {
+        let Endpoint { topic, key, hash, token, gid, buffer_aware } =
+            node.endpoint::<M>(EntityKind::Subscription, topic, &qos)?;
+        let domain = node.0.name.domain;
+        let (tx, rx) = flume::bounded(qos.depth().max(1) as usize);
+        let core = Arc::new(Core::default());
+        let shared = Arc::new(Shared { tx, core: Arc::clone(&core) });
+
+        // Nobody publishes plain samples on our channel key: never listen there.
+        let sh = Arc::clone(&shared);
+        let channel = node
+            .0
+            .session
+            .with_plain_listen(PlainListen::Never)
+            .declare_subscriber(channel_key(&key))
+            .callback(move |s| sh.on_channel(s))
+            .wait()?;
+
+        let z = node.0.session.zenoh().clone();
+        let sh = Arc::clone(&shared);
+        let base = match qos.durability {
+            Durability::Volatile => {
+                BaseSub::Plain(z.declare_subscriber(key.clone()).callback(move |s| sh.on_base(s, false)).wait()?)
+            }
+            Durability::TransientLocal => {
+                use zenoh_ext::{AdvancedSubscriberBuilderExt, HistoryConfig, RecoveryConfig};
+                let mut b = z
+                    .declare_subscriber(key.clone())
+                    .history(HistoryConfig::default().detect_late_publishers().max_samples(qos.depth() as usize))
+                    .subscriber_detection()
+                    // rmw_zenoh waits without limit; a day is as good and stays far from
+                    // any deadline arithmetic overflow.
+                    .query_timeout(Duration::from_secs(24 * 3600));
+                if qos.reliability == Reliability::Reliable {
+                    b = b.recovery(RecoveryConfig::default().heartbeat());
+                }
+                BaseSub::Advanced(b.callback(move |s| sh.on_base(s, false)).wait()?)
+            }
+        };
+        let buf_cpu = match buffer_aware {
+            true => {
+                let sh = Arc::clone(&shared);
+                Some(z.declare_subscriber(buf_cpu_key(&key)).callback(move |s| sh.on_base(s, true)).wait()?)
+            }
+            false => None,
+        };
+        let heard_by = Arc::clone(&core);
+        let watch = Arc::new(Watch {
+            subject: Subject {
+                topic: topic.clone(),
+                dds_type: M::DDS_TYPE_NAME,
+                hash,
+                qos,
+                has_backends: buffer_aware,
+                key: key.clone(),
+                gid,
+                domain,
+                since: Instant::now(),
+                session: z.clone(),
+            },
+            heard: Box::new(move |gid| heard_by.dedup().heard(gid)),
+            silent: Mutex::new(HashMap::new()),
+            reports: AtomicU64::new(0),
+        });
+        node.watch(&watch)?;
+        // The marker before the MS token: a publisher that sees the token already knows
+        // this subscription takes our channel.
+        let marker = z.liveliness().declare_token(marker_token(domain, &gid)).wait()?;
+        let tok = z.liveliness().declare_token(token.clone()).wait()?;
+        Ok(Self {
+            _token: tok,
+            _marker: marker,
+            _base: base,
+            _buf_cpu: buf_cpu,
+            channel,
+            rx,
+            spin: SpinWindow::new(Duration::from_micros(node.0.session.config().spin_us)),
+            core,
+            watch,
+            key,
+            topic,
+            token,
+            gid,
+            _node: node,
+        })
+    }
+
+    /// The topic name as resolved.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Publishers of this topic in the graph that have sent nothing that reached this
+    /// subscription within the node's silence window, with the likely reasons. Each was
+    /// also logged once (WARN) and counted in [`RosSubscriberStats::silent_publishers`];
+    /// one that is heard from later, or leaves, drops off this list.
+    pub fn silent_publishers(&self) -> Vec<SilentPublisher> {
+        self.watch.silent.locked().values().map(|r| r.publisher.clone()).collect()
+    }
+
+    /// The data key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The liveliness token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The GID, as rmw_zenoh computes it.
+    pub fn gid(&self) -> [u8; 16] {
+        self.gid
+    }
+
+    /// Why `sample` came by its path, in words to print beside it (`None` for zero-copy).
+    pub fn path_reason(&self, sample: &RosSample<M>) -> Option<String> {
+        match &sample.body {
+            Body::Channel(s) => self.channel.path_reason(s.info()),
+            Body::Base { .. } => Some(
+                "CDR on the topic's keys: an rmw_zenoh publisher, or one of ours whose channel this subscription \
+                 did not hear first"
+                    .to_owned(),
+            ),
+        }
+    }
+
+    /// Our channel's subscriber (its publishers and counters).
+    pub fn channel(&self) -> &GpuSubscriber<()> {
+        &self.channel
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> RosSubscriberStats {
+        let c = &self.core.counters;
+        RosSubscriberStats {
+            channel: c.channel.load(Ordering::Relaxed),
+            base: c.base.load(Ordering::Relaxed),
+            buf_cpu: c.buf_cpu.load(Ordering::Relaxed),
+            lost: self.core.dedup().lost(),
+            silent_publishers: self.watch.reports.load(Ordering::Relaxed),
+            duplicates: c.duplicates.load(Ordering::Relaxed),
+            bad_attachment: c.bad_attachment.load(Ordering::Relaxed),
+            bad_cdr: c.bad_cdr.load(Ordering::Relaxed),
+            bad_envelope: c.bad_envelope.load(Ordering::Relaxed),
+            polled_us: c.polled_ns.load(Ordering::Relaxed) / 1000 + self.channel.stats().polled_us,
+        }
+    }
+
+    /// Waits for the next message (polling first while messages have been coming
+    /// within `spin_us`).
+    pub fn recv(&self) -> Result<RosSample<M>, RecvError> {
+        self.recv_within(Duration::MAX)
+    }
+
+    /// Waits up to `timeout` for the next message (polling first, within `timeout`,
+    /// while messages have been coming within `spin_us`).
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<RosSample<M>, RecvError> {
+        self.recv_within(timeout)
+    }
+
+    fn recv_within(&self, within: Duration) -> Result<RosSample<M>, RecvError> {
+        let (got, polled) = recv_queue(&self.rx, &self.spin, within);
+        count_polled(&self.core.counters.polled_ns, polled);
+        got.map_err(RecvError::from)
+    }
+
+    /// The next message if one is queued.
+    pub fn try_recv(&self) -> Option<RosSample<M>> {
+        self.rx.try_recv().ok()
+    }
+}
+
+/// Declared by its node.
+impl RosNode {
+    /// Declares a subscription to `M` on `topic` that takes our channel from our
+    /// publishers and the base key from every other ROS publisher.
+    pub fn subscriber<M: RosDataMessage>(&self, topic: &str, qos: Qos) -> Result<RosSubscriber<M>, RosDeclareError> {
+        RosSubscriber::new(self.clone(), topic, qos)
+    }
+}
