@@ -71,7 +71,7 @@ fn ours_of_role(
 
 /// Subscribes (with history) to the liveliness tokens of `role` and calls `f` with
 /// each put or delete of a well-formed token whose key intersects `ours`.
-pub fn watch_tokens(
+pub(crate) fn watch_tokens(
     session: &zenoh::Session,
     role: crate::protocol::Role,
     ours: zenoh::key_expr::KeyExpr<'static>,
@@ -96,7 +96,7 @@ pub fn watch_tokens(
 /// A token subscriber's history arrives in its callback some time after its
 /// declaration returns; this says what it will bring. Made after such a subscriber on the
 /// same keys is declared, the query finds nothing (Zenoh 1.10.2, client of a router).
-pub fn current_tokens(
+pub(crate) fn current_tokens(
     session: &zenoh::Session,
     role: crate::protocol::Role,
     ours: &zenoh::key_expr::KeyExpr<'static>,
@@ -115,7 +115,7 @@ pub fn current_tokens(
 /// A publisher's or subscriber's instance id as every log line, token, admin answer
 /// and example prints it: 16 hex digits.
 #[derive(Clone, Copy)]
-pub struct Id(pub(crate) u64);
+pub(crate) struct Id(pub(crate) u64);
 
 impl std::fmt::Display for Id {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -124,12 +124,12 @@ impl std::fmt::Display for Id {
 }
 
 /// Nanoseconds since the Unix epoch.
-pub fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Logs at most one warning per `every` for a class of bad input, counting the rest.
-pub struct RateLimitedWarn {
+pub(crate) struct RateLimitedWarn {
     last: std::sync::Mutex<Option<std::time::Instant>>,
     every: std::time::Duration,
     suppressed: std::sync::atomic::AtomicU64,
@@ -137,12 +137,12 @@ pub struct RateLimitedWarn {
 
 impl RateLimitedWarn {
     /// At most one warning per `every`.
-    pub fn new(every: std::time::Duration) -> Self {
+    pub(crate) fn new(every: std::time::Duration) -> Self {
         Self { last: std::sync::Mutex::new(None), every, suppressed: std::sync::atomic::AtomicU64::new(0) }
     }
 
     /// Logs `what: detail` unless a warning went out less than `every` ago; counts it then.
-    pub fn warn(&self, what: &str, detail: &dyn std::fmt::Display) {
+    pub(crate) fn warn(&self, what: &str, detail: &dyn std::fmt::Display) {
         use std::sync::atomic::Ordering::Relaxed;
         let mut last = self.last.locked();
         let now = std::time::Instant::now();

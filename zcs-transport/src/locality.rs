@@ -26,7 +26,7 @@ pub struct PeerView {
 /// peer access, a GPU its process does not see, or `peer_gpus: host`) takes host blocks
 /// and copies them onto its GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Locality {
+pub(crate) enum Locality {
     /// Same device (or the same host's memory): the block itself.
     Same,
     /// Another GPU of this host whose memory ours can map: the block, read over the link.
@@ -40,14 +40,14 @@ pub enum Locality {
 
 impl Locality {
     /// Whether a handshake is worth trying.
-    pub fn maps(&self) -> bool {
+    pub(crate) fn maps(&self) -> bool {
         matches!(self, Self::Same | Self::Peer | Self::HostBlock)
     }
 }
 
 /// Why processes of groups `ours` and `theirs` cannot share a block as it is: another
 /// host, or another device; `None` for the same group.
-pub fn apart(ours: &Group, theirs: &Group) -> Option<String> {
+pub(crate) fn apart(ours: &Group, theirs: &Group) -> Option<String> {
     if ours.boot_id != theirs.boot_id {
         Some("on another host".to_owned())
     } else if ours.device != theirs.device {
@@ -60,7 +60,7 @@ pub fn apart(ours: &Group, theirs: &Group) -> Option<String> {
 /// The subscriber's decision for a publisher of group `theirs`; `ours` is the
 /// subscriber's group, `peer` its view of the host's GPUs (CUDA subscribers only) and
 /// `host_blocks` its configuration's `host_blocks` (host-memory subscribers).
-pub fn decide(ours: &Group, theirs: &Group, peer: Option<&PeerView>, host_blocks: bool) -> Locality {
+pub(crate) fn decide(ours: &Group, theirs: &Group, peer: Option<&PeerView>, host_blocks: bool) -> Locality {
     let Some(other_device) = apart(ours, theirs) else { return Locality::Same };
     if ours.boot_id != theirs.boot_id {
         return Locality::Bytes(other_device);
@@ -109,7 +109,7 @@ pub fn decide(ours: &Group, theirs: &Group, peer: Option<&PeerView>, host_blocks
 
 /// Which blocks a publisher serves a subscriber whose `Hello` names its group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Serve {
+pub(crate) enum Serve {
     /// The publisher's own blocks: a subscriber of its group, or, for a CUDA
     /// publisher, one on another GPU of the same host (which decided it can map ours).
     Blocks,
@@ -119,7 +119,7 @@ pub enum Serve {
 }
 
 /// The publisher's check of a `Hello`: what it serves that subscriber, if anything.
-pub fn serves(publisher: &Group, subscriber: &Group) -> Option<Serve> {
+pub(crate) fn serves(publisher: &Group, subscriber: &Group) -> Option<Serve> {
     let cuda = |g: &Group| Group::cuda_uuid(&g.device).is_some();
     if publisher == subscriber {
         Some(Serve::Blocks)

@@ -56,7 +56,7 @@ impl PubMedium {
     }
 
     /// Releases `holder`'s hold of block `key` (see `Pool::release`).
-    pub fn release(&self, key: BlockKey, holder: HolderId) -> Result<(), crate::pool::StaleError> {
+    pub(crate) fn release(&self, key: BlockKey, holder: HolderId) -> Result<(), crate::pool::StaleError> {
         match self {
             Self::Cuda { pool, .. } => pool.release(key, holder),
             Self::Host { pool } => pool.release(key, holder),
@@ -64,7 +64,7 @@ impl PubMedium {
     }
 
     /// Releases every hold of `holder` (a subscriber gone); returns how many.
-    pub fn release_holder(&self, holder: HolderId) -> usize {
+    pub(crate) fn release_holder(&self, holder: HolderId) -> usize {
         match self {
             Self::Cuda { pool, .. } => pool.release_holder(holder),
             Self::Host { pool } => pool.release_holder(holder),
@@ -80,7 +80,7 @@ impl PubMedium {
     }
 
     /// Runs `f` with the FD and size of a published block, if `capability` matches.
-    pub fn with_handout<R>(
+    pub(crate) fn with_handout<R>(
         &self,
         key: BlockKey,
         capability: u64,
@@ -98,7 +98,7 @@ impl PubMedium {
     /// at once ([`CopyOut::Done`]). Device memory is copied on a stream of its own after
     /// the block's ready signal, and the copy is only enqueued ([`CopyOut::Copying`]):
     /// the block is kept from reuse until it is done.
-    pub fn copy_out(
+    pub(crate) fn copy_out(
         &self,
         p: &PublishedAny,
         offset: usize,
@@ -158,7 +158,7 @@ impl PubMedium {
 }
 
 /// A copy out of a block, for a Zenoh payload.
-pub enum CopyOut {
+pub(crate) enum CopyOut {
     /// Copied: the payload, and whether it is in a Zenoh SHM buffer.
     Done(ZBytes, bool),
     /// Enqueued on the GPU: the payload once its fence is passed, and whether it will
@@ -167,7 +167,7 @@ pub enum CopyOut {
 }
 
 /// Where a device→host copy out lands.
-pub enum OutBuf {
+pub(crate) enum OutBuf {
     /// Pinned staging of the publisher's.
     Staging(PinnedBuf),
     /// A buffer of the session's Zenoh SHM pool.
@@ -185,7 +185,7 @@ impl OutBuf {
     }
 
     /// The payload, and whether it is in a Zenoh SHM buffer.
-    pub fn into_payload(self) -> (ZBytes, bool) {
+    pub(crate) fn into_payload(self) -> (ZBytes, bool) {
         match self {
             Self::Staging(b) => (ZBytes::from(bytes::Bytes::from_owner(b)), false),
             #[cfg(feature = "zenoh-shm")]
@@ -288,7 +288,7 @@ pub(crate) struct Mapped<T> {
 }
 
 impl<T> Mapped<T> {
-    pub fn new(block: T, opened: Option<Opened>) -> Self {
+    pub(crate) fn new(block: T, opened: Option<Opened>) -> Self {
         Self { _pinned: None, block, _opened: opened }
     }
 }
@@ -296,7 +296,7 @@ impl<T> Mapped<T> {
 impl Mapped<HostBlock> {
     /// A host block `gpu` copies from, page-locked with its driver so the copies run at
     /// full speed; without that (the lock limit, say), copied as pageable memory.
-    pub fn pinned(block: HostBlock, gpu: &crate::cuda::Gpu) -> Self {
+    pub(crate) fn pinned(block: HostBlock, gpu: &crate::cuda::Gpu) -> Self {
         // SAFETY: the range is this fresh mapping of the block, which outlives the
         // registration (dropped first, see the field order) and overlaps no other one;
         // copies from it hold this value (the sample's or the lease's) until they end.
@@ -344,7 +344,7 @@ impl Clone for Imported {
 }
 
 impl Imported {
-    pub fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         match self {
             Self::Cuda(b) => b.size(),
             Self::Host(b) => b.size(),

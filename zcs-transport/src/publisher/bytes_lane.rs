@@ -24,7 +24,7 @@ use crate::protocol::{self, BytesHeader};
 
 /// Our Zenoh publishers of bytes: on the plain key (plain Zenoh and ROS subscribers),
 /// and on our channel (GPU-aware subscribers off the zero-copy path).
-pub struct BytesOut {
+pub(super) struct BytesOut {
     pub(super) plain: zenoh::pubsub::Publisher<'static>,
     pub(super) aware: zenoh::pubsub::Publisher<'static>,
     /// Failures after `put` returned, logged at most every few seconds.
@@ -34,7 +34,13 @@ pub struct BytesOut {
 impl BytesOut {
     /// Puts `bytes` with `header` where asked (the publisher counted them when it
     /// decided).
-    pub fn put(&self, bytes: ZBytes, header: &BytesHeader, to_aware: bool, to_plain: bool) -> Result<(), PutError> {
+    pub(super) fn put(
+        &self,
+        bytes: ZBytes,
+        header: &BytesHeader,
+        to_aware: bool,
+        to_plain: bool,
+    ) -> Result<(), PutError> {
         let att = protocol::encode_attachment(header);
         if to_aware {
             let key = || self.aware.key_expr().as_str().to_owned();
@@ -50,7 +56,7 @@ impl BytesOut {
 }
 
 /// A message for the lane to put.
-pub struct Job {
+pub(super) struct Job {
     pub(super) payload: Payload,
     pub(super) header: BytesHeader,
     pub(super) to_aware: bool,
@@ -58,13 +64,13 @@ pub struct Job {
 }
 
 /// A message's bytes: being copied out, or ready.
-pub enum Payload {
+pub(super) enum Payload {
     Copying(Filling<OutBuf>),
     Ready(ZBytes),
 }
 
 /// The lane: its thread, and how many messages it holds.
-pub struct BytesLane {
+pub(super) struct BytesLane {
     jobs: Option<flume::Sender<Job>>,
     /// Messages handed to the lane and not yet put (or failed).
     held: Arc<AtomicUsize>,
@@ -75,7 +81,7 @@ pub struct BytesLane {
 
 impl BytesLane {
     /// A lane putting through `out`, counting in `sh`.
-    pub fn new(out: Arc<BytesOut>, sh: Arc<Shared>) -> std::io::Result<Self> {
+    pub(super) fn new(out: Arc<BytesOut>, sh: Arc<Shared>) -> std::io::Result<Self> {
         // Rendezvous: a put hands its message over only when the thread takes it.
         let (jobs, rx) = flume::bounded::<Job>(0);
         let held = Arc::new(AtomicUsize::new(0));
@@ -90,12 +96,12 @@ impl BytesLane {
     }
 
     /// Whether the lane holds a message not yet put: bytes put now must go through it.
-    pub fn busy(&self) -> bool {
+    pub(super) fn busy(&self) -> bool {
         self.held.load(Ordering::Acquire) > 0
     }
 
     /// Hands `job` to the lane, waiting while it holds a message besides the one it puts.
-    pub fn send(&self, job: Job) {
+    pub(super) fn send(&self, job: Job) {
         self.held.fetch_add(1, Ordering::AcqRel);
         let back = match &self.jobs {
             Some(jobs) => jobs.send(job).err().map(|e| e.into_inner()),
@@ -112,7 +118,7 @@ impl BytesLane {
 impl BytesLane {
     /// Puts what the lane holds and stops its thread; later messages are put by the
     /// caller. Idempotent.
-    pub fn close(&mut self) {
+    pub(super) fn close(&mut self) {
         // The thread puts what it holds, then sees the channel closed.
         drop(self.jobs.take());
         if let Some(t) = self.thread.take() {

@@ -17,7 +17,7 @@ impl Ready {
     /// Whether this connection gets `block`'s FD with the descriptor about to go out:
     /// the first descriptor of this allocation of the block. Marked before the send (a
     /// failed send drops the whole connection's entry).
-    pub fn first_descriptor_of(&mut self, block: BlockKey) -> bool {
+    pub(super) fn first_descriptor_of(&mut self, block: BlockKey) -> bool {
         self.fds_sent.insert(block.id, block.alloc) != Some(block.alloc)
     }
 }
@@ -26,7 +26,7 @@ impl Ready {
 /// if `host`): the FD if the pool of its blocks hands it out, `FdDenied` with the reason
 /// otherwise. False when the connection must end (the answer could not be sent while
 /// the subscriber is still routed to).
-pub fn answer_request(
+pub(super) fn answer_request(
     sh: &Arc<Shared>,
     conn: &ControlConn,
     holder: u64,

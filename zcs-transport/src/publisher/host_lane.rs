@@ -27,7 +27,7 @@ use crate::sync::Unpoisoned;
 /// A publisher's host blocks: their pool, the stream their copies run on, the probe a
 /// host-memory subscriber imports in its handshake, and the thread that sends what
 /// goes to those subscribers.
-pub struct HostLane {
+pub(crate) struct HostLane {
     pool: Pool<PinnedHostBackend>,
     gpu: Gpu,
     stream: Stream,
@@ -50,7 +50,7 @@ enum Job {
 /// Why a host block could not be prepared for a message (its host-memory subscribers
 /// get it as bytes).
 #[derive(Debug, thiserror::Error)]
-pub enum LaneError {
+pub(crate) enum LaneError {
     /// No host block is free, or none can be allocated.
     #[error("no host block")]
     Loan(#[from] crate::pool::LoanError),
@@ -62,7 +62,7 @@ pub enum LaneError {
 impl HostLane {
     /// A lane for a publisher on `gpu` whose pool is configured by `cfg` and keyed by
     /// `cap_key`; its thread sends through `sh` while the publisher exists.
-    pub fn new(
+    pub(super) fn new(
         gpu: &Gpu,
         cfg: &PoolConfig,
         cap_key: CapabilityKey,
@@ -82,11 +82,11 @@ impl HostLane {
         Ok(Self { pool, gpu: gpu.clone(), stream, probe, probe_token, jobs })
     }
 
-    pub fn pool(&self) -> &Pool<PinnedHostBackend> {
+    pub(crate) fn pool(&self) -> &Pool<PinnedHostBackend> {
         &self.pool
     }
 
-    pub fn probe(&self) -> &HostBlock {
+    pub(super) fn probe(&self) -> &HostBlock {
         &self.probe
     }
 
@@ -95,7 +95,7 @@ impl HostLane {
     /// block, published, and the fence the copy completes. `source` is held until then
     /// by the fence (the recycler's, not the lane's: a lane held up by a slow reader
     /// never keeps GPU blocks from the producer).
-    pub fn copy(
+    pub(super) fn copy(
         &self,
         signals: &ReadySignals,
         source: &PublishedAny,
@@ -123,7 +123,7 @@ impl HostLane {
     }
 
     /// Queues a copied message for `holders`; sent once the copy is done.
-    pub fn send_copied(
+    pub(super) fn send_copied(
         &self,
         done: Arc<Fence>,
         block: Published<PinnedHostBackend>,
@@ -134,17 +134,17 @@ impl HostLane {
     }
 
     /// Queues a frame for `holders`, after what is queued already.
-    pub fn send_frame(&self, frame: Vec<u8>, holders: Vec<u64>) {
+    pub(super) fn send_frame(&self, frame: Vec<u8>, holders: Vec<u64>) {
         let _ = self.jobs.send(Job::Frame { frame, holders });
     }
 
     /// Queues the `Left` of a subscriber that left, after what is queued for it.
-    pub fn send_left(&self, conn: Arc<ControlConn>) {
+    pub(super) fn send_left(&self, conn: Arc<ControlConn>) {
         let _ = self.jobs.send(Job::Left { conn });
     }
 
     /// The descriptor of a host block holding a message.
-    pub fn descriptor(block: &Published<PinnedHostBackend>, mut d: Descriptor) -> Descriptor {
+    pub(super) fn descriptor(block: &Published<PinnedHostBackend>, mut d: Descriptor) -> Descriptor {
         d.block = block.key();
         d.capability = block.capability();
         d.block_size = block.memory().block().size() as u64;

@@ -97,14 +97,14 @@ impl State {
 }
 
 /// What a publisher's threads share: its key, instance, medium and routing state.
-pub struct Shared {
+pub(crate) struct Shared {
     /// The key expression it publishes on.
-    pub key: String,
+    pub(crate) key: String,
     /// A random id of this publisher, which its loans carry.
-    pub instance: u64,
+    pub(crate) instance: u64,
     pub(crate) group: Group,
     /// What it allocates from.
-    pub medium: PubMedium,
+    pub(crate) medium: PubMedium,
     state: Mutex<State>,
     counters: Counters,
     next_holder: AtomicU64,
@@ -159,16 +159,6 @@ impl Shared {
         self.medium.release_holder(holder) + self.host_lane.get().map_or(0, |l| l.pool().release_holder(holder))
     }
 
-    /// The Zenoh SHM pool copies out land in, if the session has one.
-    pub fn shm_out(&self) -> Option<&ShmOut> {
-        self.shm_out.as_deref()
-    }
-
-    /// The counters of the pool of host blocks (copies for subscribers without a GPU), once it exists.
-    pub fn host_pool_stats(&self) -> Option<crate::pool::PoolStats> {
-        self.host_lane.get().map(|l| l.pool().stats())
-    }
-
     /// How many blocks `holder` holds, in both pools.
     fn holds(&self, holder: HolderId) -> usize {
         self.medium.holds(holder) + self.host_lane.get().map_or(0, |l| l.pool().holds(holder))
@@ -176,7 +166,7 @@ impl Shared {
 }
 
 /// Why a publisher and a subscriber are not on the zero-copy path, from their groups.
-pub fn path_reason(ours: &Group, theirs: &Group) -> String {
+pub(crate) fn path_reason(ours: &Group, theirs: &Group) -> String {
     crate::locality::apart(ours, theirs).unwrap_or_else(|| "same device, handshake not complete or failed".to_owned())
 }
 
@@ -229,7 +219,7 @@ pub struct PublisherCore {
     _token: zenoh::liveliness::LivelinessToken,
     _sub_tokens: zenoh::pubsub::Subscriber<()>,
     /// What the publisher's threads share.
-    pub shared: Arc<Shared>,
+    shared: Arc<Shared>,
     /// The bytes lane: emptied (putting what it holds) in `drop`, before anything else.
     lane: BytesLane,
     out: Arc<BytesOut>,
@@ -413,6 +403,32 @@ impl PublisherCore {
             _sub_tokens: sub_tokens,
             server: Some(server),
         })
+    }
+
+    /// The key expression it publishes on.
+    pub fn key(&self) -> &str {
+        &self.shared.key
+    }
+
+    /// A random id of this publisher, which its loans carry.
+    pub fn instance(&self) -> u64 {
+        self.shared.instance
+    }
+
+    /// What it allocates from.
+    pub fn medium(&self) -> &PubMedium {
+        &self.shared.medium
+    }
+
+    /// The Zenoh SHM pool copies out land in, if the session has one.
+    pub fn shm_out(&self) -> Option<&ShmOut> {
+        self.shared.shm_out.as_deref()
+    }
+
+    /// The counters of the pool of host blocks (copies for subscribers without a GPU),
+    /// once it exists.
+    pub fn host_pool_stats(&self) -> Option<crate::pool::PoolStats> {
+        self.shared.host_lane.get().map(|l| l.pool().stats())
     }
 
     /// Whether anyone listens on the plain key.

@@ -33,17 +33,17 @@ const LANE_MIN_BYTES: usize = 256 * 1024;
 /// the leases of that connection stay until the subscriber releases them or closes it,
 /// so no block is reused under samples it holds or has queued (gap G14). One slow
 /// reader never stalls the publisher for longer than this.
-pub const PUSH_TIMEOUT: Duration = Duration::from_secs(1);
+pub(super) const PUSH_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl State {
     /// Sends `frame` to ready holder `h`; on failure stops routing to it, ends the
     /// stream it reads (it then reconnects) and returns false. Its connection thread
     /// keeps taking its releases, and releases the rest when the subscriber closes.
-    pub fn push(&mut self, h: u64, frame: &[u8], c: &Counters) -> bool {
+    pub(super) fn push(&mut self, h: u64, frame: &[u8], c: &Counters) -> bool {
         self.push_with(h, frame, &[], c)
     }
 
-    pub fn push_with(&mut self, h: u64, frame: &[u8], fds: &[BorrowedFd<'_>], c: &Counters) -> bool {
+    pub(super) fn push_with(&mut self, h: u64, frame: &[u8], fds: &[BorrowedFd<'_>], c: &Counters) -> bool {
         let Some(r) = self.ready.get(&h) else { return false };
         match r.conn.send_timeout(frame, fds, PUSH_TIMEOUT) {
             Ok(()) => true,

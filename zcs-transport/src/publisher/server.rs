@@ -25,7 +25,7 @@ use crate::sync::Unpoisoned;
 /// handshakes. A joining subscriber's handshake therefore waits neither for a thread to
 /// be created nor for a handover between threads (each costs about 100 µs of the first
 /// message's latency on a busy or virtualised host).
-pub fn serve(sh: Arc<Shared>, listener: ControlListener) {
+pub(super) fn serve(sh: Arc<Shared>, listener: ControlListener) {
     let listener = Arc::new(listener);
     let (accepted_tx, accepted) = mpsc::channel::<()>();
     let mut workers: Vec<std::thread::JoinHandle<()>> = Vec::new();
@@ -72,7 +72,7 @@ fn accept_and_serve(sh: &Arc<Shared>, listener: &ControlListener, accepted: &mps
     }
 }
 
-pub fn send_reply(conn: &ControlConn, r: &Reply, fds: &[std::os::fd::BorrowedFd<'_>]) -> bool {
+pub(super) fn send_reply(conn: &ControlConn, r: &Reply, fds: &[std::os::fd::BorrowedFd<'_>]) -> bool {
     match conn.send(&protocol::encode(r), fds) {
         Ok(()) => true,
         Err(e) => {
@@ -123,7 +123,7 @@ fn recv_request_with_fds(
 }
 
 /// One subscriber connection: handshake, then FD requests and releases until it ends.
-pub fn connection(sh: Arc<Shared>, conn: ControlConn) {
+pub(super) fn connection(sh: Arc<Shared>, conn: ControlConn) {
     let conn = Arc::new(conn);
     let c = &sh.counters;
     let peer = conn.peer_cred();

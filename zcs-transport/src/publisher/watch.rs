@@ -12,7 +12,7 @@ use crate::pool::HolderId;
 /// Watches a subscriber's lifeline for as long as its connection is served: the
 /// process's death shuts the connection down (the connection thread then ends it and
 /// releases its leases). Dropping it stops and joins the thread (woken at once).
-pub struct Watcher {
+pub(super) struct Watcher {
     watch: Arc<Watch>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -20,7 +20,7 @@ pub struct Watcher {
 
 impl Watcher {
     /// `None` if no thread can be started: the connection's end then tells the death.
-    pub fn spawn(watch: Watch, conn: &Arc<ControlConn>, sh: &Arc<Shared>) -> Option<Self> {
+    pub(super) fn spawn(watch: Watch, conn: &Arc<ControlConn>, sh: &Arc<Shared>) -> Option<Self> {
         let (watch, stop) = (Arc::new(watch), Arc::new(AtomicBool::new(false)));
         let (w, s, conn, sh) = (Arc::clone(&watch), Arc::clone(&stop), Arc::clone(conn), Arc::clone(sh));
         let thread = std::thread::Builder::new().name("zcs-pub-life".into()).spawn(move || match w.wait(&s) {
@@ -43,7 +43,7 @@ impl Watcher {
         }
     }
 
-    pub fn died(&self) -> bool {
+    pub(super) fn died(&self) -> bool {
         self.watch.died()
     }
 }
@@ -71,7 +71,7 @@ const EXIT_GRACE: Duration = Duration::from_millis(50);
 /// closes (G14). Not called for a peer that broke the protocol (cut off, its leases
 /// released at once) or whose lifeline told its death, nor where the peer's process
 /// cannot be watched (another PID namespace, or already gone: released at once).
-pub fn hold_until_exit(sh: &Shared, holder: u64, conn: &ControlConn) {
+pub(super) fn hold_until_exit(sh: &Shared, holder: u64, conn: &ControlConn) {
     let holds = sh.holds(HolderId::new(holder));
     if holds == 0 || sh.stop.load(Ordering::Relaxed) {
         return;

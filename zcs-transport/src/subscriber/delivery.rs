@@ -55,7 +55,7 @@ pub(crate) struct Copied {
 }
 
 impl Copied {
-    pub fn new(copy: PeerCopy, len: usize, link: Arc<Link>, key: BlockKey, sub: Arc<Shared>) -> Self {
+    pub(crate) fn new(copy: PeerCopy, len: usize, link: Arc<Link>, key: BlockKey, sub: Arc<Shared>) -> Self {
         Self { copy: Some(copy), len, link, key, fences: Mutex::new(Vec::new()), sub }
     }
 

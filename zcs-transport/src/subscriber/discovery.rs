@@ -18,7 +18,7 @@ use crate::locality::{Locality, decide};
 use crate::protocol::Token;
 use crate::sync::Unpoisoned;
 
-pub fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
+pub(super) fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
     let locality = decide(&sh.group, &t.group, sh.peer.as_ref(), sh.host_blocks);
     {
         let mut st = sh.state.locked();
@@ -63,7 +63,7 @@ pub fn publisher_appeared(sh: &Arc<Shared>, t: Token) {
 /// How long a subscriber watches a vanished publisher's process for its exit.
 const DEAD_PUBLISHER_WATCH: Duration = Duration::from_secs(600);
 
-pub fn publisher_vanished(sh: &Arc<Shared>, instance: u64) {
+pub(super) fn publisher_vanished(sh: &Arc<Shared>, instance: u64) {
     let (link, none_left) = {
         let mut st = sh.state.locked();
         // The token came through Zenoh; the link does not. While the link is open its
@@ -94,7 +94,7 @@ pub fn publisher_vanished(sh: &Arc<Shared>, instance: u64) {
 }
 
 /// Removes a publisher's entry; [`forgotten`] finishes the job outside the lock.
-pub fn forget(st: &mut State, instance: u64) -> (Option<Arc<Link>>, bool) {
+pub(super) fn forget(st: &mut State, instance: u64) -> (Option<Arc<Link>>, bool) {
     let e = st.pubs.remove(&instance);
     st.seen.remove(&instance);
     (e.and_then(|e| e.link), st.pubs.is_empty())
@@ -102,7 +102,7 @@ pub fn forget(st: &mut State, instance: u64) -> (Option<Arc<Link>>, bool) {
 
 /// A forgotten publisher's link goes: its imports are evicted and, on CUDA, its process
 /// is watched; with no publisher left, the plain key is listened on again (`auto`).
-pub fn forgotten(sh: &Arc<Shared>, instance: u64, link: Option<Arc<Link>>, none_left: bool) {
+pub(super) fn forgotten(sh: &Arc<Shared>, instance: u64, link: Option<Arc<Link>>, none_left: bool) {
     if let Some(link) = link {
         link.alive.store(false, Ordering::Relaxed);
         // Mappings still read by samples stay alive through their Arcs.
@@ -158,7 +158,7 @@ impl Shared {
     /// Listens on the plain key, or stops, as `plain_listen` and the publishers known
     /// now say (`auto`: while none is known). Decided under the plain-key lock, so
     /// calls racing each other leave the state the last one saw.
-    pub fn refresh_plain(self: &Arc<Self>) {
+    pub(super) fn refresh_plain(self: &Arc<Self>) {
         let mut sub = self.plain_sub.locked();
         let on = match self.plain_listen {
             PlainListen::Always => true,
@@ -193,7 +193,7 @@ impl Link {
     /// will be, and a stream of ours waiting on one would wait forever. Write the awaited
     /// values ourselves (the signal block is mapped here read-write; nobody else writes
     /// it any more) and remember which generations were not ready.
-    pub fn release_waiters_of_dead_publisher(&self) {
+    pub(super) fn release_waiters_of_dead_publisher(&self) {
         let Some(signals) = &self.signals else { return };
         let awaited: Vec<(u32, u64)> = self.awaited.locked().iter().map(|(s, g)| (*s, *g)).collect();
         // Created by the subscriber's declaration, unless this comes first.

@@ -17,7 +17,7 @@ use crate::sync::Unpoisoned;
 /// Why a handshake with a publisher failed (the publisher then serves bytes); its text,
 /// causes included, is the subscriber's `bytes_reason` for that publisher.
 #[derive(Debug, thiserror::Error)]
-pub enum HandshakeError {
+pub(super) enum HandshakeError {
     /// The socket name in the publisher's token does not decode.
     #[error("the publisher's socket name is invalid")]
     Name(#[source] DecodeNameError),
@@ -57,7 +57,12 @@ pub enum HandshakeError {
 /// The start of a handshake: connects to a publisher's control socket (waiting up to
 /// `timeout` for room in its backlog) and says Hello, from group `host` when the
 /// publisher (of group `theirs`) is to serve host blocks.
-pub fn hello(sh: &Shared, socket: &str, theirs: &Group, timeout: Duration) -> Result<ControlConn, HandshakeError> {
+pub(super) fn hello(
+    sh: &Shared,
+    socket: &str,
+    theirs: &Group,
+    timeout: Duration,
+) -> Result<ControlConn, HandshakeError> {
     let name = SocketName::from_key_chunk(socket).map_err(HandshakeError::Name)?;
     let conn = ControlConn::connect(&name, timeout).map_err(|e| match e {
         ConnectError::NotListening { .. } => HandshakeError::Gone(e),
@@ -81,7 +86,7 @@ pub fn hello(sh: &Shared, socket: &str, theirs: &Group, timeout: Duration) -> Re
 
 /// The rest of a handshake with the publisher of token `t`, on a connection that said
 /// Hello: the probe, then `Ready`.
-pub fn handshake(sh: &Arc<Shared>, conn: ControlConn, t: &Token) -> Result<Arc<Link>, HandshakeError> {
+pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn, t: &Token) -> Result<Arc<Link>, HandshakeError> {
     let peer_pid = conn.peer_cred().pid;
     let mut frame = conn.recv(sh.handshake_timeout).map_err(HandshakeError::Recv)?;
     crate::step!("subscriber: Welcome received");

@@ -20,7 +20,7 @@ use crate::sample::{Path, SampleInfo};
 use crate::sync::Unpoisoned;
 
 /// How long a closing subscriber's link thread waits for the publisher's `Left`.
-pub const LEAVE_WAIT: Duration = Duration::from_secs(1);
+pub(super) const LEAVE_WAIT: Duration = Duration::from_secs(1);
 
 /// How long a `ViaBytes` message waits for its bytes through Zenoh.
 const VIA_BYTES_WAIT: Duration = Duration::from_secs(1);
@@ -45,7 +45,7 @@ impl Link {
 /// Handshakes with a publisher (on `opened`, a connection that said Hello, if given)
 /// and runs the link until it ends; handshakes again (with back-off) if the publisher
 /// ended a link while it is still there.
-pub fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str, mut opened: Option<ControlConn>) {
+pub(super) fn link_thread(sh: &Arc<Shared>, t: &Token, socket: &str, mut opened: Option<ControlConn>) {
     #[cfg(feature = "fault-injection")]
     crate::fault::delay_handshake();
     let mut backoff = Duration::from_millis(20);

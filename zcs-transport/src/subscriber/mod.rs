@@ -144,7 +144,7 @@ pub enum SubMedium {
 /// A handshaken connection to one publisher, and the blocks imported from it. Its
 /// link thread alone receives on the connection; sends are atomic frames and may come
 /// from any thread (releases, `Leave`).
-pub struct Link {
+pub(crate) struct Link {
     conn: ControlConn,
     /// The publisher's instance id.
     publisher: u64,
@@ -507,7 +507,7 @@ impl Shared {
     }
 
     /// Whether this subscriber copies messages from peer GPUs' blocks on arrival.
-    pub fn copies_from_peers(&self) -> bool {
+    pub(super) fn copies_from_peers(&self) -> bool {
         self.peer.as_ref().is_some_and(|p| p.mode == PeerGpus::Copy)
     }
 

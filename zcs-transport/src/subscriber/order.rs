@@ -32,33 +32,33 @@ const INBOX_LIMIT: usize = 256;
 /// subscriber was receiving bytes), and bytes of later messages wait in `inbox` until
 /// their `ViaBytes` notice comes.
 #[derive(Default)]
-pub struct Order {
+pub(super) struct Order {
     m: Mutex<OrderState>,
-    pub cv: Condvar,
+    pub(super) cv: Condvar,
 }
 
 #[derive(Default)]
-pub struct OrderState {
+pub(super) struct OrderState {
     /// The ready link's first routed message.
-    pub first_seq: Option<u64>,
+    pub(super) first_seq: Option<u64>,
     /// Bytes deliveries (before `first_seq`) under way.
-    pub direct_inflight: usize,
+    pub(super) direct_inflight: usize,
     /// Highest sequence number delivered from bytes before `first_seq`.
-    pub direct_max: u64,
+    pub(super) direct_max: u64,
     /// Whether the link has delivered: bytes from before `first_seq` are late now.
-    pub switched: bool,
+    pub(super) switched: bool,
     /// Bytes of messages the link routes, waiting for their turn.
     pub inbox: BTreeMap<u64, Delivery>,
     /// Highest sequence number whose bytes were dropped from a full inbox: a notice for
     /// it, or for anything before it that is not in the inbox, waits for nothing (the
     /// bytes of one publisher arrive in order).
-    pub inbox_dropped: u64,
+    pub(super) inbox_dropped: u64,
 }
 
 impl OrderState {
     /// A new link's routing starts at `first_seq`, or (`None`) the link ended and bytes
     /// are delivered as they arrive: nothing waits for the old link's notices any more.
-    pub fn restart(&mut self, first_seq: Option<u64>) {
+    pub(super) fn restart(&mut self, first_seq: Option<u64>) {
         self.first_seq = first_seq;
         self.switched = false;
         self.inbox.clear();
@@ -67,7 +67,7 @@ impl OrderState {
 }
 
 impl Order {
-    pub fn lock(&self) -> MutexGuard<'_, OrderState> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, OrderState> {
         self.m.locked()
     }
 
@@ -84,7 +84,7 @@ impl Order {
     /// Before the link's first delivery: let the bytes sent just before `first_seq`
     /// land first: those through `bytes_through`, which the publisher put for this
     /// subscriber, and, if bytes were arriving already, all up to `first_seq`.
-    pub fn switch_over<'a>(
+    pub(super) fn switch_over<'a>(
         &'a self,
         mut g: MutexGuard<'a, OrderState>,
         first_seq: u64,
@@ -122,10 +122,10 @@ impl Order {
 /// set rather than a high-water mark: bytes headers are not authenticated, and a forged
 /// huge sequence number must not make every later real message look like a duplicate.
 #[derive(Default)]
-pub struct Seen {
-    pub order: std::collections::VecDeque<u64>,
-    pub set: std::collections::HashSet<u64>,
-    pub high: Option<u64>,
+pub(super) struct Seen {
+    pub(super) order: std::collections::VecDeque<u64>,
+    pub(super) set: std::collections::HashSet<u64>,
+    pub(super) high: Option<u64>,
 }
 
 /// What recording one delivery did to the loss count.
@@ -172,19 +172,19 @@ impl Seen {
 
 impl Shared {
     /// Whether `seq` of `publisher` was delivered.
-    pub fn seen(&self, publisher: u64, seq: u64) -> bool {
+    pub(super) fn seen(&self, publisher: u64, seq: u64) -> bool {
         let st = self.state.locked();
         st.seen.get(&publisher).is_some_and(|s| s.set.contains(&seq))
     }
 
     /// Delivers `seq` of `publisher` unless it was delivered already; counts gaps.
-    pub fn first_delivery(&self, publisher: u64, seq: u64) -> bool {
+    pub(super) fn first_delivery(&self, publisher: u64, seq: u64) -> bool {
         self.first_copy(publisher, seq, true)
     }
 
     /// [`Shared::first_delivery`]; `count_duplicate`: count a copy already delivered in
     /// `duplicates` (not for the plain key's copies, which are expected).
-    pub fn first_copy(&self, publisher: u64, seq: u64, count_duplicate: bool) -> bool {
+    pub(super) fn first_copy(&self, publisher: u64, seq: u64, count_duplicate: bool) -> bool {
         let mut st = self.state.locked();
         match st.seen.entry(publisher).or_default().insert(seq) {
             None => {
@@ -216,7 +216,7 @@ fn decode_meta(sample: &Sample) -> Option<BytesHeader> {
     protocol::decode_attachment(&att.to_bytes()).ok().flatten()
 }
 
-pub fn on_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
+pub(super) fn on_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
     if sample.kind() != SampleKind::Put {
         return;
     }

@@ -25,7 +25,7 @@ const KEEP_STAGING_BYTES: usize = 256 << 20;
 
 /// One subscriber's copies onto its GPU (from peer GPUs, host blocks, and bytes read on
 /// the GPU): its stream, its recycled blocks and its pinned staging.
-pub struct PeerCopier {
+pub(crate) struct PeerCopier {
     gpu: Gpu,
     stream: Stream,
     /// Blocks whose samples are gone, oldest first. Its lock also keeps each message's
@@ -66,7 +66,7 @@ impl PeerCopier {
     ///
     /// # Safety
     /// `src..src + len` is mapped for this GPU and stays mapped until `done` completes.
-    pub unsafe fn copy(
+    pub(super) unsafe fn copy(
         &self,
         signals: &ReadySignals,
         key: BlockKey,
@@ -87,7 +87,7 @@ impl PeerCopier {
     ///
     /// # Safety
     /// `src` stays mapped, and unwritten, until `done` completes.
-    pub unsafe fn copy_from_host(&self, src: &[u8]) -> Result<PeerCopy, SignalError> {
+    pub(super) unsafe fn copy_from_host(&self, src: &[u8]) -> Result<PeerCopy, SignalError> {
         // SAFETY: `dst` is a local block of ≥ src.len() bytes read by no one until
         // `done`; the caller keeps `src` until then.
         self.copy_with(src.len(), |stream, dst| Ok(unsafe { copy::host_to_device(stream, dst, src) }?))

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The narrowest open window.
-pub const MIN: Duration = Duration::from_micros(5);
+pub(crate) const MIN: Duration = Duration::from_micros(5);
 
 /// One waiting thread's polling window (shared by the threads that wait on one queue:
 /// a FIFO subscriber's, a ROS 2 subscription's).
@@ -36,14 +36,14 @@ impl SpinWindow {
     }
 
     /// How long the next wait polls before it sleeps.
-    pub fn get(&self) -> Duration {
+    pub(crate) fn get(&self) -> Duration {
         Duration::from_nanos(self.cur_ns.load(Ordering::Relaxed))
     }
 
     /// Adapts the window to a wait that polled for up to `window` (as [`SpinWindow::get`]
     /// gave it) and ended after `waited`, with a message (`got`) or not. Returns how
     /// long that wait polled.
-    pub fn waited(&self, window: Duration, waited: Duration, got: bool) -> Duration {
+    pub(crate) fn waited(&self, window: Duration, waited: Duration, got: bool) -> Duration {
         if self.max_ns == 0 {
             return Duration::ZERO;
         }

@@ -97,7 +97,7 @@ pub struct GpuPublisher {
 
 impl std::fmt::Debug for GpuPublisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuPublisher").field("key", &self.core.shared.key).finish()
+        f.debug_struct("GpuPublisher").field("key", &self.core.key()).finish()
     }
 }
 
@@ -261,17 +261,17 @@ impl GpuPublisher {
     /// message's CDR): `None` without such a pool, or while it has no room.
     #[cfg(feature = "zenoh-shm")]
     pub fn shm_buffer(&self, len: usize) -> Option<zenoh::shm::ZShmMut> {
-        self.core.shared.shm_out().and_then(|s| s.buffer(len))
+        self.core.shm_out().and_then(|s| s.buffer(len))
     }
 
     /// The key.
     pub fn key(&self) -> &str {
-        &self.core.shared.key
+        self.core.key()
     }
 
     /// Where this publisher's blocks live.
     pub fn backend(&self) -> BackendKind {
-        match self.core.shared.medium {
+        match self.core.medium() {
             PubMedium::Cuda { .. } => BackendKind::CudaVmm,
             PubMedium::Host { .. } => BackendKind::HostMemfd,
         }
@@ -291,19 +291,19 @@ impl GpuPublisher {
 
     /// A loan on `stream`, or on the publisher's own stream when `None`.
     fn loan_inner(&self, len: usize, stream: Option<&Stream>) -> Result<GpuLoan, LoanError> {
-        let inner = match &self.core.shared.medium {
+        let inner = match self.core.medium() {
             PubMedium::Cuda { pool, signals, stream: own, .. } => {
                 let stream = Arc::clone(stream.unwrap_or(own));
                 LoanInner::Cuda(WriteGuard::new(pool.loan(len)?, stream, Arc::clone(signals)))
             }
             PubMedium::Host { pool } => LoanInner::Host(pool.loan(len)?),
         };
-        Ok(GpuLoan { inner, meta: None, owner: self.core.shared.instance })
+        Ok(GpuLoan { inner, meta: None, owner: self.core.instance() })
     }
 
     /// Whether `loan` came from this publisher (only its own loans can be put).
     pub fn owns(&self, loan: &GpuLoan) -> bool {
-        loan.owner == self.core.shared.instance
+        loan.owner == self.core.instance()
     }
 
     /// Publishes a loan: its ready signal is enqueued after its writes, then it goes
@@ -347,7 +347,7 @@ impl GpuPublisher {
     /// `src..src+len` is device memory of this session's GPU, readable by work on
     /// `stream` and unchanged until that work has passed this copy.
     pub unsafe fn put_device(&self, src: u64, len: usize, stream: &Stream) -> Result<PutReport, PublishError> {
-        let PubMedium::Cuda { pool, signals, .. } = &self.core.shared.medium else {
+        let PubMedium::Cuda { pool, signals, .. } = self.core.medium() else {
             return Err(PublishError::NoGpu);
         };
         if len <= self.inline_threshold {
@@ -361,7 +361,7 @@ impl GpuPublisher {
         // which returns it only after the stream's work); the source is the caller's
         // contract.
         unsafe { copy::device_to_device(stream, guard.device_ptr(), src, len) }.map_err(WriteError::from)?;
-        Ok(self.put(GpuLoan { inner: LoanInner::Cuda(guard), meta: None, owner: self.core.shared.instance })?)
+        Ok(self.put(GpuLoan { inner: LoanInner::Cuda(guard), meta: None, owner: self.core.instance() })?)
     }
 
     /// Counters.
@@ -371,13 +371,13 @@ impl GpuPublisher {
 
     /// The pool's counters.
     pub fn pool_stats(&self) -> PoolStats {
-        self.core.shared.medium.stats()
+        self.core.medium().stats()
     }
 
     /// The counters of the host blocks a CUDA publisher copies its messages into for
     /// subscribers of its host without CUDA; `None` until the first of them connects.
     pub fn host_pool_stats(&self) -> Option<PoolStats> {
-        self.core.shared.host_pool_stats()
+        self.core.host_pool_stats()
     }
 
     /// GPU-ready subscriber connections (on the zero-copy path).
