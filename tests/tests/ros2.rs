@@ -13,14 +13,15 @@ use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::{GpuSession, Path, ZcsConfig, tensor_codec};
 use zenoh_cuda_shm_ros2::names::{gid_hex, gid_of};
 use zenoh_cuda_shm_ros2::{
-    Attachment, NameError, NodeOptions, Qos, RosDataMessage, RosDeclareError, RosNode, SilenceReason, buf_cpu_key,
-    channel_key, marker_token, silence_token,
+    Attachment, NameError, NodeOptions, Qos, RmwWire, RosDataMessage, RosDeclareError, RosNode, SilenceReason,
+    buf_cpu_key, channel_key, marker_token, silence_token,
 };
 
 const IO: Duration = Duration::from_secs(10);
 
+/// A node on the buffer-aware wire (whatever `ROS_DISTRO` says), and a raw session.
 fn sessions(domain: u32) -> (RosNode, zenoh::Session) {
-    sessions_with(NodeOptions::new("test_node").domain(domain))
+    sessions_with(NodeOptions::new("test_node").domain(domain).rmw_wire(RmwWire::BufferAware))
 }
 
 fn sessions_with(options: NodeOptions) -> (RosNode, zenoh::Session) {
@@ -252,6 +253,54 @@ fn buffer_aware_publishers_reach_us_on_buf_cpu_once() {
     let st = sub.stats();
     assert_eq!((st.base, st.buf_cpu, st.lost, st.duplicates), (1, 4, 0, 1));
     assert!(sub.try_recv().is_none());
+}
+
+/// On the classic wire (Jazzy, Kilted), our tokens list no backends, so that those
+/// releases, which rebuild a token from its first 13 chunks before hashing it, find the
+/// GID our attachments carry; our subscription hears only the base key, where the
+/// publishers of those releases put.
+#[test]
+fn classic_wire_tokens_list_no_backends_and_hash_as_classic_releases_do() {
+    let _w =
+        watchdog_guard("classic_wire_tokens_list_no_backends_and_hash_as_classic_releases_do", Duration::from_secs(60));
+    let (node, raw) = sessions_with(NodeOptions::new("test_node").domain(14).rmw_wire(RmwWire::Classic));
+    assert_eq!(node.rmw_wire(), RmwWire::Classic);
+    let publisher = node.publisher::<Image<()>>("/t", Qos::reliable(10)).unwrap();
+    let sub = node.subscriber::<Image<()>>("/t", Qos::reliable(10)).unwrap();
+    for (token, gid) in [(publisher.token(), publisher.gid()), (sub.token(), sub.gid())] {
+        assert!(token.ends_with("/1:2:1,10:,:,:1,,"), "no backends chunk: {token}");
+        let classic: Vec<&str> = token.split('/').take(13).collect();
+        assert_eq!(gid, gid_of(&classic.join("/")), "the GID a classic rmw_zenoh computes");
+    }
+    // A message of ours carries that GID.
+    let (tx, rx) = flume::unbounded();
+    let _raw_sub = raw
+        .declare_subscriber(publisher.key())
+        .callback(move |s| {
+            let _ = tx.send(s.attachment().map(|a| a.to_bytes().to_vec()));
+        })
+        .wait()
+        .unwrap();
+    let ms = endpoint(&raw, 14, 1, "MS", &<Image<()> as RosDataMessage>::type_hash().to_string(), "::,10:,:,:,,", "");
+    let _ms = raw.liveliness().declare_token(ms).wait().unwrap();
+    wait_for("the ordinary subscription", || publisher.ordinary_subscriptions() == 1);
+    publisher.publish_host(&fields(), &[9; 16]).unwrap();
+    let att = rx.recv_timeout(IO).unwrap().expect("an attachment");
+    assert_eq!(Attachment::decode(&att).unwrap().gid, publisher.gid());
+
+    // Nothing of ours listens on _buf_cpu: a put there is not received.
+    raw_sees(&raw, sub.token());
+    let gid = [5; 16];
+    raw.put(buf_cpu_key(sub.key()), cdr(&[1; 16])).attachment(attachment(1, gid)).wait().unwrap();
+    raw.put(sub.key(), cdr(&[2; 16])).attachment(attachment(2, gid)).wait().unwrap();
+    let mut got = Vec::new();
+    while let Ok(s) = sub.recv_timeout(Duration::from_secs(2)) {
+        if s.attachment().gid == gid {
+            got.push(s.host_data().unwrap()[0]);
+        }
+    }
+    assert_eq!(got, vec![2], "the base key only");
+    assert_eq!(sub.stats().buf_cpu, 0);
 }
 
 /// Gaps from a publisher that numbers each message are losses; a late message fills

@@ -14,9 +14,11 @@
 //!   channel), and receives from all: our publishers through the channel, other ROS
 //!   publishers through the base key, and buffer-aware rmw_zenoh publishers (0.10.5 /
 //!   0.12.0 and later) through `<base key>/_buf_cpu`, each message once.
-//! - Volatile endpoints of types with a top-level `uint8[]` list the `cpu` backend in
-//!   their tokens ([`backends`]), as rmw_zenoh's buffer-aware endpoints do; GIDs are
-//!   those rmw_zenoh computes ([`names::gid_of`]).
+//! - On the buffer-aware wire (Lyrical 0.10.5+, Rolling 0.12.0+), volatile endpoints of
+//!   types with a top-level `uint8[]` list the `cpu` backend in their tokens
+//!   ([`backends`]), as rmw_zenoh's buffer-aware endpoints do; on Jazzy and Kilted they
+//!   list none, so that those releases hash our tokens to our GIDs ([`RmwWire`], from
+//!   `ROS_DISTRO`). GIDs are those rmw_zenoh computes ([`names::gid_of`]).
 //!
 //! `@zcs_ros2` is a verbatim chunk: `**` never matches it, so nothing of rmw_zenoh
 //! (which subscribes to exact keys: the base key, `<base>/_buf_cpu`, `<base>/_buf/<gid>`)
@@ -45,6 +47,7 @@
 
 pub mod attachment;
 pub mod backends;
+mod distro;
 mod graph;
 pub mod message;
 pub mod names;
@@ -57,6 +60,7 @@ mod subscriber;
 
 pub use attachment::{ATTACHMENT_LEN, Attachment, AttachmentError};
 pub use backends::{Backends, BackendsError};
+pub use distro::{RmwWire, UnknownDistro};
 pub use graph::{MARKER_PREFIX, marker_token, publisher_marker_token};
 pub use message::{EnvelopeError, RosDataMessage};
 pub use names::{Entity, EntityKind, NameError, TopicInfo};

@@ -8,6 +8,7 @@ use std::time::Duration;
 use zenoh::Wait;
 
 use super::backends::Backends;
+use super::distro::{RmwWire, UnknownDistro};
 use super::graph::Graph;
 use super::message::RosDataMessage;
 use super::names::{Durability, Entity, EntityKind, NameError, NodeName, Qos, gid_of, topic_key};
@@ -41,6 +42,9 @@ pub struct NodeOptions {
     /// message reaching the subscription before it is reported as silent, once (see
     /// [`RosSubscriber::silent_publishers`](crate::RosSubscriber::silent_publishers)); `None` turns the check off. Default 5 s.
     pub silence_window: Option<Duration>,
+    /// The rmw_zenoh wire of its endpoints' tokens (and so their GIDs); `None`: from
+    /// `ROS_DISTRO` ([`RmwWire::from_env`]).
+    pub rmw_wire: Option<RmwWire>,
 }
 
 /// The default [`NodeOptions::silence_window`].
@@ -55,7 +59,14 @@ impl NodeOptions {
             domain: None,
             enclave: "/".into(),
             silence_window: Some(DEFAULT_SILENCE_WINDOW),
+            rmw_wire: None,
         }
+    }
+
+    /// Sets the rmw_zenoh wire instead of taking it from `ROS_DISTRO`.
+    pub fn rmw_wire(mut self, wire: RmwWire) -> Self {
+        self.rmw_wire = Some(wire);
+        self
     }
 
     /// Sets the silence window (`None`: no check).
@@ -109,6 +120,9 @@ pub enum RosDeclareError {
     /// `ROS_DOMAIN_ID` is not a number.
     #[error("ROS_DOMAIN_ID={0:?} is not a domain id")]
     DomainId(String),
+    /// `ROS_DISTRO` names a distribution whose rmw_zenoh this crate does not speak.
+    #[error(transparent)]
+    Distro(#[from] UnknownDistro),
     /// A Zenoh declaration failed.
     #[error("zenoh: {0}")]
     Zenoh(String),
@@ -130,6 +144,7 @@ pub(crate) struct NodeInner {
     pub(crate) session: GpuSession,
     pub(crate) name: NodeName,
     pub(crate) graph: Graph,
+    wire: RmwWire,
     silence_window: Option<Duration>,
     watches: Mutex<Vec<Weak<Watch>>>,
     checker_started: AtomicBool,
@@ -162,6 +177,10 @@ impl RosNode {
                 _ => 0,
             },
         };
+        let wire = match options.rmw_wire {
+            Some(w) => w,
+            None => RmwWire::from_env()?,
+        };
         let z = session.zenoh();
         let name = NodeName {
             domain,
@@ -178,6 +197,7 @@ impl RosNode {
             session: session.clone(),
             name,
             graph,
+            wire,
             silence_window: options.silence_window,
             watches: Mutex::new(Vec::new()),
             checker_started: AtomicBool::new(false),
@@ -208,16 +228,22 @@ impl RosNode {
         Ok(())
     }
 
+    /// The rmw_zenoh wire of this node's endpoint tokens.
+    pub fn rmw_wire(&self) -> RmwWire {
+        self.0.wire
+    }
+
     /// The silence window (`None`: no check).
     pub fn silence_window(&self) -> Option<Duration> {
         self.0.silence_window
     }
 
     /// Names a new publisher or subscription of `M` on `topic`: the resolved topic, its
-    /// data key, its token and GID. A volatile endpoint of a type with a top-level
-    /// `uint8[]` lists the `cpu` backend, as rmw_zenoh's buffer-aware endpoints do by
-    /// default: buffer-aware publishers then serve our subscriptions plain CDR on
-    /// `_buf_cpu`, never a descriptor; our GPU data travels on our channel.
+    /// data key, its token and GID. On the buffer-aware wire, a volatile endpoint of a
+    /// type with a top-level `uint8[]` lists the `cpu` backend, as rmw_zenoh's
+    /// buffer-aware endpoints do by default: buffer-aware publishers then serve our
+    /// subscriptions plain CDR on `_buf_cpu`, never a descriptor; our GPU data travels
+    /// on our channel. On the classic wire no token lists backends.
     pub(crate) fn endpoint<M: RosDataMessage>(
         &self,
         kind: EntityKind,
@@ -228,7 +254,8 @@ impl RosNode {
         let n = &self.0.name;
         let hash = M::type_hash();
         let key = topic_key(n.domain, &topic, M::DDS_TYPE_NAME, &hash);
-        let backends = (M::HAS_BUFFER_FIELDS && qos.durability == Durability::Volatile).then(Backends::cpu_only);
+        let listed = self.0.wire.lists_backends() && M::HAS_BUFFER_FIELDS && qos.durability == Durability::Volatile;
+        let backends = listed.then(Backends::cpu_only);
         let token =
             n.endpoint_token(next_id(), kind, &topic, M::DDS_TYPE_NAME, &hash, &qos.to_keyexpr(), backends.as_ref());
         let gid = gid_of(&token);

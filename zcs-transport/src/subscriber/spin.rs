@@ -7,9 +7,9 @@
 //! waits have been ending within `spin_us`:
 //! - it starts closed: a new receiver sleeps at once;
 //! - a wait that a message ended within `spin_us` (while polling or after sleeping)
-//!   widens it to twice that wait (at least [`MIN`]), never beyond `spin_us`;
+//!   widens it to twice that wait (at least `MIN`), never beyond `spin_us`;
 //! - a wait longer than `spin_us` (a slow stream, a pause, a timeout) halves it; below
-//!   [`MIN`] it closes;
+//!   `MIN` it closes;
 //! - a shorter wait that timed out tells nothing and changes nothing.
 //!
 //! A stream whose messages are further apart than `spin_us` is thus never polled for,
