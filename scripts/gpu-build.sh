@@ -30,9 +30,12 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         t = m["target"]
         pkg = m["package_id"].split("#")[0].rsplit("/", 1)[-1].split("@")[0]
-        # What needs the GPU machine: the GPU suites and the library tests. The
-        # CPU suites run in CI, and the carried folder must stay under 64 MiB.
-        if not (t["name"].startswith("gpu") or t["name"] in ("zenoh_cuda_shm", "pool_leaks")):
+        # What needs the GPU machine: the GPU suites and the unit tests of the
+        # library and its layer crates. The CPU suites run in CI, and the carried
+        # folder must stay under 64 MiB.
+        libs = ("zcs_memory", "zcs_pool", "zcs_wire", "zcs_provider", "zcs_transport", "zenoh_cuda_shm",
+                "zenoh_cuda_shm_ros2", "pool_leaks")
+        if not (t["name"].startswith("gpu") or t["name"] in libs):
             continue
         name = "test-" + pkg + "-" + t["name"]
         shutil.copy2(m["executable"], sys.argv[1] + "/" + name)

@@ -1,7 +1,7 @@
 //! Zero-copy CUDA device buffers between processes, over Zenoh.
 //!
-//! Layers, each using only the ones below it; the lower ones are crates of their own,
-//! so the compiler keeps each to the ones below it:
+//! Layers, lowest first; each uses only the ones before it. The lower ones are crates of
+//! their own, so the compiler keeps them to that order:
 //!
 //! | where | what |
 //! |---|---|
@@ -11,7 +11,7 @@
 //! | crate `zcs-provider` ([`provider`]) | the host's block provider (the zenohd plugin runs one) and its clients |
 //! | crate `zcs-transport` ([`config`]) | per-put routing, handshakes, import caches, leases per connection, the received sample |
 //! | [`sample`] | [`GpuSample`]: a received message, read in place on a stream, as host bytes or copied |
-//! | [`api`] | [`GpuSession`], [`GpuPublisher`], [`GpuSubscriber`], [`GpuSample`] |
+//! | [`api`] | [`GpuSession`], [`GpuPublisher`], [`GpuSubscriber`] |
 //! | [`tensor`] | tensors: publish with a DLPack description, receive views and copies |
 //! | [`dlpack`] | the DLPack C ABI: export received tensors, publish frameworks' tensors |
 //!
