@@ -166,6 +166,7 @@ pub mod channel {
         /// The receiving side.
         pub struct Receiver<T>(Arc<Chan<T>>);
 
+        /// A channel without a bound.
         pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
             let c = Arc::new(Chan {
                 q: Mutex::new((VecDeque::new(), 1)),
@@ -176,6 +177,7 @@ pub mod channel {
         }
 
         impl<T> Sender<T> {
+            /// Sends `v`; gives it back if the receiver is gone.
             pub fn send(&self, v: T) -> Result<(), T> {
                 if self.0.closed.load(std::sync::atomic::Ordering::SeqCst) {
                     return Err(v);
@@ -217,6 +219,7 @@ pub mod channel {
                     q = self.0.cv.wait(q).unwrap_or_else(|p| p.into_inner());
                 }
             }
+            /// Everything queued, without waiting.
             pub fn drain(&self) -> Vec<T> {
                 let mut q = self.0.q.lock().unwrap_or_else(|p| p.into_inner());
                 q.0.drain(..).collect()

@@ -14,7 +14,8 @@ use super::*;
 /// A pool of exportable blocks. Cheap to clone; the recycler thread stops (and is
 /// joined) when the last clone drops. Loans and published blocks outlive it safely.
 pub struct Pool<B: Backend> {
-    shared: Arc<Shared<B>>,
+    // Crate-visible for the loom models, which read the state after the pool is gone.
+    pub(crate) shared: Arc<Shared<B>>,
     _recycler: Arc<Recycler>,
 }
 
