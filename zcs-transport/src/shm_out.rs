@@ -32,7 +32,7 @@ pub enum ShmOutError {
 }
 
 #[cfg(feature = "zenoh-shm")]
-pub(crate) use imp::ShmOut;
+pub use imp::ShmOut;
 
 #[cfg(feature = "zenoh-shm")]
 mod imp {
@@ -51,14 +51,14 @@ mod imp {
     /// A Zenoh SHM pool for copies out, its segment registered with CUDA where the
     /// session has a GPU. Fields drop in order: the registration before the provider
     /// (which unmaps the segment once the last buffer from it is gone too).
-    pub(crate) struct ShmOut {
+    pub struct ShmOut {
         registration: Option<HostRegistration>,
         provider: ShmProvider<PosixShmProviderBackend>,
     }
 
     impl ShmOut {
         /// A pool of `bytes`, its segment registered with `gpu`'s context where given.
-        pub(crate) fn new(bytes: usize, gpu: Option<&Gpu>) -> Result<Self, ShmOutError> {
+        pub fn new(bytes: usize, gpu: Option<&Gpu>) -> Result<Self, ShmOutError> {
             let segment = |why: String| ShmOutError::Segment { bytes, why };
             let align = AllocAlignment::new(ALIGN_POW).map_err(|e| segment(format!("{e:?}")))?;
             let backend =
@@ -83,7 +83,7 @@ mod imp {
 
         /// A buffer of `len` bytes, or `None` while the pool has no room for it (after
         /// collecting the buffers every receiver has dropped).
-        pub(crate) fn buffer(&self, len: usize) -> Option<ZShmMut> {
+        pub fn buffer(&self, len: usize) -> Option<ZShmMut> {
             match self.provider.alloc(len).with_policy::<GarbageCollect>().wait() {
                 Ok(b) => Some(b),
                 Err(e) => {
