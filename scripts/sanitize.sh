@@ -59,14 +59,15 @@ while (($#)) && [[ $1 != -- ]]; do
   shift
 done
 (($#)) && shift
-# The library (unit tests) and every integration test that runs without a GPU and
-# goes through our unsafe code: memfd blocks, SCM_RIGHTS, the pool and its recycler,
+# The library's crates (unit tests) and every integration test that runs without a GPU
+# and goes through our unsafe code: memfd blocks, SCM_RIGHTS, the pool and its recycler,
 # publishers and subscribers across processes, DLPack exports to C.
-# Both packages in one invocation, so that features are unified as in the ordinary
+# All packages in one invocation, so that features are unified as in the ordinary
 # workspace build and Zenoh is compiled once. (`--lib` also selects zcs-tests' library,
 # which has no tests.)
 tests=(
-  -p zenoh-cuda-shm -p zcs-tests --lib
+  -p zcs-memory -p zcs-pool -p zcs-wire -p zcs-provider -p zcs-transport -p zenoh-cuda-shm
+  -p zenoh-cuda-shm-ros2 -p zcs-tests --lib
   --test ipc_channel --test ipc_hostile --test ipc_process --test ipc_refusal_log --test pool_leaks
   --test control_hostile --test crash_matrix --test drop_order --test provider --test pubsub
   --test ros2 --test shutdown --test tensor_host

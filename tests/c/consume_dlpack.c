@@ -2,7 +2,7 @@
  * A minimal DLPack consumer and producer in C, for the tensor tests.
  *
  * The structs are written here from the layout dlpack.h (v1.3) documents, independently
- * of the Rust definitions in zenoh-cuda-shm/src/dlpack.rs, so that a test going through
+ * of the Rust definitions in zenoh-cuda-shm/src/dlpack/abi.rs, so that a test going through
  * these functions checks the Rust side's ABI, not a copy of it. Nothing here touches
  * device memory: for kDLCUDA tensors the consumer only reads the fields (the Rust side
  * checks the data through the pointer read here), and the producer only wraps a pointer
