@@ -38,8 +38,12 @@ def check_our_sub(res, count, qos):
 
 
 def check_rclpy_sub(s, count, qos):
-    assert not s["timed_out"], s
-    assert s["frames"] == count, s
+    if qos == "sensor" and s["timed_out"]:
+        # Best effort on a loaded machine: a slow Python subscriber of 4K frames may get
+        # few of them (each lost fragment loses its message); what it gets must be exact.
+        assert s["frames"] >= 2, s
+    else:
+        assert not s["timed_out"] and s["frames"] == count, s
     assert s["field_errors"] == 0, s
     assert s["bad"] == 0, s
     assert s["disorder"] == 0, s
@@ -69,8 +73,9 @@ def rclpy_to_ours(net, size, qos, **where):
 def ours_to_rclpy(net, size, qos, **where):
     w, h, count, rate = SIZES[size]
     t = topic(f"from_ours_{qos}")
+    patience = 30 if qos == "sensor" else 60
     sub = net.rclpy("rclpy_sub", "sub", "--topic", t, "--qos", qos, "--width", w, "--height", h,
-                    "--count", count, "--timeout", count / rate + 60, **where)
+                    "--count", count, "--timeout", count / rate + patience, **where)
     sub.wait_line(r'"event": "ready"', 30)
     # Ours publishes (after the subscription is in its graph) until rclpy has had `count`.
     pub = net.ours("ros2_image_pub", "ros2_image_pub", "--topic", t, "--qos", qos, "--width", w,
