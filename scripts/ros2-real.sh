@@ -36,6 +36,8 @@ Cache (outside the checkout):
 Other environment:
   ROS2_REAL_JOBS=N     parallel build jobs (default: nproc)
   ROS2_REAL_PYTHON=P   the Python that makes the venv (default: python3; the wheels are cp311)
+  ROS2_REAL_RUST_TOOLCHAIN=T  the rustup toolchain that builds zenoh-c (default: stable;
+                       zenoh-c pins one that may not be installed, and needs Rust >= 1.88)
   --env-file FILE      also write the environment (KEY=VALUE lines) to FILE
 EOF
 }

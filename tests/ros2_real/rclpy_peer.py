@@ -5,7 +5,7 @@ Roles:
   pub    publish sensor_msgs/msg/Image (rgba8) whose data is the examples' pattern
          seeded with the message's rmw sequence number (1, 2, 3, ... per publisher);
          first wait until the graph shows --wait-subs subscriptions of the topic.
-         --count 0: until SIGTERM/SIGINT.
+         --count 0: until SIGTERM/SIGINT; --linger: stay that long after the last.
   sub    subscribe and check every message: fields, every data byte against the
          pattern seeded with the message's publication sequence number, sequence
          numbers contiguous per publisher; exit after --count messages (or --timeout).
@@ -61,6 +61,9 @@ def qos_profile(name, depth):
     if name == "reliable":
         return QoSProfile(reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
                           depth=depth, durability=DurabilityPolicy.VOLATILE)
+    if name == "transient":
+        return QoSProfile(reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
+                          depth=depth, durability=DurabilityPolicy.TRANSIENT_LOCAL)
     if name == "sensor":
         return QoSProfile(reliability=ReliabilityPolicy.BEST_EFFORT, history=HistoryPolicy.KEEP_LAST,
                           depth=5, durability=DurabilityPolicy.VOLATILE)
@@ -132,6 +135,10 @@ def run_pub(node, a):
             while not stop and time.monotonic() < nxt:
                 rclpy.spin_once(node, timeout_sec=max(0.0, min(0.05, nxt - time.monotonic())))
     emit("summary", frames=sent, bytes=n, subscriptions=pub.get_subscription_count())
+    # Stay (TRANSIENT_LOCAL late joiners are served from this publisher's cache).
+    end = time.monotonic() + a.linger
+    while not stop and time.monotonic() < end:
+        rclpy.spin_once(node, timeout_sec=0.1)
 
 
 def run_sub(node, a):
@@ -257,13 +264,14 @@ def main():
     p.add_argument("--domain", type=int, help="raw: the ROS domain id")
     p.add_argument("--topic", default="/camera/image")
     p.add_argument("--node", default=None)
-    p.add_argument("--qos", default="reliable", choices=["reliable", "keep-all", "sensor"])
+    p.add_argument("--qos", default="reliable", choices=["reliable", "keep-all", "sensor", "transient"])
     p.add_argument("--depth", type=int, default=10)
     p.add_argument("--width", type=int, default=640)
     p.add_argument("--height", type=int, default=480)
     p.add_argument("--count", type=int, default=10)
     p.add_argument("--rate", type=float, default=10.0)
     p.add_argument("--wait-subs", type=int, default=1)
+    p.add_argument("--linger", type=float, default=0.0, help="pub: seconds to stay after the last message")
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--no-check", action="store_true")
     p.add_argument("--expect-pub", action="append")

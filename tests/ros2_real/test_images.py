@@ -136,3 +136,33 @@ def test_peer_to_peer_our_pub_to_rclpy_sub(net):
     s = sub.summary(count / rate + 70)
     pub.stop()
     check_rclpy_sub(s, count, "keep-all")
+
+
+def test_transient_local_late_rclpy_sub(routed):
+    """A TRANSIENT_LOCAL rclpy subscription that joins after our publisher has sent
+    everything still gets the last `depth` messages, byte-exact."""
+    w, h, count = 640, 480, 5
+    t = topic("transient_from_ours")
+    pub = routed.ours("ros2_image_pub", "ros2_image_pub", "--topic", t, "--qos", "transient", "--depth", 10,
+                      "--width", w, "--height", h, "-n", count, "--rate", 20, "--linger", 120)
+    pub.json_line("ros2_pub", 60)  # all sent before the subscription exists
+    sub = routed.rclpy("rclpy_sub", "sub", "--topic", t, "--qos", "transient", "--width", w, "--height", h,
+                       "--count", count, "--timeout", 60)
+    s = sub.summary(90)
+    check_rclpy_sub(s, count, "transient")
+    assert list(s["last_seq"].values()) == [count], s  # keyed by GID where rclpy gives it
+
+
+def test_transient_local_late_our_sub(routed):
+    """Our TRANSIENT_LOCAL subscriber that joins after an rclpy publisher has sent
+    everything still gets the last `depth` messages, byte-exact."""
+    w, h, count = 640, 480, 5
+    t = topic("transient_to_ours")
+    pub = routed.rclpy("rclpy_pub", "pub", "--topic", t, "--qos", "transient", "--width", w, "--height", h,
+                       "--count", count, "--rate", 20, "--wait-subs", 0, "--linger", 120)
+    pub.summary(60)  # all sent before the subscription exists
+    sub = routed.ours("ros2_image_sub", "ros2_image_sub", "--topic", t, "--qos", "transient", "--depth", 10,
+                      "-n", count, "--idle-timeout", 30)
+    res = sub.json_line("ros2_sub", 90)
+    assert sub.wait(10) == 0, sub.tail()
+    check_our_sub(res, count, "transient")
