@@ -10,6 +10,7 @@ scouting off) and its own ROS_DOMAIN_ID; every process a test starts is in a pro
 group of its own and is killed when the test ends, whatever the outcome.
 """
 
+import atexit
 import itertools
 import json
 import os
@@ -41,6 +42,20 @@ def free_port():
         return s.getsockname()[1]
 
 
+# Every process started, so that none outlives pytest even if a teardown did not run.
+_all_procs = []
+
+
+@atexit.register
+def _kill_leftovers():
+    for p in _all_procs:
+        if p.p.poll() is None:
+            try:
+                os.killpg(p.p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 class Proc:
     """A child process whose stdout+stderr lines are collected by a thread."""
 
@@ -53,6 +68,7 @@ class Proc:
         self.log.write("$ " + " ".join(self.argv) + "\n")
         self.p = subprocess.Popen(self.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, start_new_session=True, text=True, bufsize=1)
+        _all_procs.append(self)
         self.t = threading.Thread(target=self._read, daemon=True)
         self.t.start()
 
