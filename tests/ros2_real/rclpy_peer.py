@@ -83,6 +83,7 @@ def endpoints(node, topic, kind):
             "node_name": e.node_name,
             "node_namespace": e.node_namespace,
             "topic_type": e.topic_type,
+            "type_hash": str(getattr(e, "topic_type_hash", "")),
             "endpoint_type": TopicEndpointTypeEnum(e.endpoint_type).name,
             "gid": gid_hex(e.endpoint_gid),
             "gid_len": len(e.endpoint_gid),

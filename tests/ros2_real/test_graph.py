@@ -25,7 +25,8 @@ def one(endpoints, node):
 @pytest.mark.parametrize("qos", list(EXPECTED_QOS))
 def test_graph_shows_our_nodes(routed, qos):
     """get_publishers_info_by_topic / get_subscriptions_info_by_topic name our node, its
-    namespace, the topic's type and our QoS; the node and the topic are in the graph."""
+    namespace, the topic's type and type hash and our QoS; the node and the topic are in
+    the graph."""
     ns = "/zcs_ns"
     rel = f"graph_{qos.replace('-', '_')}_{next(_topics)}/image"
     full = f"{ns}/{rel}"
@@ -33,8 +34,9 @@ def test_graph_shows_our_nodes(routed, qos):
                       "--width", 64, "--height", 48, "-n", 0, "--rate", 5)
     sub = routed.ours("ros2_image_sub", "ros2_image_sub", "--namespace", ns, "--topic", rel, "--qos", qos,
                       "-n", 0, "--idle-timeout", 0)
-    pub.wait_line(r"^\[ros2\] publishing on", 30)
+    key = pub.wait_line(r"^\[ros2\] publishing on", 30)
     sub.wait_line(r"^\[ros2\] subscribed to", 30)
+    type_hash = re.search(r"/(RIHS01_[0-9a-f]{64})'", key).group(1)
     g = routed.rclpy("rclpy_graph", "graph", "--topic", full, "--expect-pub", "zcs_image_pub",
                      "--expect-sub", "zcs_image_sub", "--timeout", 30)
     s = g.summary(60)
@@ -44,6 +46,7 @@ def test_graph_shows_our_nodes(routed, qos):
     for e, kind in ((p, "PUBLISHER"), (q, "SUBSCRIPTION")):
         assert e["node_namespace"] == ns, e
         assert e["topic_type"] == "sensor_msgs/msg/Image", e
+        assert e["type_hash"] == type_hash, e
         assert kind in e["endpoint_type"], e
         for k, v in EXPECTED_QOS[qos].items():
             assert e[k] == v, (k, e)
