@@ -73,6 +73,12 @@ case "$distro" in
     kilted) RMW_VERSION=0.6.7; RCLPY_VERSION=9.1.2 ;;
 esac
 RMW=rmw_zenoh-$RMW_VERSION
+for name in $ZENOH_C $ZENOH_CPP $ZENOH $RMW; do
+    [ -f "$src/$name.tar.xz" ] || [ -d "$src/$name" ] || {
+        echo "missing $src/$name.tar.xz (or the folder $src/$name): see --help" >&2
+        exit 1
+    }
+done
 jobs="${ROS2_REAL_JOBS:-$(nproc)}"
 python="${ROS2_REAL_PYTHON:-python3}"
 
