@@ -7,6 +7,7 @@
 #
 # ZCS_EXAMPLES_DIR=DIR  take ros2_image_pub / ros2_image_sub from DIR, build nothing
 # ROS2_REAL_REPEAT=N    run the whole set N times in a row (default 1); stops at a failure
+# Logs of every process: target/ros2-real/<distro>/run-<i>/<test>/
 # See docs/ros2-real.md.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -14,7 +15,7 @@ setup_args=()
 while [ $# -gt 0 ] && [ "$1" != -- ]; do setup_args+=("$1"); shift; done
 [ "${1:-}" != -- ] || shift
 case " ${setup_args[*]} " in
-    *" -h "*|*" --help "*) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *" -h "*|*" --help "*) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 
 env_file="$(mktemp)"
@@ -33,7 +34,11 @@ fi
 while IFS= read -r line; do export "${line?}"; done <"$env_file"
 cd "$root/tests/ros2_real"
 runs="${ROS2_REAL_REPEAT:-1}"
+# Each run's process logs stay in target/ros2-real/<distro>/run-<i>/<test>/ (pytest
+# would keep only its last three temporary folders).
+logs="$root/target/ros2-real/${ROS_DISTRO:-distro}"
+mkdir -p "$logs"
 for i in $(seq 1 "$runs"); do
     [ "$runs" = 1 ] || echo "==> run $i of $runs"
-    python -m pytest -c pytest.ini "$@"
+    python -m pytest -c pytest.ini --basetemp="$logs/run-$i" "$@"
 done
