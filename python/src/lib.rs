@@ -40,8 +40,9 @@ pub(crate) fn zcs_err(e: &dyn std::error::Error) -> PyErr {
 }
 
 /// Installs a `tracing` subscriber that prints the library's log to stderr, filtered as
-/// `RUST_LOG` would be (e.g. `"info"`, `"zenoh_cuda_shm=debug"`). Only the first call has
-/// an effect; returns whether it installed one.
+/// `RUST_LOG` would be (e.g. `"info"`, or `"zenoh_cuda_shm=debug,zcs=debug"`: the API's
+/// targets start with `zenoh_cuda_shm`, its layer crates' with `zcs`). Only the first
+/// call has an effect; returns whether it installed one.
 #[pyfunction]
 #[pyo3(signature = (filter = "info"))]
 fn init_logging(filter: &str) -> PyResult<bool> {

@@ -99,11 +99,9 @@ def test_attachment_gid_is_our_publishers(routed):
     assert info in ([], [printed])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "rmw_zenoh 0.2.x/0.6.x rebuild our publisher's liveliness token without its "
-    "`backends:` chunk before hashing it into the GID, so the graph's GID differs from "
-    "the one in our attachments; strict: passing means that changed"))
 def test_graph_gid_equals_attachment_gid(routed):
-    """The GID rclpy's graph reports for our publisher equals the one in its messages."""
+    """The GID rclpy's graph reports for our publisher equals the one in its messages: on
+    Jazzy and Kilted (ROS_DISTRO of the stack's environment) our tokens carry no
+    `backends:` chunk, which these releases drop before hashing."""
     printed, attached, _, graph = gids_of_our_publisher(routed)
     assert attached == [graph], f"attachments {attached} vs graph {graph} (our publisher printed {printed})"

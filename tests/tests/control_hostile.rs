@@ -629,7 +629,9 @@ impl tracing::field::Visit for Fields {
 
 impl tracing::Subscriber for WarnRecorder {
     fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
-        *m.level() <= tracing::Level::WARN && m.target().starts_with("zenoh_cuda_shm")
+        // The library's crates: zenoh-cuda-shm* and its layers zcs-*.
+        *m.level() <= tracing::Level::WARN
+            && (m.target().starts_with("zenoh_cuda_shm") || m.target().starts_with("zcs_"))
     }
     fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
         tracing::span::Id::from_u64(1)
