@@ -267,24 +267,51 @@ pub enum DeclareError {
     Signal(#[from] crate::signal::SignalError),
 }
 
+/// What a publisher is declared with; the API layer fills it from the session's
+/// configuration.
+pub struct PublisherSpec {
+    /// The key expression it publishes on (concrete: no wildcards).
+    pub key: String,
+    /// Where its blocks live (host and device).
+    pub group: Group,
+    /// What it allocates from.
+    pub medium: PubMedium,
+    /// Its control socket, open to `policy`.
+    pub socket: SocketName,
+    /// Who may connect to the control socket.
+    pub policy: AccessPolicy,
+    /// How long a handshake step waits for the subscriber.
+    pub handshake_timeout: Duration,
+    /// Zenoh's congestion control for its bytes, and whether puts wait for leases.
+    pub congestion: Congestion,
+    /// How long a put waits for a subscriber at its lease limit (`Congestion::Block`).
+    pub lease_wait: Duration,
+    /// The host provider its blocks may be lent by.
+    pub provider: Option<protocol::ProviderRef>,
+    /// The session's Zenoh SHM pool for copies out, if it has one.
+    pub shm_out: Option<Arc<ShmOut>>,
+    /// The largest message Zenoh's receivers take.
+    pub max_message: usize,
+}
+
 impl PublisherCore {
-    /// Declares a publisher on `key`: its token, its control socket `socket` (open to
-    /// `policy`), and the watch of subscribers' tokens.
-    #[allow(clippy::too_many_arguments)] // one call site, in api/
-    pub fn new(
-        session: &zenoh::Session,
-        key: &str,
-        group: Group,
-        medium: PubMedium,
-        socket: SocketName,
-        policy: AccessPolicy,
-        handshake_timeout: Duration,
-        congestion: Congestion,
-        lease_wait: Duration,
-        provider: Option<protocol::ProviderRef>,
-        shm_out: Option<Arc<ShmOut>>,
-        max_message: usize,
-    ) -> Result<Self, DeclareError> {
+    /// Declares a publisher: its token, its control socket, and the watch of
+    /// subscribers' tokens.
+    pub fn new(session: &zenoh::Session, spec: PublisherSpec) -> Result<Self, DeclareError> {
+        let PublisherSpec {
+            key,
+            group,
+            medium,
+            socket,
+            policy,
+            handshake_timeout,
+            congestion,
+            lease_wait,
+            provider,
+            shm_out,
+            max_message,
+        } = spec;
+        let key = key.as_str();
         let ke = KeyExpr::try_from(key.to_owned()).map_err(|source| DeclareError::Key { key: key.into(), source })?;
         // Verbatim chunks are concrete (e.g. the ROS channel `<base>/@zcs_ros2`); only our
         // own `@zcs` space is reserved.

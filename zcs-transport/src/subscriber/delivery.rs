@@ -5,7 +5,8 @@
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
-use super::{Link, PeerCopy, Shared, SubMedium, Upload};
+use super::release::Releases;
+use super::{Link, PeerCopy, SubMedium, Upload};
 use crate::cuda::{CudaError, Fence, Stream, copy};
 use crate::medium::Imported;
 use crate::pool::{BlockKey, Fence as PoolFence};
@@ -20,13 +21,20 @@ pub(crate) struct ZeroCopy {
     offset: usize,
     len: usize,
     link: Arc<Link>,
-    sub: Arc<Shared>,
+    releases: Arc<Releases>,
     fences: Mutex<Vec<Box<dyn PoolFence>>>,
 }
 
 impl ZeroCopy {
-    pub fn new(block: Imported, key: BlockKey, offset: usize, len: usize, link: Arc<Link>, sub: Arc<Shared>) -> Self {
-        Self { block, key, offset, len, link, sub, fences: Mutex::new(Vec::new()) }
+    pub fn new(
+        block: Imported,
+        key: BlockKey,
+        offset: usize,
+        len: usize,
+        link: Arc<Link>,
+        releases: Arc<Releases>,
+    ) -> Self {
+        Self { block, key, offset, len, link, releases, fences: Mutex::new(Vec::new()) }
     }
 }
 
@@ -35,7 +43,7 @@ impl Drop for ZeroCopy {
         let fences = std::mem::take(self.fences.get_mut().unwrap_or_else(|p| p.into_inner()));
         // The mapping must outlive the reads the fences cover: it moves into the
         // deferred release, which drops it only after they completed.
-        self.sub.release_after(Arc::clone(&self.link), self.key, self.block.clone(), fences);
+        self.releases.release_after(Arc::clone(&self.link), self.key, self.block.clone(), fences);
     }
 }
 
@@ -51,17 +59,17 @@ pub(crate) struct Copied {
     link: Arc<Link>,
     key: BlockKey,
     fences: Mutex<Vec<Box<dyn PoolFence>>>,
-    sub: Arc<Shared>,
+    releases: Arc<Releases>,
 }
 
 impl Copied {
-    pub(crate) fn new(copy: PeerCopy, len: usize, link: Arc<Link>, key: BlockKey, sub: Arc<Shared>) -> Self {
-        Self { copy: Some(copy), len, link, key, fences: Mutex::new(Vec::new()), sub }
+    pub(crate) fn new(copy: PeerCopy, len: usize, link: Arc<Link>, key: BlockKey, releases: Arc<Releases>) -> Self {
+        Self { copy: Some(copy), len, link, key, fences: Mutex::new(Vec::new()), releases }
     }
 
     /// Orders work enqueued on `stream` after the copy; the block's device address.
     fn begin(&self, stream: &Stream) -> Result<u64, ReadError> {
-        if self.link.died_unready(self.key) {
+        if self.link.signals.died_unready(self.key) {
             return Err(ReadError::PublisherDied);
         }
         let copy = self.copy.as_ref().expect("taken by drop only");
@@ -75,14 +83,7 @@ impl Drop for Copied {
         let Some(PeerCopy { block, done }) = self.copy.take() else { return };
         let mut fences = std::mem::take(self.fences.get_mut().unwrap_or_else(|p| p.into_inner()));
         fences.push(Box::new(done));
-        let sub = Arc::clone(&self.sub);
-        self.sub.defer(
-            fences,
-            Box::new(move || match sub.copier.get() {
-                Some(c) => c.recycle(block),
-                None => drop(block),
-            }),
-        );
+        self.releases.recycle_after(block, fences);
     }
 }
 
@@ -96,7 +97,7 @@ struct Inner {
     info: SampleInfo,
     body: Body,
     medium: SubMedium,
-    sub: Arc<Shared>,
+    releases: Arc<Releases>,
 }
 
 /// A received message as the transport delivers it; the API wraps it (`GpuSample` of
@@ -132,9 +133,10 @@ pub enum ReadError {
 }
 
 impl Delivery {
-    /// A delivery of `body`, received by the subscriber `sub` on `medium`.
-    pub(crate) fn new(info: SampleInfo, body: Body, medium: SubMedium, sub: Arc<Shared>) -> Self {
-        Self(Arc::new(Inner { info, body, medium, sub }))
+    /// A delivery of `body`, received by a subscriber on `medium` whose release handle
+    /// is `releases`.
+    pub(crate) fn new(info: SampleInfo, body: Body, medium: SubMedium, releases: Arc<Releases>) -> Self {
+        Self(Arc::new(Inner { info, body, medium, releases }))
     }
 
     /// Metadata.
@@ -220,7 +222,7 @@ impl Delivery {
                     unreachable!("a CUDA subscriber's blocks are device blocks")
                 };
                 let parts: Vec<&[u8]> = bytes.slices().collect();
-                let upload = self.0.sub.copier()?.upload(&parts, stream)?;
+                let upload = self.0.releases.copier()?.upload(&parts, stream)?;
                 (upload.block.device_ptr(), None, Some(upload))
             }
         };
@@ -230,7 +232,7 @@ impl Delivery {
             stream: Arc::clone(stream),
             gpu: gpu.clone(),
             sink,
-            sub: &self.0.sub,
+            releases: &self.0.releases,
             staged,
             ended: false,
         })
@@ -256,7 +258,7 @@ pub struct DeviceRead<'a> {
     stream: Stream,
     gpu: crate::cuda::Gpu,
     sink: Option<&'a Mutex<Vec<Box<dyn PoolFence>>>>,
-    sub: &'a Arc<Shared>,
+    releases: &'a Arc<Releases>,
     /// A bytes sample's copy onto the GPU, for this read only.
     staged: Option<Upload>,
     ended: bool,
@@ -301,14 +303,7 @@ impl DeviceRead<'_> {
             (Some(sink), _) => sink.locked().push(Box::new(fence)),
             // The copy and its pinned source must outlive the reads: the subscriber's
             // releaser recycles them once they are done.
-            (None, Some(staged)) => {
-                let sub = Arc::clone(self.sub);
-                let recycle = move || match sub.copier.get() {
-                    Some(c) => c.recycle_upload(staged),
-                    None => drop(staged),
-                };
-                self.sub.defer(vec![Box::new(fence)], Box::new(recycle));
-            }
+            (None, Some(staged)) => self.releases.recycle_upload_after(staged, Box::new(fence)),
             (None, None) => {}
         }
         Ok(())
@@ -354,11 +349,7 @@ impl Delivery {
         match &self.0.body {
             Body::ZeroCopy(z) => match &z.block {
                 Imported::Cuda(b) => {
-                    if z.link.died_unready(z.key) {
-                        return Err(ReadError::PublisherDied);
-                    }
-                    let signals = z.link.signals.as_ref().ok_or(ReadError::Signal(SignalError::Unsupported))?;
-                    signals.wait(stream, z.key.id, z.key.generation)?;
+                    z.link.signals.wait(stream, z.key)?;
                     Ok(Some(b.device_ptr() + z.offset as u64))
                 }
                 Imported::Host(_) => Ok(None),
@@ -384,6 +375,6 @@ impl Delivery {
     /// Runs `f` once every fence has completed: at once if they all have, else on the
     /// subscriber's releaser thread.
     pub fn defer_until(&self, fences: Vec<Box<dyn PoolFence>>, f: Box<dyn FnOnce() + Send>) {
-        self.0.sub.defer(fences, f);
+        self.0.releases.defer(fences, f);
     }
 }

@@ -96,17 +96,16 @@ pub(super) fn publisher_vanished(sh: &Arc<Shared>, instance: u64) {
 /// Removes a publisher's entry; [`forgotten`] finishes the job outside the lock.
 pub(super) fn forget(st: &mut State, instance: u64) -> (Option<Arc<Link>>, bool) {
     let e = st.pubs.remove(&instance);
-    st.seen.remove(&instance);
     (e.and_then(|e| e.link), st.pubs.is_empty())
 }
 
 /// A forgotten publisher's link goes: its imports are evicted and, on CUDA, its process
 /// is watched; with no publisher left, the plain key is listened on again (`auto`).
 pub(super) fn forgotten(sh: &Arc<Shared>, instance: u64, link: Option<Arc<Link>>, none_left: bool) {
+    sh.dedup.forget(instance);
     if let Some(link) = link {
         link.alive.store(false, Ordering::Relaxed);
-        // Mappings still read by samples stay alive through their Arcs.
-        link.cache.locked().clear();
+        link.imports.clear();
         inc(&sh.counters.evictions);
         tracing::debug!(publisher = %crate::Id(instance), "publisher gone; its imports evicted");
         // A link whose token vanished while it was open is watched since then.
@@ -129,16 +128,14 @@ pub(super) fn forgotten(sh: &Arc<Shared>, instance: u64, link: Option<Arc<Link>>
 /// watch off Zenoh's callback thread, for up to `DEAD_PUBLISHER_WATCH`, or until the
 /// token is back on a link that is still open.
 fn watch_publisher_process(link: &Arc<Link>) {
-    if link.signals.is_none() || link.peer_pid <= 0 {
-        return;
-    }
+    let Some(pid) = link.signals.watched_pid() else { return };
     let link = Arc::clone(link);
     let spawned = std::thread::Builder::new().name("zcs-dead-publisher".into()).spawn(move || {
         let t = std::time::Instant::now();
         let mut nap = Duration::from_millis(5);
         while t.elapsed() < DEAD_PUBLISHER_WATCH {
-            if crate::host::process_gone(link.peer_pid) {
-                link.release_waiters_of_dead_publisher();
+            if crate::host::process_gone(pid) {
+                link.signals.release_waiters_of_dead_publisher();
                 return;
             }
             if link.alive.load(Ordering::Relaxed) && !link.token_gone.load(Ordering::Relaxed) {
@@ -185,47 +182,5 @@ impl Shared {
             *sub = None;
         }
         tracing::debug!(key = %self.key, on, "plain-key listening changed");
-    }
-}
-
-impl Link {
-    /// The publisher process has exited: any ready signal it had not yet written never
-    /// will be, and a stream of ours waiting on one would wait forever. Write the awaited
-    /// values ourselves (the signal block is mapped here read-write; nobody else writes
-    /// it any more) and remember which generations were not ready.
-    pub(super) fn release_waiters_of_dead_publisher(&self) {
-        let Some(signals) = &self.signals else { return };
-        let awaited: Vec<(u32, u64)> = self.awaited.locked().iter().map(|(s, g)| (*s, *g)).collect();
-        // Created by the subscriber's declaration, unless this comes first.
-        let stream = match self.release_stream.get() {
-            Some(s) => s.clone(),
-            None => match signals.gpu().new_stream() {
-                Ok(s) => self.release_stream.get_or_init(|| s).clone(),
-                Err(e) => {
-                    return tracing::error!(error = %crate::error::Chain(&e), "no stream to release waits on a dead publisher's signals");
-                }
-            },
-        };
-        let mut unready = 0;
-        for (slot, generation) in awaited {
-            match signals.read_slot_on(slot, &stream) {
-                Ok(v) if v >= generation => continue,
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(error = %crate::error::Chain(&e), slot, "cannot read a dead publisher's signal slot")
-                }
-            }
-            unready += 1;
-            self.unready.locked().insert((slot, generation));
-            if let Err(e) = signals.signal(&stream, slot, generation) {
-                tracing::error!(error = %crate::error::Chain(&e), slot, "cannot release a wait on a dead publisher's signal");
-            }
-        }
-        if unready > 0 {
-            tracing::warn!(
-                unready,
-                "publisher died before signalling blocks ready; their readers were released and reads of them are refused"
-            );
-        }
     }
 }

@@ -1,11 +1,12 @@
 //! The subscriber's side of the handshake with one publisher: connect and `Hello`,
 //! the probe imported, `Ack`, then `Ready` naming the first message the link routes.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::import::ImportCache;
+use super::ready::PublisherSignals;
 use super::{Link, Shared, SubMedium};
 use crate::host::HostBlock;
 use crate::ipc::{ConnectError, ControlConn, DecodeNameError, RecvError, SendError, SocketName};
@@ -126,7 +127,7 @@ pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn, t: &Token) -> Resul
     let host_blocks = sh.via_host(&t.group);
     let imported: Result<_, Box<dyn std::error::Error + Send + Sync>> = match &sh.medium {
         SubMedium::Cuda(_) if host_blocks => {
-            sh.copier().map_err(Into::into).and_then(|_| host_probe(probe, probe_size))
+            sh.releases.copier().map_err(Into::into).and_then(|_| host_probe(probe, probe_size))
         }
         SubMedium::Cuda(gpu) => {
             ReadySignals::import(gpu, probe, probe_size).map(|s| (Some(Arc::new(s)), 0)).map_err(Into::into)
@@ -170,14 +171,10 @@ pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn, t: &Token) -> Resul
         bytes_through: bytes_through.min(first_seq.saturating_sub(1)),
         order: Arc::clone(&order),
         cap_key: CapabilityKey::from_bytes(cap_key),
-        signals: link_signals,
-        cache: Mutex::new(HashMap::new()),
+        signals: PublisherSignals::new(link_signals, peer_pid, sh.release_stream.clone()),
+        imports: ImportCache::default(),
         alive: AtomicBool::new(true),
         token_gone: AtomicBool::new(false),
-        peer_pid,
-        awaited: Mutex::new(HashMap::new()),
-        unready: Mutex::new(std::collections::HashSet::new()),
-        release_stream: sh.release_stream.clone(),
         provider,
     });
     let mut o = order.lock();
@@ -187,7 +184,7 @@ pub(super) fn handshake(sh: &Arc<Shared>, conn: ControlConn, t: &Token) -> Resul
             e.why = None;
             if let Some(old) = e.link.replace(Arc::clone(&link)) {
                 // A link that ended while its publisher stayed: its imports go.
-                old.cache.locked().clear();
+                old.imports.clear();
             }
         }
         None => return Err(HandshakeError::Vanished),

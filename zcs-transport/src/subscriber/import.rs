@@ -2,13 +2,13 @@
 //! sight (its FD sent with the descriptor, asked of the publisher, or opened at the
 //! host provider) and cached, the sample delivered in its turn.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::delivery::{Body, Copied, Delivery, ZeroCopy};
-use super::link::deliver_routed;
+use super::delivery::{Body, Copied, ZeroCopy};
+use super::order::deliver_routed;
 use super::{Link, PeerCopy, Shared, SubMedium, inc};
 use crate::cuda::{CudaError, ImportedBlock};
 use crate::host::HostBlock;
@@ -48,6 +48,31 @@ enum ImportError {
 
 /// How long an FD request waits for its answer.
 const FD_REPLY_WAIT: Duration = Duration::from_secs(5);
+
+/// The blocks imported from one publisher, by id, with the allocation serial each was
+/// imported for. A new serial for an id means the publisher trimmed the old block: the
+/// entry is replaced, which unmaps the old import once no sample reads it any more.
+#[derive(Default)]
+pub(super) struct ImportCache(Mutex<HashMap<u32, (u64, Imported)>>);
+
+impl ImportCache {
+    /// The import of `key`'s allocation, if cached and of `size` bytes.
+    fn get(&self, key: BlockKey, size: u64) -> Option<Imported> {
+        match self.0.locked().get(&key.id) {
+            Some((alloc, i)) if *alloc == key.alloc && i.size() as u64 == size => Some(i.clone()),
+            _ => None,
+        }
+    }
+
+    fn insert(&self, key: BlockKey, imported: Imported) {
+        self.0.locked().insert(key.id, (key.alloc, imported));
+    }
+
+    /// Evicts every import; mappings still read by samples stay alive through them.
+    pub(super) fn clear(&self) {
+        self.0.locked().clear();
+    }
+}
 
 impl Link {
     /// Asks for a block's FD. Routed frames that arrive before the answer are kept in
@@ -95,13 +120,12 @@ pub fn on_block(sh: &Arc<Shared>, link: &Arc<Link>, backlog: &mut VecDeque<Frame
         link.release(d.block);
         return bad("descriptor out of its block's bounds", &format_args!("{}+{} > {}", d.offset, d.len, d.block_size));
     }
-    let cached = link.cache.locked().get(&d.block.id).cloned();
-    let imported = match cached {
-        Some((alloc, i)) if alloc == d.block.alloc && i.size() as u64 == d.block_size => i,
-        _ => match import(sh, link, backlog, &d, fd) {
+    let imported = match link.imports.get(d.block, d.block_size) {
+        Some(i) => i,
+        None => match import(sh, link, backlog, &d, fd) {
             Ok(i) => {
                 crate::step!(seq = d.seq, block = d.block.id, "subscriber: block imported");
-                link.cache.locked().insert(d.block.id, (d.block.alloc, i.clone()));
+                link.imports.insert(d.block, i.clone());
                 inc(&sh.counters.imports);
                 i
             }
@@ -114,11 +138,7 @@ pub fn on_block(sh: &Arc<Shared>, link: &Arc<Link>, backlog: &mut VecDeque<Frame
             }
         },
     };
-    if matches!(imported, Imported::Cuda(_)) {
-        let mut awaited = link.awaited.locked();
-        let g = awaited.entry(d.block.id).or_insert(0);
-        *g = (*g).max(d.block.generation);
-    }
+    link.signals.awaiting(d.block);
     let mut info = SampleInfo {
         key: link.key.clone(),
         publisher: d.publisher,
@@ -136,7 +156,7 @@ pub fn on_block(sh: &Arc<Shared>, link: &Arc<Link>, backlog: &mut VecDeque<Frame
         && let Some(copied) = copy_on_arrival(sh, link, &imported, d.block, offset, len)
     {
         info.path = Path::PeerCopy;
-        let sample = Delivery::new(info, Body::Copied(copied), sh.medium.clone(), Arc::clone(sh));
+        let sample = sh.sample(info, Body::Copied(copied));
         return deliver_routed(sh, link, sample, &sh.counters.peer_copy);
     }
     if link.host_blocks && matches!(sh.medium, SubMedium::Cuda(_)) {
@@ -146,13 +166,13 @@ pub fn on_block(sh: &Arc<Shared>, link: &Arc<Link>, backlog: &mut VecDeque<Frame
             return;
         };
         info.path = Path::HostCopy;
-        let sample = Delivery::new(info, Body::Copied(copied), sh.medium.clone(), Arc::clone(sh));
+        let sample = sh.sample(info, Body::Copied(copied));
         return deliver_routed(sh, link, sample, &sh.counters.host_block);
     }
     // A duplicate is dropped at once, which releases its lease.
     let counter = if link.host_blocks { &sh.counters.host_block } else { &sh.counters.zero_copy };
-    let zc = ZeroCopy::new(imported, d.block, offset, len, Arc::clone(link), Arc::clone(sh));
-    let sample = Delivery::new(info, Body::ZeroCopy(zc), sh.medium.clone(), Arc::clone(sh));
+    let zc = ZeroCopy::new(imported, d.block, offset, len, Arc::clone(link), Arc::clone(&sh.releases));
+    let sample = sh.sample(info, Body::ZeroCopy(zc));
     deliver_routed(sh, link, sample, counter);
 }
 
@@ -167,8 +187,8 @@ fn copy_on_arrival(
     offset: usize,
     len: usize,
 ) -> Option<Copied> {
-    let copier = sh.copies_from_peers().then(|| sh.copier.get()).flatten();
-    let (Some(copier), Imported::Cuda(block), Some(signals)) = (copier, imported, &link.signals) else {
+    let copier = sh.copies_from_peers().then(|| sh.releases.copier_if_made()).flatten();
+    let (Some(copier), Imported::Cuda(block), Some(signals)) = (copier, imported, link.signals.block()) else {
         return None;
     };
     // SAFETY: `offset + len` lies within the block (checked above), mapped for this GPU
@@ -193,7 +213,7 @@ fn copy_from_host(
     offset: usize,
     len: usize,
 ) -> Option<Copied> {
-    let (Some(copier), Imported::Host(block)) = (sh.copier.get(), imported) else {
+    let (Some(copier), Imported::Host(block)) = (sh.releases.copier_if_made(), imported) else {
         link.release(key);
         tracing::error!("a host block for a subscriber without a copier: message lost");
         return None;
@@ -226,8 +246,8 @@ fn copied(
     copy: PeerCopy,
 ) -> Copied {
     let done: Box<dyn crate::pool::Fence> = Box::new(Arc::clone(&copy.done));
-    sh.release_after(Arc::clone(link), key, imported.clone(), vec![done]);
-    Copied::new(copy, len, Arc::clone(link), key, Arc::clone(sh))
+    sh.releases.release_after(Arc::clone(link), key, imported.clone(), vec![done]);
+    Copied::new(copy, len, Arc::clone(link), key, Arc::clone(&sh.releases))
 }
 
 fn import(

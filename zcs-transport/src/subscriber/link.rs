@@ -4,17 +4,20 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::delivery::{Body, Delivery};
+use super::delivery::Body;
 use super::discovery::{forget, forgotten};
 use super::handshake::{handshake, hello};
-use super::import::on_block;
+use super::import::{ImportCache, on_block};
+use super::order::{Order, deliver_routed, on_via_bytes};
+use super::ready::PublisherSignals;
 use super::spin::SpinWindow;
-use super::{Link, Shared, inc};
+use super::{Shared, inc};
 use crate::ipc::{ControlConn, Frame, RecvError};
 use crate::pool::BlockKey;
+use crate::pool::CapabilityKey;
 use crate::protocol::{self, Reply, Request, Token};
 use crate::sample::{Path, SampleInfo};
 use crate::sync::Unpoisoned;
@@ -22,15 +25,43 @@ use crate::sync::Unpoisoned;
 /// How long a closing subscriber's link thread waits for the publisher's `Left`.
 pub(super) const LEAVE_WAIT: Duration = Duration::from_secs(1);
 
-/// How long a `ViaBytes` message waits for its bytes through Zenoh.
-const VIA_BYTES_WAIT: Duration = Duration::from_secs(1);
+/// A handshaken connection to one publisher, and the blocks imported from it. Its
+/// link thread alone receives on the connection; sends are atomic frames and may come
+/// from any thread (releases, `Leave`).
+pub(crate) struct Link {
+    pub(super) conn: ControlConn,
+    /// The publisher's instance id.
+    pub(super) publisher: u64,
+    /// The publisher's key (what its samples carry).
+    pub(super) key: String,
+    /// The publisher's blocks live on another GPU of this host, mapped here for ours.
+    pub(super) peer: bool,
+    /// The publisher's blocks live on a GPU and this subscriber maps host memory: it is
+    /// served host-memory copies of them.
+    pub(super) host_blocks: bool,
+    /// The first message routed over this link (`Reply::Ready`).
+    pub(super) first_seq: u64,
+    /// The last earlier message the publisher put as bytes for this subscriber
+    /// (`Reply::Ready`; below `first_seq`).
+    pub(super) bytes_through: u64,
+    /// Its publisher's delivery order (shared with the publisher's entry).
+    pub(super) order: Arc<Order>,
+    pub(super) cap_key: CapabilityKey,
+    /// The publisher's ready signals as our reads wait on them.
+    pub(crate) signals: PublisherSignals,
+    /// The blocks imported from the publisher.
+    pub(super) imports: ImportCache,
+    pub(super) alive: AtomicBool,
+    /// The publisher's liveliness token vanished while this link was open: the Zenoh
+    /// route between us is down (a router between us died), not the publisher, which
+    /// keeps serving us here. Cleared when the token comes back; if the link ends
+    /// first, its end forgets the publisher (`link_thread`).
+    pub(super) token_gone: AtomicBool,
+    /// The host provider the publisher's lent blocks are opened at.
+    pub(super) provider: Option<Arc<crate::provider::ProviderClient>>,
+}
 
 impl Link {
-    /// Whether the publisher died before signalling this block generation ready.
-    pub(crate) fn died_unready(&self, key: BlockKey) -> bool {
-        self.unready.locked().contains(&(key.id, key.generation))
-    }
-
     /// Sends a release, also on a link that ended: a publisher that disconnected us as
     /// slow still reads them (it keeps our leases until we release them or close);
     /// one that died or closed does not, and the send fails harmlessly.
@@ -169,7 +200,7 @@ fn run_link(sh: &Arc<Shared>, link: &Arc<Link>) -> LinkEnd {
                     path: Path::Inline,
                     meta,
                 };
-                let sample = Delivery::new(info, Body::Bytes(data.into()), sh.medium.clone(), Arc::clone(sh));
+                let sample = sh.sample(info, Body::Bytes(data.into()));
                 deliver_routed(sh, link, sample, &sh.counters.inline);
             }
             Reply::ViaBytes { seq } => on_via_bytes(sh, link, seq),
@@ -181,50 +212,5 @@ fn run_link(sh: &Arc<Shared>, link: &Arc<Link>) -> LinkEnd {
                 return LinkEnd::Violation;
             }
         }
-    }
-}
-
-/// Delivers a message routed over `link` (in its turn), unless it was delivered
-/// already; counts it in `counter`.
-pub fn deliver_routed(sh: &Shared, link: &Link, sample: Delivery, counter: &AtomicU64) {
-    let seq = sample.seq();
-    {
-        let mut o = link.order.switch_over(link.order.lock(), link.first_seq, link.bytes_through);
-        // The same message may also have come as bytes (for another subscriber).
-        o.inbox.remove(&seq);
-    }
-    if sh.first_delivery(link.publisher, seq) {
-        inc(counter);
-        sh.deliver(sample);
-    }
-}
-
-/// Message `seq` comes as bytes through Zenoh: deliver it from the inbox, waiting up
-/// to `VIA_BYTES_WAIT` for it.
-fn on_via_bytes(sh: &Shared, link: &Link, seq: u64) {
-    let deadline = Instant::now() + VIA_BYTES_WAIT;
-    let order = &link.order;
-    let mut o = order.switch_over(order.lock(), link.first_seq, link.bytes_through);
-    let sample = loop {
-        if let Some(s) = o.inbox.remove(&seq) {
-            break Some(s);
-        }
-        if sh.closed.load(Ordering::Relaxed) || sh.seen(link.publisher, seq) {
-            break None;
-        }
-        let (o2, more) = if seq <= o.inbox_dropped { (o, false) } else { order.wait(o, deadline) };
-        o = o2;
-        if !more {
-            // Counted in `lost` as a gap once a later message is delivered.
-            tracing::warn!(publisher = %crate::Id(link.publisher), seq, "bytes routed through Zenoh never came; message lost");
-            break None;
-        }
-    };
-    drop(o);
-    if let Some(s) = sample
-        && sh.first_delivery(link.publisher, seq)
-    {
-        inc(if s.path() == Path::Inline { &sh.counters.inline } else { &sh.counters.cpu_bytes });
-        sh.deliver(s);
     }
 }

@@ -2,15 +2,22 @@
 //!
 //! | file | job |
 //! |---|---|
-//! | `mod.rs` | the subscriber's state, its declaration (`SubscriberCore`), counters, close |
-//! | `discovery.rs` | publishers' tokens appearing and vanishing; the plain key; dead publishers |
-//! | `handshake.rs` | `Hello` → probe → `Ack` → `Ready` with one publisher |
-//! | `link.rs` | the link thread per publisher: what it routes, received in order |
-//! | `import.rs` | descriptors verified, blocks imported and cached |
-//! | `order.rs` | bytes merged with routed messages in sequence order, exactly once, losses counted |
+//! | `mod.rs` | the subscriber's declaration (`SubscriberCore`), what its threads share, counters, close |
+//! | `discovery.rs` | publishers' tokens appearing and vanishing; the plain key; dead publishers' processes watched |
+//! | `handshake.rs` | `Hello` → probe → `Ack` → `Ready` with one publisher, which makes its `Link` |
+//! | `link.rs` | `Link`: the connection to one publisher, and its thread receiving what it routes |
+//! | `import.rs` | `ImportCache`: descriptors verified, blocks imported and cached per link |
+//! | `ready.rs` | `PublisherSignals`: a publisher's ready signals as our reads wait on them; a dead one's written by us |
+//! | `order.rs` | `Order`: bytes merged with routed messages in sequence order, per publisher |
+//! | `dedup.rs` | `Dedup`: each message delivered once, losses counted |
+//! | `delivery.rs` | `Delivery`: a received message, read in place, as host bytes or copied |
+//! | `release.rs` | `Releases`: what a delivery holds of its subscriber (the releaser, the copier) |
 //! | `spin.rs` | adaptive busy-polling: how long a waiting thread polls before it sleeps |
 //! | `peer_copy.rs` | copies onto our GPU: another GPU's messages (`peer_gpus: copy`) and host blocks on arrival, bytes samples when read |
-
+//!
+//! A receive, in order: `link.rs` (a frame) → `import.rs` (the block) → `order.rs`
+//! (its turn) → `dedup.rs` (once) → the subscriber's callback.
+mod dedup;
 mod delivery;
 mod discovery;
 mod handshake;
@@ -18,11 +25,13 @@ mod import;
 mod link;
 mod order;
 mod peer_copy;
+mod ready;
+mod release;
 pub mod spin;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use zenoh::Wait;
@@ -31,20 +40,21 @@ use zenoh::sample::SampleKind;
 
 use super::RateLimitedWarn;
 use super::locality::PeerView;
-use super::medium::Imported;
+use super::publisher::DeclareError;
 use crate::config::{PeerGpus, PlainListen};
 use crate::cuda::Gpu;
-use crate::ipc::ControlConn;
-use crate::pool::recycler::{Job, Recycler, RecyclerHandle};
-use crate::pool::{BlockKey, CapabilityKey, Fence};
+use crate::pool::recycler::Recycler;
 use crate::protocol::{self, Group, Request, Role, Token};
-use crate::signal::ReadySignals;
 use crate::sync::Unpoisoned;
 pub use delivery::{Delivery, DeviceRead, ReadError};
 
+use dedup::Dedup;
 use discovery::{publisher_appeared, publisher_vanished};
-use order::{Order, Seen, on_bytes};
+use link::Link;
+use order::{Order, on_bytes};
 pub(crate) use peer_copy::{PeerCopier, PeerCopy, Upload};
+use ready::ReleaseStream;
+use release::Releases;
 use spin::{QueueEnd, SpinWindow, recv_queue};
 
 /// Counters of one subscriber. All monotonic.
@@ -107,7 +117,6 @@ struct Counters {
     inline: AtomicU64,
     cpu_bytes: AtomicU64,
     plain: AtomicU64,
-    duplicates: AtomicU64,
     bad_descriptors: AtomicU64,
     bad_bytes: AtomicU64,
     imports: AtomicU64,
@@ -115,9 +124,7 @@ struct Counters {
     handshakes: AtomicU64,
     handshake_failures: AtomicU64,
     evictions: AtomicU64,
-    releases: AtomicU64,
     late_bytes: AtomicU64,
-    lost: AtomicU64,
     polled_ns: AtomicU64,
 }
 
@@ -139,54 +146,6 @@ pub enum SubMedium {
     Cuda(Gpu),
     /// Host memory only (no GPU).
     Host,
-}
-
-/// A handshaken connection to one publisher, and the blocks imported from it. Its
-/// link thread alone receives on the connection; sends are atomic frames and may come
-/// from any thread (releases, `Leave`).
-pub(crate) struct Link {
-    conn: ControlConn,
-    /// The publisher's instance id.
-    publisher: u64,
-    /// The publisher's key (what its samples carry).
-    key: String,
-    /// The publisher's blocks live on another GPU of this host, mapped here for ours.
-    peer: bool,
-    /// The publisher's blocks live on a GPU and this subscriber maps host memory: it is
-    /// served host-memory copies of them.
-    host_blocks: bool,
-    /// The first message routed over this link (`Reply::Ready`).
-    first_seq: u64,
-    /// The last earlier message the publisher put as bytes for this subscriber
-    /// (`Reply::Ready`; below `first_seq`).
-    bytes_through: u64,
-    /// Its publisher's delivery order (shared with the publisher's entry).
-    order: Arc<Order>,
-    cap_key: CapabilityKey,
-    pub(crate) signals: Option<Arc<ReadySignals>>,
-    /// Imported blocks by id, with the allocation serial they were imported for. A new
-    /// serial for an id means the publisher trimmed the old block: the entry is
-    /// replaced, which unmaps the old import once no sample reads it any more.
-    cache: Mutex<HashMap<u32, (u64, Imported)>>,
-    alive: AtomicBool,
-    /// The publisher's liveliness token vanished while this link was open: the Zenoh
-    /// route between us is down (a router between us died), not the publisher, which
-    /// keeps serving us here. Cleared when the token comes back; if the link ends
-    /// first, its end forgets the publisher (`link_thread`).
-    token_gone: AtomicBool,
-    /// The publisher process (0 when in another PID namespace: unknown).
-    peer_pid: i32,
-    /// Highest generation handed to samples, per ready-signal slot (CUDA only): what
-    /// our streams may be waiting for.
-    awaited: Mutex<HashMap<u32, u64>>,
-    /// Block generations whose ready signal never came because the publisher died
-    /// first: reads of them are refused (`ReadError::PublisherDied`).
-    unready: Mutex<std::collections::HashSet<(u32, u64)>>,
-    /// The subscriber's stream for writing a dead publisher's signals
-    /// (`Shared::release_stream`).
-    release_stream: ReleaseStream,
-    /// The host provider the publisher's lent blocks are opened at.
-    provider: Option<Arc<crate::provider::ProviderClient>>,
 }
 
 struct PubEntry {
@@ -216,8 +175,6 @@ impl PubEntry {
 struct State {
     /// Publishers of ours whose key meets ours, by instance.
     pubs: HashMap<u64, PubEntry>,
-    /// Sequence numbers recently delivered, per publisher.
-    seen: HashMap<u64, Seen>,
 }
 
 pub(crate) type Deliver = Box<dyn Fn(Delivery) + Send + Sync>;
@@ -230,10 +187,12 @@ pub(crate) struct Shared {
     medium: SubMedium,
     state: Mutex<State>,
     counters: Counters,
-    /// Taken on close: samples still queued in a channel hold this `Shared`, and the
-    /// channel's sender lives in `deliver`, so keeping it would be a cycle.
+    /// Exactly-once per publisher, and losses.
+    dedup: Dedup,
+    /// Taken on close: nothing is delivered after it.
     deliver: Mutex<Option<Arc<Deliver>>>,
-    releaser: RecyclerHandle,
+    /// What samples hold of this subscriber: the releaser and the copier.
+    releases: Arc<Releases>,
     handshake_timeout: Duration,
     /// The most a waiting thread polls before it sleeps (`spin_us`): each link thread
     /// adapts its own window up to it.
@@ -250,10 +209,6 @@ pub(crate) struct Shared {
     /// What this process sees of the host's GPUs (CUDA subscribers): decides whether
     /// a publisher on another GPU is read in place.
     peer: Option<PeerView>,
-    /// Copies messages from publishers on other GPUs onto ours: from their blocks
-    /// (`peer_gpus: copy`, made with the subscriber) or from host blocks (made at the
-    /// first handshake that needs it).
-    pub(crate) copier: OnceLock<PeerCopier>,
     /// Host-memory subscribers: whether GPU publishers of this host serve us host
     /// blocks (`host_blocks`).
     host_blocks: bool,
@@ -263,10 +218,6 @@ pub(crate) struct Shared {
     /// when it is needed; and not per link, to keep it out of every handshake.
     release_stream: ReleaseStream,
 }
-
-/// Set once, by the subscriber's declaration after its first handshakes have started
-/// (or by a link that needs it before that).
-type ReleaseStream = Arc<std::sync::OnceLock<crate::cuda::Stream>>;
 
 /// A subscriber of our channels on one key: its token, its bytes subscription, the
 /// watch of publishers and their links.
@@ -278,33 +229,50 @@ pub struct SubscriberCore {
     _pubs: zenoh::pubsub::Subscriber<()>,
 }
 
+/// What a subscriber is declared with; the API layer fills it from the session's
+/// configuration.
+pub struct SubscriberSpec {
+    /// The key expression it subscribes to.
+    pub key: String,
+    /// Where it maps blocks (host and device).
+    pub group: Group,
+    /// What it maps blocks into.
+    pub medium: SubMedium,
+    /// When it also listens on the plain key.
+    pub plain_listen: PlainListen,
+    /// How long a handshake step waits for the publisher.
+    pub handshake_timeout: Duration,
+    /// The most a waiting thread polls before it sleeps (`spin_us`).
+    pub spin: Duration,
+    /// Host providers reached by the session (lent blocks are opened there).
+    pub providers: Arc<crate::provider::Providers>,
+    /// What this process sees of the host's GPUs (CUDA subscribers).
+    pub peer: Option<PeerView>,
+    /// Host-memory subscribers: whether GPU publishers of this host serve it host
+    /// blocks.
+    pub host_blocks: bool,
+}
+
 impl SubscriberCore {
-    /// Declares a subscriber on `key`; every sample received goes to `deliver`.
-    #[allow(clippy::too_many_arguments)] // one call site, in api/
-    pub fn new(
-        session: &zenoh::Session,
-        key: &str,
-        group: Group,
-        medium: SubMedium,
-        plain_listen: PlainListen,
-        handshake_timeout: Duration,
-        spin: Duration,
-        deliver: Deliver,
-        providers: Arc<crate::provider::Providers>,
-        peer: Option<PeerView>,
-        host_blocks: bool,
-    ) -> Result<Self, super::publisher::DeclareError> {
-        use super::publisher::DeclareError;
+    /// Declares a subscriber; every sample received goes to `deliver`.
+    pub fn new(session: &zenoh::Session, spec: SubscriberSpec, deliver: Deliver) -> Result<Self, DeclareError> {
+        let SubscriberSpec { key, group, medium, plain_listen, handshake_timeout, spin, providers, peer, host_blocks } =
+            spec;
+        let key = key.as_str();
         let ke = KeyExpr::try_from(key.to_owned()).map_err(|source| DeclareError::Key { key: key.into(), source })?;
         crate::step!("subscriber: declaring");
         let instance = rand::random::<u64>() | 1;
         // What is not needed to see the publishers already there and start handshaking
         // with them comes after: their handshakes run meanwhile, on their link threads.
         let (mut recycler, releaser) = Recycler::prepare(Duration::from_secs(3600));
-        let copier = OnceLock::new();
-        if let (SubMedium::Cuda(gpu), Some(PeerGpus::Copy)) = (&medium, peer.as_ref().map(|p| p.mode)) {
-            let _ = copier.set(PeerCopier::new(gpu).map_err(crate::signal::SignalError::from)?);
-        }
+        let gpu = match &medium {
+            SubMedium::Cuda(gpu) => Some(gpu.clone()),
+            SubMedium::Host => None,
+        };
+        let copier = match (&gpu, peer.as_ref().map(|p| p.mode)) {
+            (Some(gpu), Some(PeerGpus::Copy)) => Some(PeerCopier::new(gpu).map_err(crate::signal::SignalError::from)?),
+            _ => None,
+        };
         let shared = Arc::new(Shared {
             key: key.to_owned(),
             instance,
@@ -312,8 +280,9 @@ impl SubscriberCore {
             medium,
             state: Mutex::new(State::default()),
             counters: Counters::default(),
+            dedup: Dedup::default(),
             deliver: Mutex::new(Some(Arc::new(deliver))),
-            releaser,
+            releases: Arc::new(Releases::new(releaser, gpu, copier)),
             handshake_timeout,
             spin_max: spin,
             queue_spin: SpinWindow::new(spin),
@@ -324,7 +293,6 @@ impl SubscriberCore {
             closed: AtomicBool::new(false),
             providers,
             peer,
-            copier,
             host_blocks,
             release_stream: ReleaseStream::default(),
         });
@@ -386,7 +354,7 @@ impl SubscriberCore {
             inline: l(&c.inline),
             cpu_bytes: l(&c.cpu_bytes),
             plain: l(&c.plain),
-            duplicates: l(&c.duplicates),
+            duplicates: self.shared.dedup.duplicates(),
             bad_descriptors: l(&c.bad_descriptors),
             bad_bytes: l(&c.bad_bytes),
             imports: l(&c.imports),
@@ -394,9 +362,9 @@ impl SubscriberCore {
             handshakes: l(&c.handshakes),
             handshake_failures: l(&c.handshake_failures),
             evictions: l(&c.evictions),
-            releases: l(&c.releases),
+            releases: self.shared.releases.released(),
             late_bytes: l(&c.late_bytes),
-            lost: l(&c.lost),
+            lost: self.shared.dedup.lost(),
             polled_us: l(&c.polled_ns) / 1000,
         }
     }
@@ -453,7 +421,7 @@ impl SubscriberCore {
                 cpu_bytes: l(&c.cpu_bytes),
                 bad_descriptors: l(&c.bad_descriptors),
                 import_failures: l(&c.import_failures),
-                lost: l(&c.lost),
+                lost: sh.dedup.lost(),
             })
         }
     }
@@ -517,34 +485,8 @@ impl Shared {
             == super::locality::Locality::HostBlock
     }
 
-    /// The copier, made now if this is its first use.
-    pub(crate) fn copier(&self) -> Result<&PeerCopier, crate::cuda::CudaError> {
-        if let Some(c) = self.copier.get() {
-            return Ok(c);
-        }
-        let SubMedium::Cuda(gpu) = &self.medium else { unreachable!("only CUDA subscribers copy onto their GPU") };
-        let made = PeerCopier::new(gpu)?;
-        Ok(self.copier.get_or_init(|| made))
-    }
-
-    /// Runs `f` once every fence is complete, off the caller's thread.
-    pub(crate) fn defer(&self, fences: Vec<Box<dyn Fence>>, f: Box<dyn FnOnce() + Send>) {
-        if fences.iter().all(|x| x.is_complete()) {
-            f();
-        } else {
-            self.releaser.submit(Job { fences, done: f });
-        }
-    }
-
-    /// Releases a lease once every fence is complete, off the caller's thread.
-    pub(crate) fn release_after(&self, link: Arc<Link>, key: BlockKey, block: Imported, fences: Vec<Box<dyn Fence>>) {
-        inc(&self.counters.releases);
-        self.defer(
-            fences,
-            Box::new(move || {
-                drop(block);
-                link.release(key);
-            }),
-        );
+    /// A sample of this subscriber.
+    fn sample(&self, info: crate::sample::SampleInfo, body: delivery::Body) -> Delivery {
+        Delivery::new(info, body, self.medium.clone(), Arc::clone(&self.releases))
     }
 }

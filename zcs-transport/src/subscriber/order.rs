@@ -1,16 +1,15 @@
-//! Delivery order and exactly-once: bytes arriving through Zenoh merged with what a
-//! link routes, by sequence number; each message of a publisher delivered once;
-//! gaps after its first message counted as lost, less those filled late.
+//! Delivery order: bytes arriving through Zenoh merged with what a link routes, by
+//! sequence number, each message delivered once (`dedup.rs`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use zenoh::sample::{Sample, SampleKind};
 
 use super::delivery::{Body, Delivery};
-use super::{Shared, inc};
+use super::{Link, Shared, inc};
 use crate::protocol::{self, BytesHeader};
 use crate::sample::{Path, SampleInfo};
 use crate::sync::Unpoisoned;
@@ -18,6 +17,9 @@ use crate::sync::Unpoisoned;
 /// How long the first message routed over a new link waits for the bytes sent through
 /// Zenoh just before it (Zenoh keeps their order, so they are near).
 const SWITCH_WAIT: Duration = Duration::from_millis(500);
+
+/// How long a `ViaBytes` message waits for its bytes through Zenoh.
+const VIA_BYTES_WAIT: Duration = Duration::from_secs(1);
 
 /// Bytes kept for messages routed `ViaBytes` whose notice has not come yet.
 const INBOX_LIMIT: usize = 256;
@@ -114,103 +116,6 @@ impl Order {
     }
 }
 
-/// The last [`Seen::WINDOW`] sequence numbers delivered from one publisher, and the
-/// highest, for loss accounting.
-///
-/// Deduplication only has to catch the same message arriving by two paths (a
-/// descriptor and bytes, while a handshake completes), which arrive close together. A
-/// set rather than a high-water mark: bytes headers are not authenticated, and a forged
-/// huge sequence number must not make every later real message look like a duplicate.
-#[derive(Default)]
-pub(super) struct Seen {
-    pub(super) order: std::collections::VecDeque<u64>,
-    pub(super) set: std::collections::HashSet<u64>,
-    pub(super) high: Option<u64>,
-}
-
-/// What recording one delivery did to the loss count.
-#[derive(Debug, PartialEq, Eq)]
-enum Gap {
-    /// In sequence, or the first message.
-    None,
-    /// This many messages were skipped.
-    Skipped(u64),
-    /// A message below the highest delivered: it fills a gap (if one was counted).
-    Filled,
-}
-
-impl Seen {
-    const WINDOW: usize = 4096;
-
-    /// Records `seq`: `None` if it was delivered already.
-    fn insert(&mut self, seq: u64) -> Option<Gap> {
-        if !self.set.insert(seq) {
-            return None;
-        }
-        self.order.push_back(seq);
-        if self.order.len() > Self::WINDOW
-            && let Some(old) = self.order.pop_front()
-        {
-            self.set.remove(&old);
-        }
-        Some(match self.high {
-            Some(h) if seq > h => {
-                self.high = Some(seq);
-                match seq - h - 1 {
-                    0 => Gap::None,
-                    n => Gap::Skipped(n.min(Self::WINDOW as u64)),
-                }
-            }
-            Some(_) => Gap::Filled,
-            None => {
-                self.high = Some(seq);
-                Gap::None
-            }
-        })
-    }
-}
-
-impl Shared {
-    /// Whether `seq` of `publisher` was delivered.
-    pub(super) fn seen(&self, publisher: u64, seq: u64) -> bool {
-        let st = self.state.locked();
-        st.seen.get(&publisher).is_some_and(|s| s.set.contains(&seq))
-    }
-
-    /// Delivers `seq` of `publisher` unless it was delivered already; counts gaps.
-    pub(super) fn first_delivery(&self, publisher: u64, seq: u64) -> bool {
-        self.first_copy(publisher, seq, true)
-    }
-
-    /// [`Shared::first_delivery`]; `count_duplicate`: count a copy already delivered in
-    /// `duplicates` (not for the plain key's copies, which are expected).
-    pub(super) fn first_copy(&self, publisher: u64, seq: u64, count_duplicate: bool) -> bool {
-        let mut st = self.state.locked();
-        match st.seen.entry(publisher).or_default().insert(seq) {
-            None => {
-                if count_duplicate {
-                    inc(&self.counters.duplicates);
-                }
-                false
-            }
-            Some(gap) => {
-                let lost = &self.counters.lost;
-                match gap {
-                    Gap::None => {}
-                    Gap::Skipped(n) => {
-                        lost.fetch_add(n, Ordering::Relaxed);
-                    }
-                    // Relaxed: a counter; updates happen under the state lock anyway.
-                    Gap::Filled => {
-                        let _ = lost.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
-                    }
-                }
-                true
-            }
-        }
-    }
-}
-
 fn decode_meta(sample: &Sample) -> Option<BytesHeader> {
     let att = sample.attachment()?;
     protocol::decode_attachment(&att.to_bytes()).ok().flatten()
@@ -248,7 +153,7 @@ fn take_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
                 meta: None,
             };
             let body = Body::Bytes(sample.payload().clone());
-            return sh.deliver(Delivery::new(info, body, sh.medium.clone(), Arc::clone(sh)));
+            return sh.deliver(sh.sample(info, body));
         }
         None => {
             inc(&sh.counters.bad_bytes);
@@ -281,11 +186,11 @@ fn take_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
         path,
         meta: h.meta,
     };
-    let sample = Delivery::new(info, Body::Bytes(sample.payload().clone()), sh.medium.clone(), Arc::clone(sh));
+    let sample = sh.sample(info, Body::Bytes(sample.payload().clone()));
     let counter = if path == Path::CpuBytes { &sh.counters.cpu_bytes } else { &sh.counters.inline };
     let Some(order) = order else {
         // A publisher whose token has not reached us yet: deliver as it comes.
-        if sh.first_copy(publisher, seq, !plain_key) {
+        if sh.dedup.first_copy(publisher, seq, !plain_key) {
             inc(counter);
             sh.deliver(sample);
         }
@@ -297,8 +202,8 @@ fn take_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
         Some(first) if seq >= first && plain_key => {}
         // The link routes this message: it waits for its turn.
         Some(first) if seq >= first => {
-            if sh.seen(publisher, seq) {
-                inc(&sh.counters.duplicates);
+            if sh.dedup.seen(publisher, seq) {
+                sh.dedup.count_duplicate();
                 return;
             }
             o.inbox.insert(seq, sample);
@@ -316,7 +221,7 @@ fn take_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
         // through a router when its link delivers.)
         Some(_) if o.switched => {
             drop(o);
-            if sh.first_copy(publisher, seq, !plain_key) {
+            if sh.dedup.first_copy(publisher, seq, !plain_key) {
                 inc(&sh.counters.late_bytes);
                 inc(counter);
                 tracing::debug!(publisher = %crate::Id(publisher), seq, "bytes from before the switch to zero-copy delivered late");
@@ -324,7 +229,7 @@ fn take_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
             }
         }
         _ => {
-            if !sh.first_copy(publisher, seq, !plain_key) {
+            if !sh.dedup.first_copy(publisher, seq, !plain_key) {
                 // Its other copy was delivered; the switch-over may wait for it.
                 o.direct_max = o.direct_max.max(seq);
                 order.cv.notify_all();
@@ -339,5 +244,50 @@ fn take_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
             o.direct_max = o.direct_max.max(seq);
             order.cv.notify_all();
         }
+    }
+}
+
+/// Delivers a message routed over `link` (in its turn), unless it was delivered
+/// already; counts it in `counter`.
+pub(super) fn deliver_routed(sh: &Shared, link: &Link, sample: Delivery, counter: &AtomicU64) {
+    let seq = sample.seq();
+    {
+        let mut o = link.order.switch_over(link.order.lock(), link.first_seq, link.bytes_through);
+        // The same message may also have come as bytes (for another subscriber).
+        o.inbox.remove(&seq);
+    }
+    if sh.dedup.first_delivery(link.publisher, seq) {
+        inc(counter);
+        sh.deliver(sample);
+    }
+}
+
+/// Message `seq` comes as bytes through Zenoh: deliver it from the inbox, waiting up
+/// to `VIA_BYTES_WAIT` for it.
+pub(super) fn on_via_bytes(sh: &Shared, link: &Link, seq: u64) {
+    let deadline = Instant::now() + VIA_BYTES_WAIT;
+    let order = &link.order;
+    let mut o = order.switch_over(order.lock(), link.first_seq, link.bytes_through);
+    let sample = loop {
+        if let Some(s) = o.inbox.remove(&seq) {
+            break Some(s);
+        }
+        if sh.closed.load(Ordering::Relaxed) || sh.dedup.seen(link.publisher, seq) {
+            break None;
+        }
+        let (o2, more) = if seq <= o.inbox_dropped { (o, false) } else { order.wait(o, deadline) };
+        o = o2;
+        if !more {
+            // Counted in `lost` as a gap once a later message is delivered.
+            tracing::warn!(publisher = %crate::Id(link.publisher), seq, "bytes routed through Zenoh never came; message lost");
+            break None;
+        }
+    };
+    drop(o);
+    if let Some(s) = sample
+        && sh.dedup.first_delivery(link.publisher, seq)
+    {
+        inc(if s.path() == Path::Inline { &sh.counters.inline } else { &sh.counters.cpu_bytes });
+        sh.deliver(s);
     }
 }

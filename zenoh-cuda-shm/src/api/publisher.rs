@@ -11,7 +11,7 @@ use crate::pool::{BackendKind, CudaBackend, HostBackend, Loan, LoanError, Pool, 
 use crate::provider::DeviceLender;
 use crate::signal::{ReadySignals, SignalError, WriteGuard};
 use crate::transport::medium::{PubMedium, PublishedAny};
-use crate::transport::publisher::{DeclareError, PublisherCore, PublisherStats, PutError, PutReport};
+use crate::transport::publisher::{DeclareError, PublisherCore, PublisherSpec, PublisherStats, PutError, PutReport};
 
 use super::*;
 
@@ -61,20 +61,20 @@ impl PublisherBuilder {
         for uid in &s.cfg.allowed_uids {
             policy = policy.with_uid(*uid);
         }
-        let core = PublisherCore::new(
-            &s.zenoh,
-            &self.key,
-            s.group.clone(),
+        let spec = PublisherSpec {
+            key: self.key,
+            group: s.group.clone(),
             medium,
             socket,
             policy,
-            Duration::from_millis(s.cfg.handshake_timeout_ms),
-            s.cfg.congestion,
-            Duration::from_millis(s.cfg.lease_wait_ms),
-            provider.as_ref().map(|c| c.provider().clone()),
-            s.shm_out.clone(),
-            s.max_message,
-        )?;
+            handshake_timeout: Duration::from_millis(s.cfg.handshake_timeout_ms),
+            congestion: s.cfg.congestion,
+            lease_wait: Duration::from_millis(s.cfg.lease_wait_ms),
+            provider: provider.as_ref().map(|c| c.provider().clone()),
+            shm_out: s.shm_out.clone(),
+            max_message: s.max_message,
+        };
+        let core = PublisherCore::new(&s.zenoh, spec)?;
         let report = core.reporter();
         self.session.report(Box::new(move |out| report().map(|p| out.publishers.push(p)).is_some()));
         Ok(GpuPublisher { core, inline_threshold: s.cfg.inline_threshold })

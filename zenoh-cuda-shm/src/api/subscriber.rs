@@ -11,7 +11,7 @@ use crate::sample::{GpuSample, Path, SampleInfo};
 use crate::transport::locality::PeerView;
 use crate::transport::publisher::DeclareError;
 use crate::transport::subscriber::spin::QueueEnd;
-use crate::transport::subscriber::{SubMedium, SubscriberCore, SubscriberStats};
+use crate::transport::subscriber::{SubMedium, SubscriberCore, SubscriberSpec, SubscriberStats};
 
 use super::*;
 
@@ -80,19 +80,18 @@ impl<H> SubscriberBuilder<H> {
                 None
             }
         });
-        let core = SubscriberCore::new(
-            &s.zenoh,
-            &self.key,
-            s.group.clone(),
+        let spec = SubscriberSpec {
+            key: self.key.clone(),
+            group: s.group.clone(),
             medium,
-            s.cfg.plain_listen,
-            Duration::from_millis(s.cfg.handshake_timeout_ms),
-            Duration::from_micros(s.cfg.spin_us),
-            Box::new(move |d| deliver(GpuSample::new(d))),
-            Arc::clone(&s.providers),
+            plain_listen: s.cfg.plain_listen,
+            handshake_timeout: Duration::from_millis(s.cfg.handshake_timeout_ms),
+            spin: Duration::from_micros(s.cfg.spin_us),
+            providers: Arc::clone(&s.providers),
             peer,
-            s.cfg.host_blocks,
-        )?;
+            host_blocks: s.cfg.host_blocks,
+        };
+        let core = SubscriberCore::new(&s.zenoh, spec, Box::new(move |d| deliver(GpuSample::new(d))))?;
         let report = core.reporter();
         self.session.report(Box::new(move |out| report().map(|s| out.subscribers.push(s)).is_some()));
         Ok(core)
