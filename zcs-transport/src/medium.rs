@@ -4,6 +4,7 @@
 
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
+use std::time::Instant;
 
 use zenoh::bytes::ZBytes;
 
@@ -11,10 +12,116 @@ use crate::cuda::pinned::{HostRegistration, PinnedBuf, PinnedPool};
 use crate::cuda::{Fence, Filling, ImportedBlock, Stream};
 use crate::host::HostBlock;
 use crate::pool::{
-    BlockKey, BlockMemory, CapabilityKey, CudaBackend, HolderId, HostBackend, LeaseError, Pool, PoolStats, Published,
+    Backend, BlockKey, BlockMemory, CapabilityKey, CudaBackend, HolderId, HostBackend, LeaseError, Pool, PoolStats,
+    Published, StaleError,
 };
 use crate::shm_out::ShmOut;
 use crate::signal::{ReadySignals, SignalError};
+
+/// What the transport asks of a publisher's pool, whatever its memory (the pool is
+/// generic over its backend; a session picks the memory at run time).
+pub(crate) trait BlockPool {
+    /// The pool's counters.
+    fn stats(&self) -> PoolStats;
+    /// The key the pool's block capabilities are made with.
+    fn capability_key(&self) -> &CapabilityKey;
+    /// Releases `holder`'s hold of block `key` (see `Pool::release`).
+    fn release(&self, key: BlockKey, holder: HolderId) -> Result<(), StaleError>;
+    /// Releases every hold of `holder` (a subscriber gone); returns how many.
+    fn release_holder(&self, holder: HolderId) -> usize;
+    /// How many blocks `holder` holds.
+    fn holds(&self, holder: HolderId) -> usize;
+    /// Runs `f` with the FD and size of a published block, if `capability` matches.
+    fn with_handout(
+        &self,
+        key: BlockKey,
+        capability: u64,
+        f: &mut dyn FnMut(BorrowedFd<'_>, usize),
+    ) -> Result<(), StaleError>;
+}
+
+impl<B: Backend> BlockPool for Pool<B> {
+    fn stats(&self) -> PoolStats {
+        Pool::stats(self)
+    }
+    fn capability_key(&self) -> &CapabilityKey {
+        Pool::capability_key(self)
+    }
+    fn release(&self, key: BlockKey, holder: HolderId) -> Result<(), StaleError> {
+        Pool::release(self, key, holder)
+    }
+    fn release_holder(&self, holder: HolderId) -> usize {
+        Pool::release_holder(self, holder)
+    }
+    fn holds(&self, holder: HolderId) -> usize {
+        Pool::holds(self, holder)
+    }
+    fn with_handout(
+        &self,
+        key: BlockKey,
+        capability: u64,
+        f: &mut dyn FnMut(BorrowedFd<'_>, usize),
+    ) -> Result<(), StaleError> {
+        self.handout(key, capability).map(|m| f(m.fd(), m.size()))
+    }
+}
+
+/// What the transport asks of a published block, whatever its memory.
+pub trait PublishedBlock: Send + Sync {
+    /// The block's key (index and generation).
+    fn key(&self) -> BlockKey;
+    /// The capability subscribers present to open the block.
+    fn capability(&self) -> u64;
+    /// The block's size (whole granules).
+    fn block_size(&self) -> usize;
+    /// The block's FD, when it is our own (a lent block's FD is opened at the provider).
+    fn own_fd(&self) -> Option<BorrowedFd<'_>>;
+    /// The provider's loan id, when the block is lent by the host provider.
+    fn lent(&self) -> Option<u64>;
+    /// The bytes written (the message's length).
+    fn len(&self) -> usize;
+    /// Whether no bytes were written.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Adds a hold for holder `h` (a subscriber), charged before the put.
+    fn lease(&self, h: HolderId) -> Result<(), LeaseError>;
+    /// The holds of `h`, and its limit.
+    fn holds_of(&self, h: HolderId) -> (usize, usize);
+    /// Waits until `h` may hold one more block, at most until `deadline`; `false` at the
+    /// deadline.
+    fn wait_lease_room(&self, h: HolderId, deadline: Instant) -> Result<bool, LeaseError>;
+}
+
+impl<B: Backend> PublishedBlock for Published<B> {
+    fn key(&self) -> BlockKey {
+        Published::key(self)
+    }
+    fn capability(&self) -> u64 {
+        Published::capability(self)
+    }
+    fn block_size(&self) -> usize {
+        self.memory().size()
+    }
+    fn own_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.memory().lent().is_none().then(|| self.memory().fd())
+    }
+    fn lent(&self) -> Option<u64> {
+        self.memory().lent()
+    }
+    fn len(&self) -> usize {
+        Published::len(self)
+    }
+    fn lease(&self, h: HolderId) -> Result<(), LeaseError> {
+        Published::lease(self, h)
+    }
+    fn holds_of(&self, h: HolderId) -> (usize, usize) {
+        Published::holds_of(self, h)
+    }
+    fn wait_lease_room(&self, h: HolderId, deadline: Instant) -> Result<bool, LeaseError> {
+        Published::wait_lease_room(self, h, deadline)
+    }
+}
 
 /// What a publisher allocates from.
 pub enum PubMedium {
@@ -39,57 +146,17 @@ pub enum PubMedium {
 }
 
 impl PubMedium {
+    /// The pool, whatever its memory.
+    pub(crate) fn pool(&self) -> &dyn BlockPool {
+        match self {
+            Self::Cuda { pool, .. } => pool,
+            Self::Host { pool } => pool,
+        }
+    }
+
     /// The pool's counters.
     pub fn stats(&self) -> PoolStats {
-        match self {
-            Self::Cuda { pool, .. } => pool.stats(),
-            Self::Host { pool } => pool.stats(),
-        }
-    }
-
-    /// The key the pool's block capabilities are made with.
-    pub(crate) fn capability_key(&self) -> &CapabilityKey {
-        match self {
-            Self::Cuda { pool, .. } => pool.capability_key(),
-            Self::Host { pool } => pool.capability_key(),
-        }
-    }
-
-    /// Releases `holder`'s hold of block `key` (see `Pool::release`).
-    pub(crate) fn release(&self, key: BlockKey, holder: HolderId) -> Result<(), crate::pool::StaleError> {
-        match self {
-            Self::Cuda { pool, .. } => pool.release(key, holder),
-            Self::Host { pool } => pool.release(key, holder),
-        }
-    }
-
-    /// Releases every hold of `holder` (a subscriber gone); returns how many.
-    pub(crate) fn release_holder(&self, holder: HolderId) -> usize {
-        match self {
-            Self::Cuda { pool, .. } => pool.release_holder(holder),
-            Self::Host { pool } => pool.release_holder(holder),
-        }
-    }
-
-    /// How many blocks `holder` holds.
-    pub(crate) fn holds(&self, holder: HolderId) -> usize {
-        match self {
-            Self::Cuda { pool, .. } => pool.holds(holder),
-            Self::Host { pool } => pool.holds(holder),
-        }
-    }
-
-    /// Runs `f` with the FD and size of a published block, if `capability` matches.
-    pub(crate) fn with_handout<R>(
-        &self,
-        key: BlockKey,
-        capability: u64,
-        f: impl FnOnce(BorrowedFd<'_>, usize) -> R,
-    ) -> Result<R, crate::pool::StaleError> {
-        match self {
-            Self::Cuda { pool, .. } => pool.handout(key, capability).map(|m| f(m.fd(), m.size())),
-            Self::Host { pool } => pool.handout(key, capability).map(|m| f(m.fd(), m.size())),
-        }
+        self.pool().stats()
     }
 
     /// Copies `len` bytes at `offset` of a published block out for a Zenoh payload,
@@ -211,68 +278,12 @@ pub enum PublishedAny {
     Host(Published<HostBackend>),
 }
 
-impl PublishedAny {
-    /// The block's key (index and generation).
-    pub(crate) fn key(&self) -> BlockKey {
+impl std::ops::Deref for PublishedAny {
+    type Target = dyn PublishedBlock;
+    fn deref(&self) -> &Self::Target {
         match self {
-            Self::Cuda(p) => p.key(),
-            Self::Host(p) => p.key(),
-        }
-    }
-    /// The capability subscribers present to open the block.
-    pub(crate) fn capability(&self) -> u64 {
-        match self {
-            Self::Cuda(p) => p.capability(),
-            Self::Host(p) => p.capability(),
-        }
-    }
-    /// The block's size (whole granules).
-    pub(crate) fn block_size(&self) -> usize {
-        match self {
-            Self::Cuda(p) => p.memory().size(),
-            Self::Host(p) => p.memory().size(),
-        }
-    }
-    /// The block's FD, when it is our own (a lent block's FD is opened at the provider).
-    pub(crate) fn own_fd(&self) -> Option<BorrowedFd<'_>> {
-        match self {
-            Self::Cuda(p) => p.memory().lent().is_none().then(|| p.memory().fd()),
-            Self::Host(p) => p.memory().lent().is_none().then(|| p.memory().fd()),
-        }
-    }
-    /// The provider's loan id, when the block is lent by the host provider.
-    pub(crate) fn lent(&self) -> Option<u64> {
-        match self {
-            Self::Cuda(p) => p.memory().lent(),
-            Self::Host(p) => p.memory().lent(),
-        }
-    }
-    /// The bytes written (the message's length).
-    pub(crate) fn len(&self) -> usize {
-        match self {
-            Self::Cuda(p) => p.len(),
-            Self::Host(p) => p.len(),
-        }
-    }
-    /// Adds a hold for holder `h` (a subscriber), charged before the put.
-    pub(crate) fn lease(&self, h: HolderId) -> Result<(), LeaseError> {
-        match self {
-            Self::Cuda(p) => p.lease(h),
-            Self::Host(p) => p.lease(h),
-        }
-    }
-    /// The holds of `h`, and its limit.
-    pub(crate) fn holds_of(&self, h: HolderId) -> (usize, usize) {
-        match self {
-            Self::Cuda(p) => p.holds_of(h),
-            Self::Host(p) => p.holds_of(h),
-        }
-    }
-    /// Waits until `h` may hold one more block, at most until `deadline`; `false` at the deadline.
-    pub(crate) fn wait_lease_room(&self, h: HolderId, deadline: std::time::Instant) -> Result<bool, LeaseError> {
-        match self {
-            Self::Cuda(p) => p.wait_lease_room(h, deadline),
-            Self::Host(p) => p.wait_lease_room(h, deadline),
+            Self::Cuda(p) => p,
+            Self::Host(p) => p,
         }
     }
 }

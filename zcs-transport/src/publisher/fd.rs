@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::server::send_reply;
 use super::{Ready, Shared, inc};
 use crate::ipc::ControlConn;
-use crate::pool::{BlockKey, BlockMemory};
+use crate::pool::BlockKey;
 use crate::protocol::Reply;
 use crate::sync::Unpoisoned;
 
@@ -35,12 +35,13 @@ pub(super) fn answer_request(
     capability: u64,
 ) -> bool {
     let c = &sh.counters;
-    let send =
-        |fd: std::os::fd::BorrowedFd<'_>, size: usize| send_reply(conn, &Reply::Fd { block, size: size as u64 }, &[fd]);
-    let sent = match (host, sh.host_lane.get()) {
-        (true, Some(lane)) => lane.pool().handout(block, capability).map(|m| send(m.fd(), m.size())),
-        (true, None) => Err(crate::pool::StaleError::NotHeld { id: block.id, holder }),
-        (false, _) => sh.medium.with_handout(block, capability, send),
+    let mut replied = false;
+    let mut send = |fd: std::os::fd::BorrowedFd<'_>, size: usize| {
+        replied = send_reply(conn, &Reply::Fd { block, size: size as u64 }, &[fd]);
+    };
+    let sent = match sh.pool(host) {
+        Some(pool) => pool.with_handout(block, capability, &mut send).map(|()| replied),
+        None => Err(crate::pool::StaleError::NotHeld { id: block.id, holder }),
     };
     // After a slow disconnect our side no longer sends (SHUT_WR): a request it still
     // makes cannot be answered, and must not end the connection, whose leases stay until

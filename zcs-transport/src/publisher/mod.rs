@@ -32,7 +32,7 @@ use zenoh::qos::CongestionControl;
 use zenoh::sample::SampleKind;
 
 use super::RateLimitedWarn;
-use super::medium::PubMedium;
+use super::medium::{BlockPool, PubMedium};
 use super::shm_out::ShmOut;
 use crate::config::Congestion;
 use crate::host::HostBlock;
@@ -145,23 +145,34 @@ impl Shared {
         Ok(self.host_lane.get_or_init(|| lane))
     }
 
+    /// The pool of the blocks a subscriber is served: host blocks (`host`; `None`
+    /// before the host lane is made) or our medium's.
+    fn pool(&self, host: bool) -> Option<&dyn BlockPool> {
+        match host {
+            true => self.host_lane.get().map(|l| l.pool() as &dyn BlockPool),
+            false => Some(self.medium.pool()),
+        }
+    }
+
+    /// Both pools: our medium's, and the host lane's once made.
+    fn pools(&self) -> impl Iterator<Item = &dyn BlockPool> {
+        [self.pool(false), self.pool(true)].into_iter().flatten()
+    }
+
     /// Releases `holder`'s lease on `key`, in the pool of the blocks it is served.
     fn release(&self, host: bool, key: BlockKey, holder: HolderId) -> Result<(), StaleError> {
-        match (host, self.host_lane.get()) {
-            (true, Some(lane)) => lane.pool().release(key, holder),
-            (true, None) => Err(StaleError::NotHeld { id: key.id, holder: holder.get() }),
-            (false, _) => self.medium.release(key, holder),
-        }
+        let pool = self.pool(host).ok_or(StaleError::NotHeld { id: key.id, holder: holder.get() })?;
+        pool.release(key, holder)
     }
 
     /// Releases every lease of `holder`, in both pools; how many there were.
     fn release_holder(&self, holder: HolderId) -> usize {
-        self.medium.release_holder(holder) + self.host_lane.get().map_or(0, |l| l.pool().release_holder(holder))
+        self.pools().map(|p| p.release_holder(holder)).sum()
     }
 
     /// How many blocks `holder` holds, in both pools.
     fn holds(&self, holder: HolderId) -> usize {
-        self.medium.holds(holder) + self.host_lane.get().map_or(0, |l| l.pool().holds(holder))
+        self.pools().map(|p| p.holds(holder)).sum()
     }
 }
 

@@ -147,7 +147,7 @@ impl PublisherCore {
         inc(&c.messages);
         inc(&c.inline);
         let to_plain = self.plain_matching();
-        let tag = sh.medium.capability_key().bytes_tag(sh.instance, seq, data.len() as u64);
+        let tag = sh.medium.pool().capability_key().bytes_tag(sh.instance, seq, data.len() as u64);
         let header = BytesHeader { publisher: sh.instance, seq, timestamp_ns: ts, from_block: false, tag, meta };
         self.put_bytes(data.into(), header, (to_aware, to_plain), false)?;
         Ok(PutReport { seq, zero_copy: 0, copied_out: false, plain: to_plain, aware_bytes: to_aware })
@@ -204,7 +204,7 @@ impl PublisherCore {
                                 }
                             } else {
                                 // Never sent: nobody will release it.
-                                let _ = sh.medium.release(block, HolderId::new(h));
+                                let _ = sh.medium.pool().release(block, HolderId::new(h));
                             }
                         }
                         Err(LeaseError::HolderLimit { .. }) => {
@@ -239,7 +239,7 @@ impl PublisherCore {
                 inc(&c.shm_out);
             }
             c.copied_bytes.fetch_add(len as u64, Ordering::Relaxed);
-            let tag = sh.medium.capability_key().bytes_tag(sh.instance, seq, len as u64);
+            let tag = sh.medium.pool().capability_key().bytes_tag(sh.instance, seq, len as u64);
             let header = BytesHeader { publisher: sh.instance, seq, timestamp_ns: ts, from_block: true, tag, meta };
             // A receiver drops a message over its max_message_size and says nothing
             // (Zenoh 1.10.2 logs it at trace level): make it visible here.

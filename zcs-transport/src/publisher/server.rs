@@ -175,7 +175,7 @@ pub(super) fn connection(sh: Arc<Shared>, conn: ControlConn) {
     let welcome = Reply::Welcome {
         publisher: sh.instance,
         holder,
-        capability_key: sh.medium.capability_key().to_bytes(),
+        capability_key: sh.medium.pool().capability_key().to_bytes(),
         probe_size: probe_size as u64,
         probe_token,
         provider: if host { None } else { sh.provider.clone() },
