@@ -1,6 +1,6 @@
 //! `sensor_msgs/msg/Image` with its `std_msgs/msg/Header` and `builtin_interfaces/msg/Time`.
 
-use super::{CdrDecodeError, CdrEncodeError, Reader, Writer};
+use super::{BufferData, CdrDecodeError, CdrEncodeError, CudaBufferDescriptor, Reader, Writer};
 
 /// `builtin_interfaces/msg/Time`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -90,7 +90,27 @@ impl<D> Image<D> {
         Ok(w.into_inner())
     }
 
+    /// Encodes the message with a CUDA buffer descriptor in place of the data bytes
+    /// (the descriptor form of a `rosidl::Buffer` field, layout as `d.layout` says).
+    ///
+    /// # Errors
+    /// [`CdrEncodeError::TooLong`] if a string exceeds `u32` in length.
+    pub fn encode_cdr_cuda(&self, d: &CudaBufferDescriptor) -> Result<Vec<u8>, CdrEncodeError> {
+        let mut w = Writer::with_capacity(
+            (200 + self.header.frame_id.len() + self.encoding.len()).saturating_add(d.vmm_socket_path.len()),
+        );
+        self.write_fields(&mut w)?;
+        w.cuda_descriptor(d)?;
+        Ok(w.into_inner())
+    }
+
     fn write_prefix(&self, w: &mut Writer, data_len: usize) -> Result<(), CdrEncodeError> {
+        self.write_fields(w)?;
+        w.seq_len(data_len, "data")
+    }
+
+    /// Every field before `data`.
+    fn write_fields(&self, w: &mut Writer) -> Result<(), CdrEncodeError> {
         w.i32(self.header.stamp.sec);
         w.u32(self.header.stamp.nanosec);
         w.string(&self.header.frame_id, "header.frame_id")?;
@@ -99,7 +119,7 @@ impl<D> Image<D> {
         w.string(&self.encoding, "encoding")?;
         w.u8(self.is_bigendian);
         w.u32(self.step);
-        w.seq_len(data_len, "data")
+        Ok(())
     }
 }
 
@@ -137,8 +157,42 @@ impl<'a> Image<&'a [u8]> {
     ///
     /// # Errors
     /// A [`CdrDecodeError`] naming the field that could not be read.
+    /// A buffer descriptor in place of the data is refused with
+    /// [`CdrDecodeError::BufferDescriptor`]: see [`Image::decode_cdr_buffer`].
     pub fn decode_cdr_borrowed(bytes: &'a [u8]) -> Result<Self, CdrDecodeError> {
         let mut r = Reader::new(bytes)?;
+        let fields = Image::read_fields(&mut r)?;
+        r.descriptor_ahead("data")?;
+        let data = r.bytes("data")?;
+        r.finish()?;
+        Ok(fields.map_data(|()| data))
+    }
+
+    /// Copies `data` into an owned message.
+    pub fn into_owned(self) -> Image<Vec<u8>> {
+        self.map_data(<[u8]>::to_vec)
+    }
+}
+
+impl<'a> Image<BufferData<'a>> {
+    /// Decodes a CDR message whose data is in either form of a `rosidl::Buffer` field:
+    /// the bytes (borrowed from `bytes`) or the CUDA backend's descriptor.
+    ///
+    /// # Errors
+    /// A [`CdrDecodeError`] naming the field that could not be read;
+    /// [`CdrDecodeError::UnknownBufferBackend`] for another backend's descriptor.
+    pub fn decode_cdr_buffer(bytes: &'a [u8]) -> Result<Self, CdrDecodeError> {
+        let mut r = Reader::new(bytes)?;
+        let fields = Image::read_fields(&mut r)?;
+        let data = r.last_buffer("data")?;
+        r.finish()?;
+        Ok(fields.map_data(|()| data))
+    }
+}
+
+impl Image<()> {
+    /// Every field before `data`.
+    fn read_fields(r: &mut Reader<'_>) -> Result<Self, CdrDecodeError> {
         let sec = r.i32("header.stamp.sec")?;
         let nanosec = r.u32("header.stamp.nanosec")?;
         let frame_id = r.string("header.frame_id")?;
@@ -147,8 +201,6 @@ impl<'a> Image<&'a [u8]> {
         let encoding = r.string("encoding")?;
         let is_bigendian = r.u8("is_bigendian")?;
         let step = r.u32("step")?;
-        let data = r.bytes("data")?;
-        r.finish()?;
         Ok(Image {
             header: Header { stamp: Time { sec, nanosec }, frame_id },
             height,
@@ -156,13 +208,8 @@ impl<'a> Image<&'a [u8]> {
             encoding,
             is_bigendian,
             step,
-            data,
+            data: (),
         })
-    }
-
-    /// Copies `data` into an owned message.
-    pub fn into_owned(self) -> Image<Vec<u8>> {
-        self.map_data(<[u8]>::to_vec)
     }
 }
 

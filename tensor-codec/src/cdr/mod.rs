@@ -33,9 +33,14 @@
 //! the data bytes, so a producer can place the data right after it (for example in a
 //! shared-memory buffer) without assembling the message in between.
 
+mod buffer;
 mod image;
 mod tensor;
 
+pub use buffer::{
+    BufferData, CUDA_BACKEND, CUDA_ELEMENT_TYPE_U8, CudaBufferDescriptor, CudaDescriptorError, CudaDescriptorLayout,
+    DESCRIPTOR_MARKER_1, DESCRIPTOR_MARKER_2,
+};
 pub use image::{Header, Image, Time};
 pub use tensor::ExperimentalTensor;
 
@@ -79,6 +84,32 @@ pub enum CdrDecodeError {
         /// Where decoding failed.
         #[source]
         source: std::str::Utf8Error,
+    },
+    /// A `bool` is neither 0 nor 1.
+    #[error("{field}: {value} is not a bool (0 or 1)")]
+    InvalidBool {
+        /// The field.
+        field: &'static str,
+        /// The byte read.
+        value: u8,
+    },
+    /// A buffer field holds a backend's descriptor where this decoder takes only bytes
+    /// (see [`BufferData`] for the decoders that take both).
+    #[error("{field}: a rosidl::Buffer descriptor of backend {backend:?}, not bytes")]
+    BufferDescriptor {
+        /// The buffer field.
+        field: &'static str,
+        /// The backend the descriptor names.
+        backend: String,
+    },
+    /// A buffer field holds the descriptor of a backend this crate does not know (only
+    /// `cuda`'s is defined here); the message cannot be read past it.
+    #[error("{field}: a descriptor of the unknown buffer backend {backend:?}")]
+    UnknownBufferBackend {
+        /// The buffer field.
+        field: &'static str,
+        /// The backend the descriptor names.
+        backend: String,
     },
     /// More than 3 bytes follow the message.
     #[error("{count} unexpected bytes after the message")]

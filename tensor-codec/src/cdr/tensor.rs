@@ -1,6 +1,6 @@
 //! `tensor_msgs/msg/ExperimentalTensor` and its conversions to and from [`TensorMeta`].
 
-use super::{CdrDecodeError, CdrEncodeError, Reader, Writer};
+use super::{BufferData, CdrDecodeError, CdrEncodeError, CudaBufferDescriptor, Reader, Writer};
 use crate::meta::{MAX_RANK, check_layout};
 use crate::{DType, Device, MetaError, TensorMeta};
 
@@ -80,14 +80,32 @@ impl<D> ExperimentalTensor<D> {
         (self.shape.len().saturating_add(self.strides.len())).saturating_mul(8).saturating_add(48)
     }
 
+    /// Encodes the message with a CUDA buffer descriptor in place of the data bytes
+    /// (the descriptor form of a `rosidl::Buffer` field, layout as `d.layout` says).
+    ///
+    /// # Errors
+    /// [`CdrEncodeError::TooLong`] if a sequence exceeds `u32` in length.
+    pub fn encode_cdr_cuda(&self, d: &CudaBufferDescriptor) -> Result<Vec<u8>, CdrEncodeError> {
+        let mut w = Writer::with_capacity(self.prefix_capacity().saturating_add(200 + d.vmm_socket_path.len()));
+        self.write_fields(&mut w)?;
+        w.cuda_descriptor(d)?;
+        Ok(w.into_inner())
+    }
+
     fn write_prefix(&self, w: &mut Writer, data_len: usize) -> Result<(), CdrEncodeError> {
+        self.write_fields(w)?;
+        w.seq_len(data_len, "data")
+    }
+
+    /// Every field before `data`.
+    fn write_fields(&self, w: &mut Writer) -> Result<(), CdrEncodeError> {
         w.u8(self.dtype_code);
         w.u8(self.dtype_bits);
         w.u16(self.dtype_lanes);
         w.i64_seq(&self.shape, "shape")?;
         w.i64_seq(&self.strides, "strides")?;
         w.u64(self.byte_offset);
-        w.seq_len(data_len, "data")
+        Ok(())
     }
 }
 
@@ -134,22 +152,49 @@ impl<'a> ExperimentalTensor<&'a [u8]> {
     ///
     /// # Errors
     /// A [`CdrDecodeError`] naming the field that could not be read.
+    /// A buffer descriptor in place of the data is refused with
+    /// [`CdrDecodeError::BufferDescriptor`]: see [`ExperimentalTensor::decode_cdr_buffer`].
     pub fn decode_cdr_borrowed(bytes: &'a [u8]) -> Result<Self, CdrDecodeError> {
         let mut r = Reader::new(bytes)?;
+        let fields = ExperimentalTensor::read_fields(&mut r)?;
+        r.descriptor_ahead("data")?;
+        let data = r.bytes("data")?;
+        r.finish()?;
+        Ok(fields.map_data(|()| data))
+    }
+
+    /// Copies `data` into an owned message.
+    pub fn into_owned(self) -> ExperimentalTensor<Vec<u8>> {
+        self.map_data(<[u8]>::to_vec)
+    }
+}
+
+impl<'a> ExperimentalTensor<BufferData<'a>> {
+    /// Decodes a CDR message whose data is in either form of a `rosidl::Buffer` field:
+    /// the bytes (borrowed from `bytes`) or the CUDA backend's descriptor.
+    ///
+    /// # Errors
+    /// A [`CdrDecodeError`] naming the field that could not be read;
+    /// [`CdrDecodeError::UnknownBufferBackend`] for another backend's descriptor.
+    pub fn decode_cdr_buffer(bytes: &'a [u8]) -> Result<Self, CdrDecodeError> {
+        let mut r = Reader::new(bytes)?;
+        let fields = ExperimentalTensor::read_fields(&mut r)?;
+        let data = r.last_buffer("data")?;
+        r.finish()?;
+        Ok(fields.map_data(|()| data))
+    }
+}
+
+impl ExperimentalTensor<()> {
+    /// Every field before `data`.
+    fn read_fields(r: &mut Reader<'_>) -> Result<Self, CdrDecodeError> {
         let dtype_code = r.u8("dtype_code")?;
         let dtype_bits = r.u8("dtype_bits")?;
         let dtype_lanes = r.u16("dtype_lanes")?;
         let shape = r.i64_seq("shape")?;
         let strides = r.i64_seq("strides")?;
         let byte_offset = r.u64("byte_offset")?;
-        let data = r.bytes("data")?;
-        r.finish()?;
-        Ok(ExperimentalTensor { dtype_code, dtype_bits, dtype_lanes, shape, strides, byte_offset, data })
-    }
-
-    /// Copies `data` into an owned message.
-    pub fn into_owned(self) -> ExperimentalTensor<Vec<u8>> {
-        self.map_data(<[u8]>::to_vec)
+        Ok(ExperimentalTensor { dtype_code, dtype_bits, dtype_lanes, shape, strides, byte_offset, data: () })
     }
 }
 
