@@ -19,6 +19,9 @@
 //!   ([`backends`]), as rmw_zenoh's buffer-aware endpoints do; on Jazzy and Kilted they
 //!   list none, so that those releases hash our tokens to our GIDs ([`RmwWire`], from
 //!   `ROS_DISTRO`). GIDs are those rmw_zenoh computes ([`names::gid_of`]).
+//! - [`cuda_backend`]: blocks of ROS 2's CUDA buffer backend (`rosidl::Buffer`)
+//!   imported into this process and read in place after their writer's event. Not yet
+//!   wired to subscriptions.
 //!
 //! `@zcs_ros2` is a verbatim chunk: `**` never matches it, so nothing of rmw_zenoh
 //! (which subscribes to exact keys: the base key, `<base>/_buf_cpu`, `<base>/_buf/<gid>`)
@@ -47,6 +50,7 @@
 
 pub mod attachment;
 pub mod backends;
+pub mod cuda_backend;
 mod distro;
 mod graph;
 pub mod message;

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `mod.rs` | the publisher's state, its declaration (`PublisherCore`), errors |
 //! | `stats.rs` | its counters |
-//! | `route.rs` | each put routed: descriptors, inline, `ViaBytes`, bytes; the one device→host copy |
+//! | `route.rs` | each put routed (`PublisherCore::put_block`, `put_inline`): descriptors, inline, `ViaBytes`, bytes; the one device→host copy |
 //! | `bytes_lane.rs` | bytes out through Zenoh in order; a CUDA publisher's copies out put while the next one runs |
 //! | `server.rs` | the control socket: accepting subscribers, the handshake, each connection's requests |
 //! | `fd.rs` | a block's FD sent: with a connection's first descriptor of it, or when asked |

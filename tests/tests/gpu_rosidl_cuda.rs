@@ -1,0 +1,171 @@
+//! Blocks of ROS 2's CUDA buffer backend imported into our process, read in place on our
+//! stream after the writer's IPC event, and given back to the writer's pool.
+//!
+//! The writer is this test binary re-run as a child, doing on the host what
+//! `cuda_buffer` 0.1.2's publisher does (docs/cuda-buffer-backend.md, written from its
+//! sources; its C++ library does not run here): a VMM block exported as a POSIX FD and
+//! served on `/tmp/cuda_vmm_<pid>_<block>.sock`, its 24 shared bytes at
+//! `/dev/shm/cuda_vmm_<pid>_<block>`, an interprocess event recorded after the write,
+//! and the descriptor in an `Image` message's data field. It spins for 2 s before it
+//! writes, so a read not ordered after its event sees the block unwritten (the negative
+//! control) and ours, ordered, sees every byte of the pattern.
+//!
+//! Without a GPU: `SKIPPED gpu_rosidl_cuda_...`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zcs_memory::cuda::kernels::check_pattern;
+use zcs_memory::cuda::{DeviceBlock, Gpu, IpcEvent, Kernels, copy};
+use zcs_tests::{child_role, gpu_or_skip, spawn_child, wait_child, wait_until, watchdog_guard};
+use zcs_wire::rosidl_cuda::{BlockMeta, serve_block_fd};
+use zenoh_cuda_shm::tensor_codec::cdr::{BufferData, CudaBufferDescriptor, CudaDescriptorLayout, Header, Image, Time};
+use zenoh_cuda_shm_ros2::cuda_backend::{BackendImportError, BackendImports};
+
+const NAME: &str = "gpu_rosidl_cuda_block_is_read_in_place_after_its_writer_and_given_back";
+const DIR_ENV: &str = "ZCS_ROSIDL_CUDA_DIR";
+const LEN: usize = 6 << 20;
+const SEED: u64 = 77;
+const BLOCK_ID: u32 = 3;
+
+fn frame() -> Image<()> {
+    Image {
+        header: Header { stamp: Time { sec: 1, nanosec: 2 }, frame_id: "camera".into() },
+        height: 1024,
+        width: 1536,
+        encoding: "rgba8".into(),
+        is_bigendian: 0,
+        step: 1536 * 4,
+        data: (),
+    }
+}
+
+fn wait_file(path: &Path, limit: Duration) -> Vec<u8> {
+    wait_until(&format!("{}", path.display()), limit, || path.exists());
+    std::fs::read(path).unwrap()
+}
+
+#[test]
+fn gpu_rosidl_cuda_block_is_read_in_place_after_its_writer_and_given_back() {
+    let Some(gpu) = gpu_or_skip(NAME) else { return };
+    let _watchdog = watchdog_guard(NAME, Duration::from_secs(120));
+    let dir = std::env::temp_dir().join(format!("zcs-rosidl-cuda-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let child = spawn_child("writer_entry", "rosidl-cuda-writer", &[(DIR_ENV, dir.display().to_string())]);
+
+    let message = wait_file(&dir.join("descriptor"), Duration::from_secs(60));
+    let Image { data: BufferData::Cuda(d), .. } = Image::decode_cdr_buffer(&message).expect("the writer's message")
+    else {
+        panic!("the writer sent bytes, not a descriptor");
+    };
+    assert_eq!(d.size, LEN as u64);
+    assert!(d.has_event());
+    let meta = Arc::new(BlockMeta::open(d.vmm_pid, d.vmm_block_id).unwrap());
+
+    let imports = BackendImports::new(&gpu).unwrap();
+    // Refused before anything is counted or mapped: another device, a reused block.
+    let mut other = d.clone();
+    other.device_id = gpu.ordinal() as i32 + 1;
+    assert!(matches!(imports.import(&other), Err(BackendImportError::OtherDevice { .. })));
+    let mut stale = d.clone();
+    stale.ipc_uid ^= 1;
+    assert!(matches!(imports.import(&stale), Err(BackendImportError::Meta(_))));
+    assert_eq!((meta.count(), imports.cached()), (0, 0));
+
+    let t = Instant::now();
+    let buffer = imports.import(&d).unwrap();
+    assert_eq!((meta.count(), imports.cached(), buffer.len()), (1, 1, LEN));
+
+    // Negative control: a copy not ordered after the writer's event runs at once, while
+    // the writer still spins, and does not see the pattern.
+    let early_stream = gpu.new_stream().unwrap();
+    let mut early = vec![0u8; LEN];
+    {
+        let read = buffer.read(&early_stream).unwrap();
+        let unordered = gpu.new_stream().unwrap();
+        // SAFETY: the buffer's LEN bytes are mapped while `buffer` lives; `early` has LEN bytes.
+        unsafe { copy::device_to_host(&unordered, read.device_ptr(), &mut early) }.unwrap();
+        read.end().unwrap();
+    }
+    assert!(check_pattern(&early, 0, SEED).is_some(), "an unordered read saw the writer's data: no negative control");
+
+    // Ours: ordered on the GPU, no host wait.
+    let stream = gpu.new_stream().unwrap();
+    let mut out = vec![0u8; LEN];
+    let read = buffer.read(&stream).unwrap();
+    // SAFETY: as above.
+    unsafe { copy::device_to_host(&stream, read.device_ptr(), &mut out) }.unwrap();
+    read.end().unwrap();
+    let enqueued = t.elapsed();
+    copy::wait(&stream).unwrap();
+    assert_eq!(check_pattern(&out, 0, SEED), None, "every byte after the writer's event");
+    assert!(enqueued < Duration::from_millis(1500), "import and read took {enqueued:?}: a host wait?");
+    println!("{NAME}: import + ordered read enqueued in {:.1} ms", enqueued.as_secs_f64() * 1e3);
+
+    // A second message in the same block: no new import, one more count.
+    let again = imports.import(&d).unwrap();
+    assert_eq!((meta.count(), imports.cached()), (2, 1));
+    drop(again);
+    drop(buffer);
+    wait_until("our counts given back", Duration::from_secs(10), || meta.count() == 0);
+
+    std::fs::write(dir.join("done"), b"").unwrap();
+    wait_child(child, "the writer", Duration::from_secs(60));
+    assert_eq!(imports.evict_dead(), 1, "the exited writer's block is forgotten");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The writer: a publisher of the CUDA buffer backend, as its sources describe it.
+#[test]
+#[ignore = "entry point of the child process started by the test above"]
+fn writer_entry() {
+    if child_role().as_deref() != Some("rosidl-cuda-writer") {
+        return;
+    }
+    let _watchdog = watchdog_guard("rosidl-cuda writer", Duration::from_secs(100));
+    let dir = PathBuf::from(std::env::var(DIR_ENV).unwrap());
+    let gpu = Gpu::probe().unwrap();
+    let pid = std::process::id() as i32;
+    let block = DeviceBlock::allocate(&gpu, LEN).unwrap();
+    let meta = BlockMeta::create_at(&BlockMeta::path_of(pid, BLOCK_ID)).unwrap();
+    let socket = PathBuf::from(format!("/tmp/cuda_vmm_{pid}_{BLOCK_ID}.sock"));
+    let _ = std::fs::remove_file(&socket);
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let fd = block.fd().try_clone_to_owned().unwrap();
+    std::thread::spawn(move || while serve_block_fd(&listener, std::os::fd::AsFd::as_fd(&fd)).is_ok() {});
+
+    let kernels = Kernels::load(&gpu).unwrap();
+    let stream = gpu.new_stream().unwrap();
+    kernels.spin(&stream, 2_000_000_000).unwrap();
+    // SAFETY: the block has ≥ LEN mapped bytes and lives until this process exits, after
+    // the stream is done.
+    unsafe { kernels.fill(&stream, block.device_ptr(), LEN as u64, SEED) }.unwrap();
+    let event = IpcEvent::create(&gpu).unwrap();
+    event.record(&stream).unwrap();
+    let uid = rand::random::<u64>() | 1;
+    meta.publish(uid, 1);
+    let d = CudaBufferDescriptor {
+        size: LEN as u64,
+        element_type_name: "h".into(),
+        device_id: gpu.ordinal() as i32,
+        use_ipc: true,
+        vmm_pid: pid,
+        vmm_block_id: BLOCK_ID,
+        vmm_block_size: block.size() as u64,
+        vmm_socket_path: socket.display().to_string(),
+        ipc_uid: uid,
+        ipc_event_handle: event.handle().unwrap(),
+        layout: CudaDescriptorLayout::V0_1_2,
+    };
+    let tmp = dir.join("descriptor.tmp");
+    std::fs::write(&tmp, frame().encode_cdr_cuda(&d).unwrap()).unwrap();
+    std::fs::rename(&tmp, dir.join("descriptor")).unwrap();
+
+    wait_file(&dir.join("done"), Duration::from_secs(90));
+    assert_eq!(meta.count(), 0, "the reader gave its counts back");
+    copy::wait(&stream).unwrap();
+    drop(meta);
+    let _ = std::fs::remove_file(BlockMeta::path_of(pid, BLOCK_ID));
+    let _ = std::fs::remove_file(&socket);
+}

@@ -1,0 +1,9 @@
+//! ROS 2's CUDA buffer backend (`cuda_buffer_backend` 0.1.2 of
+//! ros2/rosidl_buffer_backends) from our side: its blocks imported into this process
+//! ([`BackendImports`]), read in place on our streams after its writer's IPC event, and
+//! given back to its pool as its own subscribers give them back. The facts this relies
+//! on, with their sources: `docs/cuda-buffer-backend.md`.
+
+mod import;
+
+pub use import::{BackendBuffer, BackendImportError, BackendImports, BackendRead};
