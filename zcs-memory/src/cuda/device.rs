@@ -3,8 +3,9 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaContext, CudaEvent, CudaStream, sys};
+use cudarc::driver::{CudaContext, CudaEvent, sys};
 
+use super::Stream;
 use super::sys::{CudaError, wrap};
 
 /// A GPU's 16-byte UUID, as `cuDeviceGetUuid` reports it.
@@ -151,8 +152,8 @@ impl Gpu {
         Ok(Self { inner: Arc::new(GpuInner { ctx, uuid, name, granularity, stream_mem_ops_64, spare_events }) })
     }
 
-    /// The primary context (cudarc), for streams, events and copies.
-    pub fn context(&self) -> &Arc<CudaContext> {
+    /// The primary context, for this crate's streams and events.
+    pub(crate) fn cudarc_context(&self) -> &Arc<CudaContext> {
         &self.inner.ctx
     }
 
@@ -237,30 +238,25 @@ impl Gpu {
         self.inner.spare_events.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// A new non-blocking stream on this device.
-    pub fn new_stream(&self) -> Result<Arc<CudaStream>, CudaError> {
-        self.inner.ctx.new_stream().map_err(wrap("cuStreamCreate"))
-    }
-
-    /// The calling thread's per-thread default stream (`CU_STREAM_PER_THREAD`).
-    pub fn per_thread_stream(&self) -> Arc<CudaStream> {
-        self.inner.ctx.per_thread_stream()
-    }
-
-    /// A stream another library created, wrapped without taking ownership (e.g. the
-    /// stream a framework passes to `__dlpack__`).
+    /// A new non-blocking stream on this device (`cuStreamCreate`), destroyed when its
+    /// last clone drops.
     ///
-    /// # Safety
-    /// `raw` is a live stream of this device's primary context, or one of the special
-    /// handles (legacy or per-thread default), and outlives the returned wrapper.
-    pub unsafe fn borrow_stream(&self, raw: cudarc::driver::sys::CUstream) -> Arc<CudaStream> {
-        // SAFETY: the caller's contract is cudarc's for `wrap_borrowed_stream`.
-        unsafe { self.inner.ctx.wrap_borrowed_stream(raw) }
+    /// # Errors
+    /// [`CudaError`] when the context cannot be made current or the driver cannot create
+    /// a stream (out of resources).
+    pub fn new_stream(&self) -> Result<Stream, CudaError> {
+        self.inner.ctx.new_stream().map(Stream::new).map_err(wrap("cuStreamCreate"))
+    }
+
+    /// The calling thread's per-thread default stream (`CU_STREAM_PER_THREAD`). The handle
+    /// names the stream of whichever thread uses it: keep work on it to one thread.
+    pub fn per_thread_stream(&self) -> Stream {
+        Stream::new(self.inner.ctx.per_thread_stream())
     }
 
     /// The legacy default stream (the null stream), which synchronises with every
     /// blocking stream of the context. Work ordered on it is ordered correctly.
-    pub fn legacy_default_stream(&self) -> Arc<CudaStream> {
-        self.inner.ctx.default_stream()
+    pub fn legacy_default_stream(&self) -> Stream {
+        Stream::new(self.inner.ctx.default_stream())
     }
 }

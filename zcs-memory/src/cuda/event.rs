@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaEvent, CudaStream, sys};
+use cudarc::driver::{CudaEvent, sys};
 
-use super::Gpu;
 use super::sys::{self as cu, CudaError, wrap};
+use super::{Gpu, Stream};
 
 /// A point in a stream's work: complete once the GPU has passed it.
 ///
@@ -21,15 +21,15 @@ pub struct Fence {
 
 impl Fence {
     /// Records a new fence at the current end of `stream`.
-    pub fn record(gpu: &Gpu, stream: &CudaStream) -> Result<Self, CudaError> {
+    pub fn record(gpu: &Gpu, stream: &Stream) -> Result<Self, CudaError> {
         let ev = gpu.event()?;
-        ev.record(stream).map_err(wrap("cuEventRecord"))?;
+        ev.record(stream.cudarc()).map_err(wrap("cuEventRecord"))?;
         Ok(Self { ev: Some(ev), gpu: gpu.clone() })
     }
 
     /// Makes the work enqueued on `waiter` from now on wait for the work enqueued on
     /// `after` so far, without a host wait (a fence on `after`, waited for on `waiter`).
-    pub fn order_after(gpu: &Gpu, waiter: &CudaStream, after: &CudaStream) -> Result<(), CudaError> {
+    pub fn order_after(gpu: &Gpu, waiter: &Stream, after: &Stream) -> Result<(), CudaError> {
         Self::record(gpu, after)?.order(waiter)
     }
 
@@ -49,8 +49,8 @@ impl Fence {
 
     /// Makes work enqueued on `stream` after this call wait until the GPU has passed the
     /// fence (`cuStreamWaitEvent`: the host does not wait).
-    pub fn order(&self, stream: &CudaStream) -> Result<(), CudaError> {
-        stream.wait(self.ev()).map_err(wrap("cuStreamWaitEvent"))
+    pub fn order(&self, stream: &Stream) -> Result<(), CudaError> {
+        stream.cudarc().wait(self.ev()).map_err(wrap("cuStreamWaitEvent"))
     }
 }
 
@@ -140,14 +140,14 @@ impl IpcEvent {
     }
 
     /// Records the event at the current end of `stream`.
-    pub fn record(&self, stream: &CudaStream) -> Result<(), CudaError> {
+    pub fn record(&self, stream: &Stream) -> Result<(), CudaError> {
         self.gpu.bind()?;
         // SAFETY: `ev` is live; `stream` belongs to the same device context.
         unsafe { cu::event_record(self.ev, stream.cu_stream()) }
     }
 
     /// Makes later work on `stream` wait for the last record of this event.
-    pub fn wait_on(&self, stream: &CudaStream) -> Result<(), CudaError> {
+    pub fn wait_on(&self, stream: &Stream) -> Result<(), CudaError> {
         self.gpu.bind()?;
         // SAFETY: `ev` is live; `stream` belongs to the same device context.
         unsafe { cu::stream_wait_event(stream.cu_stream(), self.ev) }
@@ -177,7 +177,7 @@ impl Drop for IpcEvent {
 ///
 /// `addr` must be an 8-byte aligned address inside a live read-write mapping of this
 /// device; the pool (crate `zcs-pool`) only passes slots of a mapped signal block.
-pub fn write_value64(gpu: &Gpu, stream: &CudaStream, addr: u64, value: u64) -> Result<(), CudaError> {
+pub fn write_value64(gpu: &Gpu, stream: &Stream, addr: u64, value: u64) -> Result<(), CudaError> {
     gpu.bind()?;
     // SAFETY: the caller passes a slot inside a mapped signal block (see above) and a
     // stream of this device's context; null is the legacy default stream, which is valid.
@@ -185,12 +185,8 @@ pub fn write_value64(gpu: &Gpu, stream: &CudaStream, addr: u64, value: u64) -> R
 }
 
 /// Makes later work on `stream` wait until `*addr >= value` (`cuStreamWaitValue64`).
-pub fn wait_value64(gpu: &Gpu, stream: &CudaStream, addr: u64, value: u64) -> Result<(), CudaError> {
+pub fn wait_value64(gpu: &Gpu, stream: &Stream, addr: u64, value: u64) -> Result<(), CudaError> {
     gpu.bind()?;
     // SAFETY: as for `write_value64`.
     unsafe { cu::stream_wait_value64_geq(stream.cu_stream(), addr, value) }
 }
-
-/// Keeps `Arc<CudaStream>` in the public API of guards without exposing cudarc types
-/// twice.
-pub type Stream = Arc<CudaStream>;

@@ -170,7 +170,7 @@ impl VmmMapping {
     }
 
     /// Device address of the first byte.
-    pub fn device_ptr(&self) -> CUdeviceptr {
+    pub fn device_ptr(&self) -> u64 {
         self.mapping.ptr
     }
 
@@ -202,10 +202,8 @@ pub struct DeviceBlock {
 impl DeviceBlock {
     /// Allocates, maps and exports `len` bytes rounded up to the granularity.
     pub fn allocate(gpu: &Gpu, len: usize) -> Result<Self, CudaError> {
-        let size = round_to_granularity(gpu, len).ok_or(CudaError {
-            call: "cuMemCreate",
-            source: cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE),
-        })?;
+        let size = round_to_granularity(gpu, len)
+            .ok_or(CudaError::from_code("cuMemCreate", cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE))?;
         let _span = tracing::trace_span!("export", size).entered();
         let phys = PhysicalAllocation::create(gpu, size)?;
         let fd = phys.export_fd()?;
@@ -219,7 +217,7 @@ impl DeviceBlock {
     }
 
     /// Device address of the first byte.
-    pub fn device_ptr(&self) -> CUdeviceptr {
+    pub fn device_ptr(&self) -> u64 {
         self.map.device_ptr()
     }
 
@@ -242,10 +240,10 @@ impl DeviceBlock {
 /// ≈ 77 µs. Done when a session opens, it keeps that cost out of the first handshake.
 pub fn warm_import_path(gpu: &Gpu) -> Result<(), CudaError> {
     let block = DeviceBlock::allocate(gpu, 1)?;
-    let fd = block.fd().try_clone_to_owned().map_err(|_| CudaError {
-        call: "dup",
-        source: cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_OPERATING_SYSTEM),
-    })?;
+    let fd = block
+        .fd()
+        .try_clone_to_owned()
+        .map_err(|_| CudaError::from_code("dup", cudarc::driver::sys::CUresult::CUDA_ERROR_OPERATING_SYSTEM))?;
     let imported = ImportedBlock::import(gpu, fd, block.size())?;
     drop((imported, block));
     Ok(())
@@ -276,7 +274,7 @@ impl ImportedBlock {
     }
 
     /// Device address of the first byte.
-    pub fn device_ptr(&self) -> CUdeviceptr {
+    pub fn device_ptr(&self) -> u64 {
         self.map.device_ptr()
     }
 

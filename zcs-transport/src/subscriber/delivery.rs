@@ -227,7 +227,7 @@ impl Delivery {
         Ok(DeviceRead {
             ptr,
             len: self.len(),
-            stream: Arc::clone(stream),
+            stream: stream.clone(),
             gpu: gpu.clone(),
             sink,
             sub: &self.0.sub,

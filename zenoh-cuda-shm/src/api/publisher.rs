@@ -293,7 +293,7 @@ impl GpuPublisher {
     fn loan_inner(&self, len: usize, stream: Option<&Stream>) -> Result<GpuLoan, LoanError> {
         let inner = match self.core.medium() {
             PubMedium::Cuda { pool, signals, stream: own, .. } => {
-                let stream = Arc::clone(stream.unwrap_or(own));
+                let stream = stream.unwrap_or(own).clone();
                 LoanInner::Cuda(WriteGuard::new(pool.loan(len)?, stream, Arc::clone(signals)))
             }
             PubMedium::Host { pool } => LoanInner::Host(pool.loan(len)?),
@@ -356,7 +356,7 @@ impl GpuPublisher {
             unsafe { copy::device_to_host(stream, src, &mut host) }.map_err(WriteError::from)?;
             return Ok(self.core.put_inline(host, None)?);
         }
-        let guard = WriteGuard::new(pool.loan(len)?, Arc::clone(stream), Arc::clone(signals));
+        let guard = WriteGuard::new(pool.loan(len)?, stream.clone(), Arc::clone(signals));
         // SAFETY: the destination is the loaned block (≥ len bytes, owned by the guard,
         // which returns it only after the stream's work); the source is the caller's
         // contract.

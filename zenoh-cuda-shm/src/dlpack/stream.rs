@@ -1,8 +1,7 @@
 //! The consumer's stream, as DLPack names it, and how an export's reads end on it.
 
+use std::ffi::c_void;
 use std::thread::ThreadId;
-
-use cudarc::driver::sys::CUstream;
 
 use crate::cuda::Stream;
 
@@ -35,7 +34,7 @@ impl ConsumerStream {
 
     /// A stream of this crate (kept alive by the export until its deleter has run).
     pub fn stream(stream: &Stream) -> Self {
-        Self(StreamKind::Owned(std::sync::Arc::clone(stream)))
+        Self(StreamKind::Owned(stream.clone()))
     }
 
     /// No synchronisation (DLPack `-1`): see the [module docs](crate::dlpack).
@@ -43,14 +42,15 @@ impl ConsumerStream {
         Self(StreamKind::NoSync)
     }
 
-    /// A raw `CUstream` owned by the consumer (a null handle is the legacy default
-    /// stream).
+    /// A raw `CUstream` (`cudaStream_t`) owned by the consumer, such as PyTorch's
+    /// `torch.cuda.current_stream().cuda_stream` as a pointer. A null handle and `1` are
+    /// the legacy default stream, `2` the per-thread default stream.
     ///
     /// # Safety
     /// The stream belongs to the primary context of the exported sample's device, and
     /// stays alive until the export's deleter has returned (the deleter records a fence
     /// on it).
-    pub unsafe fn from_raw(stream: CUstream) -> Self {
+    pub unsafe fn from_raw(stream: *mut c_void) -> Self {
         match stream as usize {
             0 | 1 => Self::legacy_default(),
             2 => Self::per_thread_default(),
@@ -73,7 +73,7 @@ impl ConsumerStream {
             1 => Ok(Self::legacy_default()),
             2 => Ok(Self::per_thread_default()),
             // SAFETY: the caller's contract for values above 2.
-            v if v > 2 => Ok(unsafe { Self::from_raw(v as usize as CUstream) }),
+            v if v > 2 => Ok(unsafe { Self::from_raw(v as usize as *mut c_void) }),
             v => Err(ExportError::InvalidStream { value: v }),
         }
     }
