@@ -2,6 +2,9 @@
 //! moves bytes. Each call first makes the stream's own context current, so a caller
 //! never binds a context for a copy.
 
+// Re-exported by `zenoh-cuda-shm`: errors and panics documented as there.
+#![warn(clippy::missing_errors_doc, clippy::missing_panics_doc)]
+
 use super::Stream;
 use super::sys::{self as cu, CudaError};
 
@@ -17,6 +20,10 @@ fn bind(stream: &Stream) -> Result<(), CudaError> {
 /// `dst..dst + src.len()` is device memory mapped read-write in the stream's context,
 /// and stays mapped until the stream has passed the copy. Page-locked `src` stays valid
 /// and unwritten until then too.
+///
+/// # Errors
+/// [`CudaError`] when the stream's context cannot be made current (`cuCtxSetCurrent`) or
+/// the driver refuses the copy (`cuMemcpyHtoDAsync`).
 pub unsafe fn host_to_device(stream: &Stream, dst: u64, src: &[u8]) -> Result<(), CudaError> {
     if src.is_empty() {
         return Ok(());
@@ -33,6 +40,11 @@ pub unsafe fn host_to_device(stream: &Stream, dst: u64, src: &[u8]) -> Result<()
 /// # Safety
 /// `src..src + dst.len()` is device memory mapped in the stream's context until the
 /// copy has completed (this call returns after it).
+///
+/// # Errors
+/// [`CudaError`] when the stream's context cannot be made current (`cuCtxSetCurrent`) or
+/// the driver refuses the copy (`cuMemcpyDtoHAsync`); also an error of
+/// earlier work on the stream, reported by the wait (`cuStreamSynchronize`).
 pub unsafe fn device_to_host(stream: &Stream, src: u64, dst: &mut [u8]) -> Result<(), CudaError> {
     bind(stream)?;
     if !dst.is_empty() {
@@ -52,6 +64,10 @@ pub unsafe fn device_to_host(stream: &Stream, src: u64, dst: &mut [u8]) -> Resul
 /// `dst..dst + len` host memory writable by the copy that nothing else reads or writes,
 /// both until the stream has passed the copy. For a copy at full speed `dst` is
 /// page-locked (registered with the driver).
+///
+/// # Errors
+/// [`CudaError`] when the stream's context cannot be made current (`cuCtxSetCurrent`) or
+/// the driver refuses the copy (`cuMemcpyDtoHAsync`).
 pub unsafe fn device_to_host_async(stream: &Stream, dst: *mut u8, src: u64, len: usize) -> Result<(), CudaError> {
     if len == 0 {
         return Ok(());
@@ -67,6 +83,10 @@ pub unsafe fn device_to_host_async(stream: &Stream, dst: *mut u8, src: u64, len:
 /// Both ranges are device memory mapped in (or accessible from) the stream's context
 /// and stay mapped until the stream has passed the copy; `dst` is writable and nothing
 /// else writes either range meanwhile.
+///
+/// # Errors
+/// [`CudaError`] when the stream's context cannot be made current (`cuCtxSetCurrent`) or
+/// the driver refuses the copy (`cuMemcpyDtoDAsync`).
 pub unsafe fn device_to_device(stream: &Stream, dst: u64, src: u64, len: usize) -> Result<(), CudaError> {
     if len == 0 {
         return Ok(());
@@ -81,6 +101,10 @@ pub unsafe fn device_to_device(stream: &Stream, dst: u64, src: u64, len: usize) 
 /// # Safety
 /// `dst..dst + len` is device memory mapped read-write in the stream's context until
 /// the stream has passed the fill.
+///
+/// # Errors
+/// [`CudaError`] when the stream's context cannot be made current (`cuCtxSetCurrent`) or
+/// the driver refuses the fill (`cuMemsetD8Async`).
 pub unsafe fn fill(stream: &Stream, dst: u64, value: u8, len: usize) -> Result<(), CudaError> {
     if len == 0 {
         return Ok(());
@@ -91,6 +115,10 @@ pub unsafe fn fill(stream: &Stream, dst: u64, value: u8, len: usize) -> Result<(
 }
 
 /// Waits until the stream has passed everything queued on it so far.
+///
+/// # Errors
+/// [`CudaError`] when the stream's context cannot be made current, or the work on the
+/// stream failed (`cuStreamSynchronize` reports an error of earlier asynchronous work).
 pub fn wait(stream: &Stream) -> Result<(), CudaError> {
     bind(stream)?;
     // SAFETY: `stream` is a live stream (the borrow keeps it) of the context bound above.

@@ -1,5 +1,8 @@
 //! The GPU a process works on: probing, identity (UUID) and its primary context.
 
+// Re-exported by `zenoh-cuda-shm`: errors and panics documented as there.
+#![warn(clippy::missing_errors_doc, clippy::missing_panics_doc)]
+
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -102,6 +105,9 @@ impl fmt::Debug for Gpu {
 
 impl Gpu {
     /// Opens device 0. See [`Gpu::open`].
+    ///
+    /// # Errors
+    /// As [`Gpu::open`].
     pub fn probe() -> Result<Self, ProbeError> {
         Self::open(0)
     }
@@ -109,6 +115,12 @@ impl Gpu {
     /// Opens device `ordinal`, retaining its primary context, and checks that it
     /// supports VMM and POSIX-FD handles. Never panics, also when no driver is
     /// installed: that is [`ProbeError::NoDriver`].
+    ///
+    /// # Errors
+    /// [`ProbeError::NoDriver`] without `libcuda.so`; [`ProbeError::Driver`] when a
+    /// driver call fails (`cuInit` without a device node, say); [`ProbeError::NoDevice`]
+    /// when the driver reports no device `ordinal`; [`ProbeError::Unsupported`] when the
+    /// device lacks VMM or POSIX-FD export of allocations.
     pub fn open(ordinal: usize) -> Result<Self, ProbeError> {
         // SAFETY: `is_culib_present` only tries to dlopen the library; it is the
         // non-panicking probe cudarc provides for exactly this purpose.
@@ -184,6 +196,10 @@ impl Gpu {
     }
 
     /// Makes the primary context current on the calling thread.
+    ///
+    /// # Errors
+    /// [`CudaError`] (`cuCtxSetCurrent`) when the context cannot be made current (the
+    /// driver shutting down at process exit, a broken context).
     pub fn bind(&self) -> Result<(), CudaError> {
         self.inner.ctx.bind_to_thread().map_err(wrap("cuCtxSetCurrent"))
     }
@@ -207,11 +223,19 @@ impl Gpu {
 
     /// Waits until every stream of the primary context has passed its work
     /// (`cuCtxSynchronize`).
+    ///
+    /// # Errors
+    /// [`CudaError`] when the context cannot be made current (`cuCtxSetCurrent`) or when
+    /// work of the context failed (an error of an earlier asynchronous call shows here).
     pub fn synchronize(&self) -> Result<(), CudaError> {
         self.inner.ctx.synchronize().map_err(wrap("cuCtxSynchronize"))
     }
 
     /// `(free, total)` device memory in bytes (`cuMemGetInfo`).
+    ///
+    /// # Errors
+    /// [`CudaError`] when the context cannot be made current (`cuCtxSetCurrent`) or
+    /// `cuMemGetInfo` fails.
     pub fn mem_info(&self) -> Result<(usize, usize), CudaError> {
         self.inner.ctx.mem_get_info().map_err(wrap("cuMemGetInfo"))
     }

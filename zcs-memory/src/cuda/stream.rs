@@ -1,5 +1,8 @@
 //! [`Stream`]: a CUDA stream of a GPU's primary context, as the API hands it around.
 
+// Re-exported by `zenoh-cuda-shm`: errors and panics documented as there.
+#![warn(clippy::missing_errors_doc, clippy::missing_panics_doc)]
+
 use std::ffi::c_void;
 use std::fmt;
 use std::sync::Arc;
