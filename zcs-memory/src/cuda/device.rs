@@ -88,6 +88,22 @@ const SPARE_EVENTS: usize = 256;
 /// path needs: virtual memory management, POSIX-FD export of allocations.
 ///
 /// Cheap to clone. Every CUDA owner in this crate keeps the context alive through it.
+///
+/// ```no_run
+/// use zcs_memory::cuda::{Gpu, ProbeError};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let gpu = match Gpu::probe() {
+///     Ok(gpu) => gpu,
+///     Err(ProbeError::NoDriver) => return Ok(()), // no NVIDIA driver: use host memory
+///     Err(e) => return Err(e.into()),
+/// };
+/// println!("{} ({}), {} bytes granularity", gpu.name(), gpu.uuid(), gpu.granularity());
+/// let stream = gpu.new_stream()?;
+/// let (free, total) = gpu.mem_info()?;
+/// println!("{free} of {total} bytes free");
+/// stream.synchronize()?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Gpu {
     inner: Arc<GpuInner>,

@@ -8,6 +8,35 @@ use crate::cuda::Stream;
 use super::*;
 
 /// The stream a consumer will use the exported tensor on (DLPack's `stream` argument).
+///
+/// ```
+/// use zenoh_cuda_shm::dlpack::{ConsumerStream, ExportError};
+/// # fn main() -> Result<(), ExportError> {
+/// let legacy = ConsumerStream::legacy_default(); // what `stream=None` means for CUDA
+/// // DLPack's integers: 1 and 2 name the default streams, -1 asks for no ordering.
+/// // SAFETY: none of these values names a stream (only values above 2 do).
+/// let no_sync = unsafe { ConsumerStream::from_dlpack(-1) }?;
+/// assert!(matches!(unsafe { ConsumerStream::from_dlpack(0) }, Err(ExportError::InvalidStream { value: 0 })));
+/// # let _ = (legacy, no_sync);
+/// # Ok(()) }
+/// ```
+///
+/// A stream of ours, or a framework's by its raw handle:
+///
+/// ```no_run
+/// # use zenoh_cuda_shm::cuda::Gpu;
+/// # use zenoh_cuda_shm::dlpack::ConsumerStream;
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let gpu = Gpu::probe()?;
+/// let stream = gpu.new_stream()?;
+/// let ours = ConsumerStream::stream(&stream); // kept alive by the export
+/// let raw: *mut std::ffi::c_void = stream.as_raw(); // e.g. torch.cuda.current_stream().cuda_stream
+/// // SAFETY: `stream` is a live stream of the device's primary context and outlives the
+/// // exports made for it (it is dropped at the end of this function, after them).
+/// let theirs = unsafe { ConsumerStream::from_raw(raw) };
+/// # let _ = (ours, theirs);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct ConsumerStream(pub(super) StreamKind);
 
