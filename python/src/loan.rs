@@ -108,7 +108,7 @@ fn consumer_stream(gpu: &Gpu, v: i64) -> Stream {
         // consumer, on this device's primary context (the loan's `__dlpack__` checked the
         // device); the loan's documentation asks that it stay alive until `put()`. The
         // wrapper borrows it and never destroys it.
-        p => unsafe { gpu.borrow_stream(p as usize as cudarc::driver::sys::CUstream) },
+        p => unsafe { Stream::from_raw(gpu, p as usize as *mut std::ffi::c_void) },
     }
 }
 

@@ -118,7 +118,7 @@ impl Publisher {
         let kwargs = PyDict::new(py);
         kwargs.set_item("max_version", (1u32, 3u32))?;
         if let (true, Some(s)) = (cuda, &self.state.stream) {
-            kwargs.set_item("stream", s.cu_stream() as usize)?;
+            kwargs.set_item("stream", s.as_raw() as usize)?;
         }
         let cap = match obj.call_method("__dlpack__", (), Some(&kwargs)) {
             Ok(c) => c,

@@ -129,7 +129,7 @@ impl Producer {
 
     /// Loans `len` bytes, runs `before` on the stream, fills with `seed`, publishes.
     fn publish(&self, len: usize, seed: u64, before: impl FnOnce(&Self, u64)) -> zcs_pool::Published<CudaBackend> {
-        let guard = WriteGuard::new(self.pool.loan(len).unwrap(), Arc::clone(&self.stream), Arc::clone(&self.signals));
+        let guard = WriteGuard::new(self.pool.loan(len).unwrap(), self.stream.clone(), Arc::clone(&self.signals));
         before(self, guard.device_ptr());
         // SAFETY: the guard owns the loaned block (≥ len bytes, mapped) until `finish`,
         // which orders the signal and the block's release after this launch.
@@ -376,7 +376,7 @@ fn leak_check() {
         let stream = gpu.new_stream().unwrap();
         let mut imports = Vec::new();
         for len in [2 * MIB, 64 * MIB, 256 * MIB] {
-            let guard = WriteGuard::new(pool.loan(len).unwrap(), Arc::clone(&stream), Arc::clone(&signals));
+            let guard = WriteGuard::new(pool.loan(len).unwrap(), stream.clone(), Arc::clone(&signals));
             let published = guard.finish().unwrap();
             let fd = published.memory().fd().try_clone_to_owned().unwrap();
             imports.push((ImportedBlock::import(&gpu, fd, published.memory().size()).unwrap(), published));
@@ -446,8 +446,7 @@ fn consumer() {
             let side = gpu.new_stream().unwrap();
             unordered_errors = check_both(&gpu, &kernels, &counter, &side, block.device_ptr(), len, seed).0;
         }
-        let guard =
-            ReadGuard::begin(sig, Arc::clone(&block), key.id, key.generation, 0, len, Arc::clone(&stream)).unwrap();
+        let guard = ReadGuard::begin(sig, Arc::clone(&block), key.id, key.generation, 0, len, stream.clone()).unwrap();
         match mode {
             Mode::RoundTrip | Mode::OrderedOnStream | Mode::OrderedOnLegacyDefault => {
                 let (gpu_errors, cpu_bad) =

@@ -449,14 +449,14 @@ fn check_case(gpu: &Gpu, s: &Stream, sample: &GpuSample, case: &Case) -> Managed
 
     // Versioned, for the case's consumer stream.
     let (consumer, read_on): (ConsumerStream, Stream) = match case.consumer {
-        Consumer::Owned => (ConsumerStream::stream(s), Arc::clone(s)),
+        Consumer::Owned => (ConsumerStream::stream(s), s.clone()),
         Consumer::Raw => {
             let raw = s.cu_stream() as usize as i64;
             // SAFETY: `s` is a stream of this device's primary context and outlives the
             // returned export's deleter (this function's contract).
-            (unsafe { ConsumerStream::from_dlpack(raw) }.unwrap(), Arc::clone(s))
+            (unsafe { ConsumerStream::from_dlpack(raw) }.unwrap(), s.clone())
         }
-        Consumer::PerThread => (ConsumerStream::per_thread_default(), gpu.context().per_thread_stream()),
+        Consumer::PerThread => (ConsumerStream::per_thread_default(), gpu.per_thread_stream()),
         // `-1`: complete at hand-off, readable on any stream.
         Consumer::NoSync => (ConsumerStream::no_sync(), gpu.new_stream().unwrap()),
     };

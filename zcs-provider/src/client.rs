@@ -1,6 +1,10 @@
 //! A process's connection to the host provider: borrow and give back blocks (as a
 //! publisher's [`Lender`]), open and close lent blocks (as a subscriber).
 
+// Re-exported whole by `zenoh-cuda-shm` (`provider`): errors and panics documented as
+// there.
+#![warn(clippy::missing_errors_doc, clippy::missing_panics_doc)]
+
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -104,6 +108,13 @@ impl ProviderClient {
     }
 
     /// Connects to `provider` and says hello.
+    ///
+    /// # Errors
+    /// [`ClientError::Name`] when the token's socket name is not one;
+    /// [`ClientError::Unreachable`] when connecting, sending or receiving fails (the
+    /// provider is gone, or no answer within the timeout); [`ClientError::Decode`] for
+    /// an answer that does not decode; [`ClientError::Protocol`] for any answer but a
+    /// welcome from that provider (a refusal included).
     pub fn connect(provider: &ProviderRef, client: u64, timeout: Duration) -> Result<Arc<Self>, ClientError> {
         let name = SocketName::from_key_chunk(&provider.socket).map_err(ClientError::Name)?;
         let conn = ControlConn::connect(&name, timeout).map_err(|e| ClientError::Unreachable(e.into()))?;
@@ -193,12 +204,20 @@ impl ProviderClient {
 
     /// Borrows a block of `size` bytes on `device`, waiting at most `timeout` for the
     /// provider's pool.
+    ///
+    /// # Errors
+    /// [`ClientError::Unreachable`] when connecting, sending or receiving fails (the
+    /// provider is gone, or no answer within the timeout);
+    /// [`ClientError::Refused`] when the provider cannot lend (no block within
+    /// `timeout`, no pool of `device`); [`ClientError::Decode`] or
+    /// [`ClientError::Protocol`] for an answer that does not decode, was not asked for,
+    /// or names a block too large for this process.
     pub fn borrow(&self, device: &str, size: usize, timeout: Duration) -> Result<Borrowed, ClientError> {
         let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
         let req = ProviderRequest::Borrow { tag, device: device.to_owned(), size: size as u64 };
         match self.round_trip(tag, &req, timeout + REPLY_MARGIN)? {
             (ProviderReply::Lent { loan, size: got, .. }, mut fds) if fds.len() == 1 => {
-                let fd = fds.pop().expect("one fd");
+                let Some(fd) = fds.pop() else { return Err(ClientError::Protocol("a block without its fd".into())) };
                 let size = usize::try_from(got)
                     .map_err(|_| ClientError::Protocol(format!("a block of {got} bytes does not fit this process")))?;
                 Ok(Borrowed { loan, fd, size })
@@ -216,13 +235,22 @@ impl ProviderClient {
     }
 
     /// Opens a lent block named by a descriptor: its FD and size.
+    ///
+    /// # Errors
+    /// [`ClientError::Unreachable`] when connecting, sending or receiving fails (the
+    /// provider is gone, or no answer within the timeout);
+    /// [`ClientError::Refused`] for a loan the provider no longer holds (or one not
+    /// this process may open); [`ClientError::Decode`] or [`ClientError::Protocol`] for
+    /// an answer that does not decode, was not asked for, or names a block too large
+    /// for this process.
     pub fn open(&self, loan: u64) -> Result<(OwnedFd, usize), ClientError> {
         let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
         match self.round_trip(tag, &ProviderRequest::Open { tag, loan }, REPLY_MARGIN)? {
             (ProviderReply::Opened { size, .. }, mut fds) if fds.len() == 1 => {
                 let size = usize::try_from(size)
                     .map_err(|_| ClientError::Protocol(format!("a block of {size} bytes does not fit this process")))?;
-                Ok((fds.pop().expect("one fd"), size))
+                let Some(fd) = fds.pop() else { return Err(ClientError::Protocol("a block without its fd".into())) };
+                Ok((fd, size))
             }
             (ProviderReply::Refused { reason, permanent, .. }, _) => Err(ClientError::Refused { reason, permanent }),
             (other, fds) => {
@@ -310,6 +338,9 @@ impl Providers {
     }
 
     /// The connection to `provider`, made now if there is none or it failed.
+    ///
+    /// # Errors
+    /// As [`ProviderClient::connect`].
     pub fn get(&self, provider: &ProviderRef, timeout: Duration) -> Result<Arc<ProviderClient>, ClientError> {
         let mut known = self.known.locked();
         if let Some(c) = known.get(&provider.id).filter(|c| !c.is_dead() && c.provider() == provider) {
@@ -341,6 +372,9 @@ impl std::fmt::Debug for ProviderWatch {
 
 impl ProviderWatch {
     /// Watches for providers of `boot_id` that lend `device` blocks.
+    ///
+    /// # Errors
+    /// The [`zenoh::Error`] of a liveliness subscriber that cannot be declared.
     pub fn start(
         session: &zenoh::Session,
         boot_id: &str,
@@ -379,6 +413,11 @@ impl ProviderWatch {
     }
 
     /// The provider to borrow from now (connected on first use), or why there is none.
+    ///
+    /// # Errors
+    /// [`NoProvider::NotAnnounced`] while no provider has been seen;
+    /// [`NoProvider::Unusable`] when connecting to it fails; [`NoProvider::NoSuchDevice`]
+    /// when it lends no blocks of this watch's device.
     pub fn current(&self) -> Result<Arc<ProviderClient>, NoProvider> {
         let seen = self.seen.locked().clone();
         let provider = seen.ok_or(NoProvider::NotAnnounced)?;
@@ -390,6 +429,9 @@ impl ProviderWatch {
     }
 
     /// [`current`](Self::current), waiting up to `timeout` for a provider to be announced.
+    ///
+    /// # Errors
+    /// The last error of [`current`](Self::current) once `timeout` has passed.
     pub fn wait(&self, timeout: Duration) -> Result<Arc<ProviderClient>, NoProvider> {
         let deadline = Instant::now() + timeout;
         loop {

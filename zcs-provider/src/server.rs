@@ -1,5 +1,9 @@
 //! The provider itself: pools per device, the host socket, loans, importers, reclaim.
 
+// Re-exported whole by `zenoh-cuda-shm` (`provider`): errors and panics documented as
+// there.
+#![warn(clippy::missing_errors_doc, clippy::missing_panics_doc)]
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -180,6 +184,14 @@ fn open_pools(cfg: &ProviderConfig) -> Result<(BTreeMap<String, DevicePool>, Vec
 impl Provider {
     /// Opens the pools, binds the host socket and announces it on `session` (a
     /// liveliness token that processes of the same kernel look for).
+    ///
+    /// # Errors
+    /// [`ProviderError::BootId`] when the boot id cannot be read; [`ProviderError::Gpu`]
+    /// for a GPU asked for by ordinal that cannot be used; [`ProviderError::Pool`] for
+    /// pool caps a pool refuses; [`ProviderError::Empty`] when nothing is left to lend;
+    /// [`ProviderError::SocketDir`] or [`ProviderError::Bind`] when the host socket
+    /// cannot be made; [`ProviderError::Thread`] when its thread cannot start;
+    /// [`ProviderError::Zenoh`] when the token cannot be declared.
     pub fn start(cfg: &ProviderConfig, session: &zenoh::Session) -> Result<Self, ProviderError> {
         use zenoh::Wait;
         let boot_id = crate::host::boot_id().map_err(ProviderError::BootId)?;

@@ -11,6 +11,9 @@
 //! assert!(ZcsConfig::from_json5("{ inline_treshold: 1 }").is_err()); // typo: refused
 //! ```
 
+// Re-exported by `zenoh-cuda-shm`: errors and panics documented as there.
+#![warn(clippy::missing_errors_doc, clippy::missing_panics_doc)]
+
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -186,6 +189,11 @@ impl HostId {
     pub const EXPECTED: &'static str = "expected 1 to 64 ASCII letters, digits or '-'";
 
     /// The id, if `id` is valid.
+    ///
+    /// # Errors
+    /// A message naming `id` and what a valid one looks like ([`HostId::EXPECTED`]) when
+    /// it is empty, longer than 64 bytes, or holds anything but ASCII letters, digits
+    /// and `-`.
     pub fn new(id: impl Into<String>) -> Result<Self, String> {
         let id = id.into();
         let ok = (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
@@ -267,11 +275,19 @@ pub enum ConfigError {
 
 impl ZcsConfig {
     /// Parses JSON5 text.
+    ///
+    /// # Errors
+    /// [`ConfigError::Parse`] when the text is not JSON5, names an unknown field or has a
+    /// value of the wrong kind (the message gives the line and the key).
     pub fn from_json5(text: &str) -> Result<Self, ConfigError> {
         Self::parse(text, None)
     }
 
     /// Reads a JSON5 file.
+    ///
+    /// # Errors
+    /// [`ConfigError::Io`] when the file cannot be read; [`ConfigError::Parse`] as for
+    /// [`ZcsConfig::from_json5`], the file named in the message.
     pub fn from_file(path: impl Into<PathBuf>) -> Result<Self, ConfigError> {
         let path = path.into();
         let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Io { path: path.clone(), source })?;
@@ -309,6 +325,9 @@ impl ZcsConfig {
     /// `ZCS_INLINE_THRESHOLD` (bytes), `ZCS_PROVIDER` (`auto|off|required`),
     /// `ZCS_PEER_GPUS` (`in_place|copy|host|off`), `ZCS_HOST_BLOCKS` (`true|false`),
     /// `ZCS_SOCKET_DIR` (path), `ZCS_HOST_ID` (see `host_id`).
+    ///
+    /// # Errors
+    /// [`ConfigError::Env`] naming the first variable with a value it does not take.
     pub fn with_env_overrides(mut self) -> Result<Self, ConfigError> {
         if let Ok(v) = std::env::var("ZCS_DEVICE") {
             self.device = match v.as_str() {

@@ -338,7 +338,7 @@ pub unsafe extern "C" fn zcs_loan_device_ptr(
         non_null(ptr, "ptr")?;
         non_null(stream, "stream")?;
         let (p, s) = with_loan(loan, |l| match (l.device_ptr(), l.stream()) {
-            (Some(p), Some(s)) => Ok((p, s.cu_stream() as *mut c_void)),
+            (Some(p), Some(s)) => Ok((p, s.as_raw())),
             _ => Err(Error::new(ZCS_ERR_MEMORY, "this loan is host memory: use zcs_loan_host_ptr")),
         })?;
         // SAFETY: not null (checked above); the caller passes a writable value (the contract).

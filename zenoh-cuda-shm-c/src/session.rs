@@ -92,6 +92,6 @@ pub(crate) unsafe fn caller_stream(gpu: &Gpu, raw: *mut c_void) -> Stream {
     match raw.is_null() {
         true => gpu.legacy_default_stream(),
         // SAFETY: the caller's contract.
-        false => unsafe { gpu.borrow_stream(raw.cast()) },
+        false => unsafe { Stream::from_raw(gpu, raw) },
     }
 }

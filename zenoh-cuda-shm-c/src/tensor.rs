@@ -74,8 +74,7 @@ pub unsafe extern "C" fn zcs_publisher_put_tensor(
         let p = &entry.publisher;
         // The description is read against the loan's device before it is taken.
         // SAFETY: the caller's contract.
-        let describe =
-            |l: &GpuLoan| unsafe { meta_in(tensor, device_of(p, l.stream().map(|s| s.context().ordinal()))) };
+        let describe = |l: &GpuLoan| unsafe { meta_in(tensor, device_of(p, l.stream().map(|s| s.ordinal()))) };
         let publish = |l, meta| {
             p.put_tensor(l, &meta).map_err(|mut e| {
                 // Refused before anything was sent: the loan goes back to its handle.

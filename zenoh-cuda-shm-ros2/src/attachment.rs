@@ -49,6 +49,10 @@ impl Attachment {
     }
 
     /// Parses the 33 bytes.
+    ///
+    /// # Errors
+    /// [`AttachmentError::Length`] when `bytes` is not 33 bytes long;
+    /// [`AttachmentError::GidLength`] when the GID length byte is not 16.
     pub fn decode(bytes: &[u8]) -> Result<Self, AttachmentError> {
         let Ok(b) = <&[u8; ATTACHMENT_LEN]>::try_from(bytes) else {
             return Err(AttachmentError::Length(bytes.len()));
@@ -56,10 +60,12 @@ impl Attachment {
         if b[16] != 16 {
             return Err(AttachmentError::GidLength(b[16]));
         }
-        let (seq, rest) = b.split_first_chunk::<8>().expect("33 bytes");
-        let (ts, rest) = rest.split_first_chunk::<8>().expect("25 bytes");
-        let gid = *rest[1..].first_chunk::<16>().expect("16 bytes");
-        Ok(Self { seq: i64::from_le_bytes(*seq), timestamp_ns: i64::from_le_bytes(*ts), gid })
+        // Fixed ranges of a 33-byte array: 8 + 8 + 1 (the length byte) + 16.
+        let (mut seq, mut ts, mut gid) = ([0u8; 8], [0u8; 8], [0u8; 16]);
+        seq.copy_from_slice(&b[..8]);
+        ts.copy_from_slice(&b[8..16]);
+        gid.copy_from_slice(&b[17..]);
+        Ok(Self { seq: i64::from_le_bytes(seq), timestamp_ns: i64::from_le_bytes(ts), gid })
     }
 }
 

@@ -101,6 +101,13 @@ impl Backends {
 
     /// Reads a token's 14th chunk: `Ok(None)` when it is not a backends chunk or lists
     /// nothing (a legacy endpoint), `Ok(Some(_))` for a list, `Err` for a chunk refused.
+    ///
+    /// # Errors
+    /// [`BackendsError::BadEscape`] for a `%` not followed by two hex digits;
+    /// [`BackendsError::NotUtf8`] for unescaped text that is not UTF-8;
+    /// [`BackendsError::TooMany`] for more than [`MAX_ENTRIES`] entries;
+    /// [`BackendsError::TooLong`] for a name or metadata longer than [`MAX_FIELD_LEN`];
+    /// [`BackendsError::Duplicate`] for a backend listed twice.
     pub fn parse_chunk(chunk: &str) -> Result<Option<Self>, BackendsError> {
         let Some(body) = chunk.strip_prefix(PREFIX) else { return Ok(None) };
         let mut map = BTreeMap::new();

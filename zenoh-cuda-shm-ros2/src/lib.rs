@@ -48,6 +48,11 @@
 //! # Ok(()) }
 //! ```
 
+// The crate applications use: every public item documented, with the errors and panics
+// of every fallible function (CI runs clippy with `-D warnings`).
+#![deny(missing_docs)]
+#![warn(clippy::missing_errors_doc, clippy::missing_panics_doc, clippy::missing_safety_doc)]
+
 pub mod attachment;
 pub mod backends;
 pub mod cuda_backend;

@@ -35,8 +35,16 @@ pub trait RosDataMessage: Clone + Send + Sync + 'static {
     /// The RIHS01 type hash.
     fn type_hash() -> TypeHash;
     /// The CDR message up to and including the `data` length field (`data_len`).
+    ///
+    /// # Errors
+    /// [`CdrEncodeError`] when a field does not fit CDR (a string or sequence longer
+    /// than a `u32` length, a string with a NUL byte).
     fn encode_cdr_prefix(&self, data_len: usize) -> Result<Vec<u8>, CdrEncodeError>;
     /// Decodes a whole CDR message: the fields, and where the data bytes lie in `bytes`.
+    ///
+    /// # Errors
+    /// [`CdrDecodeError`] when `bytes` is not a CDR message of this type (truncated, an
+    /// unknown encapsulation, a length past the end, a string that is not UTF-8).
     fn decode_cdr(bytes: &[u8]) -> Result<(Self, Range<usize>), CdrDecodeError>;
     /// The message with `data` filled in.
     fn with_data(&self, data: Vec<u8>) -> Self::Owned;
@@ -123,6 +131,10 @@ pub enum EnvelopeError {
 }
 
 /// Encodes the envelope of one message.
+///
+/// # Errors
+/// [`CdrEncodeError`] when the message fields do not encode
+/// ([`RosDataMessage::encode_cdr_prefix`]).
 pub fn encode_envelope<M: RosDataMessage>(att: &Attachment, msg: &M) -> Result<Vec<u8>, CdrEncodeError> {
     let cdr = msg.encode_cdr_prefix(0)?;
     let mut out = Vec::with_capacity(1 + ATTACHMENT_LEN + cdr.len());
@@ -133,6 +145,13 @@ pub fn encode_envelope<M: RosDataMessage>(att: &Attachment, msg: &M) -> Result<V
 }
 
 /// Decodes an envelope.
+///
+/// # Errors
+/// [`EnvelopeError::Truncated`] when `bytes` is shorter than the version byte and the
+/// attachment; [`EnvelopeError::Version`] for an unknown version byte;
+/// [`EnvelopeError::Attachment`] for a malformed attachment; [`EnvelopeError::Cdr`]
+/// when the message does not decode; [`EnvelopeError::DataInside`] when it carries
+/// data bytes.
 pub fn decode_envelope<M: RosDataMessage>(bytes: &[u8]) -> Result<(Attachment, M), EnvelopeError> {
     let (&version, rest) = bytes.split_first().ok_or(EnvelopeError::Truncated(0))?;
     if version != ENVELOPE_VERSION {

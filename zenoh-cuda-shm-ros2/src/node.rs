@@ -154,6 +154,37 @@ pub(crate) struct NodeInner {
 
 /// A ROS node. Cheap to clone; its token is undeclared when the last clone (and the
 /// last publisher or subscription made from it) is dropped.
+///
+/// Made with [`RosNode::new`] on a [`GpuSession`]; it declares publishers
+/// ([`RosNode::publisher`]) and subscriptions ([`RosNode::subscriber`]). On host memory
+/// (no GPU), as here:
+///
+/// ```
+/// use zenoh_cuda_shm::config::DeviceChoice;
+/// use zenoh_cuda_shm::tensor_codec::cdr::{Header, Image};
+/// use zenoh_cuda_shm::{GpuSession, ZcsConfig};
+/// use zenoh_cuda_shm_ros2::{NodeOptions, Qos, RmwWire, RosNode};
+/// # fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// # let mut zenoh = zenoh::Config::default();
+/// # zenoh.insert_json5("scouting/multicast/enabled", "false")?;
+/// let cfg = ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() };
+/// let session = GpuSession::open(zenoh, cfg).wait()?;
+/// let node = RosNode::new(&session, NodeOptions::new("doc_node").domain(42).rmw_wire(RmwWire::Classic))?;
+/// assert_eq!(node.resolve_topic("image")?, "/image");
+/// let subscriber = node.subscriber::<Image<()>>("image", Qos::reliable(10))?;
+/// let publisher = node.publisher::<Image<()>>("image", Qos::reliable(10))?;
+/// // Host data goes to our subscriptions once the publisher knows of one (its token).
+/// while publisher.channel().aware_subscribers() == 0 {
+///     std::thread::sleep(std::time::Duration::from_millis(5));
+/// }
+/// let fields = Image { header: Header::default(), height: 2, width: 3,
+///     encoding: "mono8".into(), is_bigendian: 0, step: 3, data: () };
+/// publisher.publish_host(&fields, &[1, 2, 3, 4, 5, 6])?;
+///
+/// let msg = subscriber.recv_timeout(std::time::Duration::from_secs(5))?;
+/// assert_eq!((msg.msg().width, msg.data_to_vec()?), (3, vec![1, 2, 3, 4, 5, 6]));
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct RosNode(pub(crate) Arc<NodeInner>);
 
@@ -166,6 +197,14 @@ impl std::fmt::Debug for RosNode {
 impl RosNode {
     /// Declares a node on `session`'s Zenoh session: watches the domain's graph, then
     /// declares the node token.
+    ///
+    /// # Errors
+    /// [`RosDeclareError::Name`] for an invalid node name, namespace or enclave;
+    /// [`RosDeclareError::DomainId`] when `ROS_DOMAIN_ID` (read when no domain is given)
+    /// is not a number; [`RosDeclareError::Distro`] when `ROS_DISTRO` (read when no wire
+    /// is given) names a distribution whose rmw_zenoh this crate does not speak;
+    /// [`RosDeclareError::Zenoh`] when the graph watch or the node token cannot be
+    /// declared.
     pub fn new(session: &GpuSession, options: NodeOptions) -> Result<Self, RosDeclareError> {
         validate_node_name(&options.name)?;
         validate_absolute("namespace", &options.namespace)?;
@@ -208,6 +247,10 @@ impl RosNode {
 
     /// A topic name as rcl resolves it for this node: relative names take the node's
     /// namespace, `~` the node's full name, `{node}` / `{ns}` are substituted.
+    ///
+    /// # Errors
+    /// [`NameError`] for a topic that breaks the rules of ROS names, before or after
+    /// the expansion ([`resolve_topic`](crate::resolve::resolve_topic)).
     pub fn resolve_topic(&self, topic: &str) -> Result<String, NameError> {
         let n = &self.0.name;
         resolve_topic(topic, &n.namespace, &n.name)

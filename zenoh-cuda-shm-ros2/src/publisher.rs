@@ -80,6 +80,32 @@ pub struct RosPublisherStats {
 
 /// A publisher of `M` on a ROS topic. See the module docs for the routing.
 ///
+/// Declared with [`RosNode::publisher`]. Publish data written in a loan
+/// ([`loan`](RosPublisher::loan), [`publish`](RosPublisher::publish)), on a GPU in
+/// place, or host data ([`publish_host`](RosPublisher::publish_host)):
+///
+/// ```
+/// use zenoh_cuda_shm::config::DeviceChoice;
+/// use zenoh_cuda_shm::tensor_codec::cdr::{Header, Image};
+/// use zenoh_cuda_shm::{GpuSession, ZcsConfig};
+/// use zenoh_cuda_shm_ros2::{NodeOptions, Qos, RmwWire, RosNode};
+/// # fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// # let mut zenoh = zenoh::Config::default();
+/// # zenoh.insert_json5("scouting/multicast/enabled", "false")?;
+/// let cfg = ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() };
+/// let session = GpuSession::open(zenoh, cfg).wait()?;
+/// let node = RosNode::new(&session, NodeOptions::new("doc_publisher").domain(42).rmw_wire(RmwWire::Classic))?;
+/// let publisher = node.publisher::<Image<()>>("/camera/image", Qos::reliable(10))?;
+/// let fields = Image { header: Header::default(), height: 1, width: 4,
+///     encoding: "mono8".into(), is_bigendian: 0, step: 4, data: () };
+/// let mut loan = publisher.loan(4)?;
+/// loan.write_bytes(0, &[9, 8, 7, 6])?; // on a GPU: kernels on loan.stream()
+/// let report = publisher.publish(&fields, loan)?;
+/// assert_eq!(report.seq, 1);
+/// # Ok(()) }
+/// ```
+///
+///
 /// The node (a session handle) is declared after the Zenoh entities so that it drops
 /// after them: a base publisher undeclared once the node's drop has closed the session
 /// would keep the closed session's memory alive (see `transport::publisher::PublisherCore`).
@@ -217,6 +243,11 @@ impl<M: RosDataMessage> RosPublisher<M> {
     }
 
     /// Loans a block for the data of one message (write it on the loan's stream).
+    ///
+    /// # Errors
+    /// As [`GpuPublisher::loan`](zenoh_cuda_shm::GpuPublisher::loan): [`LoanError`]
+    /// for a zero length, a length above the pool's cap, an exhausted pool or a failed
+    /// allocation.
     pub fn loan(&self, len: usize) -> Result<GpuLoan, LoanError> {
         self.gpu.loan(len)
     }
@@ -266,6 +297,13 @@ impl<M: RosDataMessage> RosPublisher<M> {
     /// Publishes a message whose data is the whole `loan`: `msg` carries every other
     /// field. The channel gets the block (with the fields and attachment as metadata);
     /// ordinary ROS subscribers, if any, get the CDR message, copied device→host once.
+    ///
+    /// # Errors
+    /// [`RosPublishError::Encode`] when the fields do not encode;
+    /// [`RosPublishError::Copy`] when the device→host copy for ordinary subscribers
+    /// fails; [`RosPublishError::Channel`] when our channel refuses the loan (one of
+    /// another publisher's, a Zenoh failure); [`RosPublishError::Base`] when the put on
+    /// the base key fails (the channel has the message by then).
     pub fn publish(&self, msg: &M, mut loan: GpuLoan) -> Result<RosPutReport, RosPublishError> {
         let att = self.next_attachment();
         let cdr = if self.wants_base() {
@@ -293,6 +331,12 @@ impl<M: RosDataMessage> RosPublisher<M> {
     /// Publishes a message whose data is in host memory: on our channel while any
     /// subscription of ours is known, and as CDR on the base key while an ordinary one
     /// is (or always, for TRANSIENT_LOCAL).
+    ///
+    /// # Errors
+    /// [`RosPublishError::Encode`] when the fields do not encode;
+    /// [`RosPublishError::ChannelBytes`] when our channel refuses the data (no block,
+    /// a failed copy or put); [`RosPublishError::Base`] when the put on the base key
+    /// fails.
     pub fn publish_host(&self, msg: &M, data: &[u8]) -> Result<RosPutReport, RosPublishError> {
         let att = self.next_attachment();
         let channel = if self.gpu.aware_subscribers() > 0 {
@@ -317,6 +361,12 @@ impl<M: RosDataMessage> RosPublisher<M> {
 impl RosNode {
     /// Declares a publisher of `M` on `topic` (e.g. `/camera/image`, or a name relative
     /// to the node, see [`RosNode::resolve_topic`]).
+    ///
+    /// # Errors
+    /// [`RosDeclareError::Name`] for a topic that does not resolve;
+    /// [`RosDeclareError::Channel`] when our channel's publisher cannot be declared;
+    /// [`RosDeclareError::Zenoh`] when the base-key publisher or a token cannot be
+    /// declared.
     pub fn publisher<M: RosDataMessage>(&self, topic: &str, qos: Qos) -> Result<RosPublisher<M>, RosDeclareError> {
         RosPublisher::new(self.clone(), topic, qos)
     }

@@ -34,6 +34,10 @@ fn token_ok(t: &str) -> Result<(), &'static str> {
 }
 
 /// Checks a node name: letters, digits and `_`, not starting with a digit.
+///
+/// # Errors
+/// [`NameError::Empty`] for an empty name; [`NameError::Invalid`], saying which rule
+/// is broken, for any other name that breaks them (longer than 255 bytes included).
 pub fn validate_node_name(name: &str) -> Result<(), NameError> {
     const WHAT: &str = "node name";
     if name.is_empty() {
@@ -47,6 +51,10 @@ pub fn validate_node_name(name: &str) -> Result<(), NameError> {
 
 /// Checks a fully qualified name (a namespace, an enclave, an expanded topic): `/`, or
 /// `/` followed by valid tokens, without a trailing `/`.
+///
+/// # Errors
+/// [`NameError::Empty`] for an empty name; [`NameError::Invalid`], saying which rule
+/// is broken, for any other name that breaks them (longer than 247 bytes included).
 pub fn validate_absolute(what: &'static str, name: &str) -> Result<(), NameError> {
     if name.is_empty() {
         return Err(NameError::Empty { what });
@@ -68,6 +76,11 @@ pub fn validate_absolute(what: &'static str, name: &str) -> Result<(), NameError
 
 /// Expands `topic` as rcl does for a node `node` in namespace `namespace` (both already
 /// valid), and checks the result.
+///
+/// # Errors
+/// [`NameError::Empty`] for an empty topic; [`NameError::Invalid`], saying which rule
+/// is broken, for a topic or an expansion that breaks them (a trailing `/`, a
+/// misplaced `~`, an unknown or unbalanced `{substitution}`, a bad token, too long).
 pub fn resolve_topic(topic: &str, namespace: &str, node: &str) -> Result<String, NameError> {
     const WHAT: &str = "topic";
     let bad = |reason| invalid(WHAT, topic, reason);

@@ -306,6 +306,11 @@ impl<M: RosDataMessage> RosSample<M> {
     }
 
     /// An owned host copy of the data (device→host for device blocks).
+    ///
+    /// # Errors
+    /// [`ReadError`] when the device→host copy of a message from our channel fails (a
+    /// CUDA error, the ready signal, or a publisher that died before its writes were
+    /// done). A message from the base key is host memory and never fails.
     pub fn data_to_vec(&self) -> Result<Vec<u8>, ReadError> {
         match &self.body {
             Body::Channel(s) => s.to_vec(),
@@ -314,6 +319,9 @@ impl<M: RosDataMessage> RosSample<M> {
     }
 
     /// The whole message with its data copied to host memory.
+    ///
+    /// # Errors
+    /// As [`RosSample::data_to_vec`].
     pub fn to_message(&self) -> Result<M::Owned, ReadError> {
         Ok(self.msg.with_data(self.data_to_vec()?))
     }
@@ -324,8 +332,33 @@ enum BaseSub {
     Advanced(#[allow(dead_code)] zenoh_ext::AdvancedSubscriber<()>),
 }
 
-/// A subscription to `M` on a ROS topic. Fields drop in order: the tokens go first
-/// (publishers stop counting it), then the base subscribers, then our channel.
+/// A subscription to `M` on a ROS topic.
+///
+/// Declared with [`RosNode::subscriber`]; read with [`recv`](RosSubscriber::recv),
+/// [`recv_timeout`](RosSubscriber::recv_timeout) or [`try_recv`](RosSubscriber::try_recv).
+/// Each [`RosSample`] holds the fields, and the data where it arrived:
+///
+/// ```
+/// use zenoh_cuda_shm::config::DeviceChoice;
+/// use zenoh_cuda_shm::tensor_codec::cdr::{Header, Image};
+/// use zenoh_cuda_shm::{GpuSession, ZcsConfig};
+/// use zenoh_cuda_shm_ros2::{NodeOptions, Qos, RmwWire, RosNode};
+/// # fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// # let mut zenoh = zenoh::Config::default();
+/// # zenoh.insert_json5("scouting/multicast/enabled", "false")?;
+/// let cfg = ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() };
+/// let session = GpuSession::open(zenoh, cfg).wait()?;
+/// let node = RosNode::new(&session, NodeOptions::new("doc_subscriber").domain(42).rmw_wire(RmwWire::Classic))?;
+/// let subscriber = node.subscriber::<Image<()>>("/camera/image", Qos::reliable(10))?;
+/// match subscriber.recv_timeout(std::time::Duration::from_millis(10)) {
+///     Ok(msg) => println!("{}x{}, {} bytes", msg.msg().width, msg.msg().height, msg.data_to_vec()?.len()),
+///     Err(e) => println!("nothing yet: {e}"),
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// Fields drop in order: the tokens go first (publishers stop counting it), then the
+/// base subscribers, then our channel.
 pub struct RosSubscriber<M: RosDataMessage> {
     _token: zenoh::liveliness::LivelinessToken,
     _marker: zenoh::liveliness::LivelinessToken,
@@ -502,12 +535,19 @@ impl<M: RosDataMessage> RosSubscriber<M> {
 
     /// Waits for the next message (polling first while messages have been coming
     /// within `spin_us`).
+    ///
+    /// # Errors
+    /// [`RecvError::Closed`] once the subscription's channel is closed.
     pub fn recv(&self) -> Result<RosSample<M>, RecvError> {
         self.recv_within(Duration::MAX)
     }
 
     /// Waits up to `timeout` for the next message (polling first, within `timeout`,
     /// while messages have been coming within `spin_us`).
+    ///
+    /// # Errors
+    /// [`RecvError::Timeout`] when no message came within `timeout`;
+    /// [`RecvError::Closed`] once the subscription's channel is closed.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<RosSample<M>, RecvError> {
         self.recv_within(timeout)
     }
@@ -528,6 +568,13 @@ impl<M: RosDataMessage> RosSubscriber<M> {
 impl RosNode {
     /// Declares a subscription to `M` on `topic` that takes our channel from our
     /// publishers and the base key from every other ROS publisher.
+    ///
+    /// # Errors
+    /// [`RosDeclareError::Name`] for a topic that does not resolve;
+    /// [`RosDeclareError::Channel`] when our channel's subscriber cannot be declared;
+    /// [`RosDeclareError::Zenoh`] when the base-key subscriber or a token cannot be
+    /// declared; [`RosDeclareError::Thread`] when the node's silent-publisher check (on
+    /// with a silence window) cannot start its thread.
     pub fn subscriber<M: RosDataMessage>(&self, topic: &str, qos: Qos) -> Result<RosSubscriber<M>, RosDeclareError> {
         RosSubscriber::new(self.clone(), topic, qos)
     }

@@ -22,6 +22,11 @@
 //! See `docs/architecture.md` for the design and `docs/safety.md` for every invariant
 //! the `unsafe` code relies on.
 
+// The crate applications use: every public item documented, with the errors and panics
+// of every fallible function (CI runs clippy with `-D warnings`).
+#![deny(missing_docs)]
+#![warn(clippy::missing_errors_doc, clippy::missing_panics_doc, clippy::missing_safety_doc)]
+
 pub mod api;
 /// The CUDA layer (crate `zcs-memory`): devices, streams, VMM blocks, events, copies.
 pub mod cuda {

@@ -12,6 +12,38 @@ use crate::cuda::Stream;
 /// A received message. Cheap to clone; a zero-copy sample's lease is released once
 /// the last clone is gone and every read made through [`GpuSample::read`] has
 /// completed on its stream.
+///
+/// Received from a [`GpuSubscriber`](crate::GpuSubscriber). Its data is read in place
+/// on a CUDA stream ([`read`](GpuSample::read)), as host bytes
+/// ([`host_bytes`](GpuSample::host_bytes)), or copied ([`to_vec`](GpuSample::to_vec)).
+///
+/// ```
+/// use zenoh_cuda_shm::config::DeviceChoice;
+/// use zenoh_cuda_shm::{GpuSession, Path, ZcsConfig};
+/// # fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// # let mut zenoh = zenoh::Config::default();
+/// # zenoh.insert_json5("scouting/multicast/enabled", "false")?;
+/// let cfg = ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() };
+/// let session = GpuSession::open(zenoh, cfg).wait()?;
+/// let subscriber = session.declare_subscriber("doc/sample").wait()?;
+/// let publisher = session.declare_publisher("doc/sample").wait()?;
+/// publisher.put_bytes(&vec![3u8; 1 << 20])?; // above the inline threshold: a block
+///
+/// let sample = subscriber.recv()?;
+/// assert_eq!(sample.len(), 1 << 20);
+/// println!("seq {} by the {} path", sample.seq(), sample.path());
+/// match session.gpu() {
+///     Some(gpu) => {
+///         let stream = gpu.new_stream()?;
+///         let read = sample.read(&stream)?; // kernels on `stream` may read read.device_ptr()
+///         read.end()?;
+///     }
+///     None => assert!(sample.host_bytes().is_some_and(|b| b.iter().all(|&x| x == 3))),
+/// }
+/// assert_eq!(sample.to_vec()?.len(), 1 << 20);
+/// # let _ = Path::ZeroCopy;
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct GpuSample(Delivery);
 
@@ -77,6 +109,10 @@ impl GpuSample {
     /// # Errors
     /// [`ReadError::NoGpu`] in a host-memory session; otherwise a CUDA call or the
     /// ordering failed, or the publisher died before the block was ready.
+    ///
+    /// # Panics
+    /// Does not panic: the one `unreachable!` on this path (a CUDA session's sample in a
+    /// host block) cannot be reached, as a CUDA subscriber imports device blocks only.
     pub fn read(&self, stream: &Stream) -> Result<DeviceRead<'_>, ReadError> {
         self.0.read(stream)
     }

@@ -177,7 +177,7 @@ impl GpuPublisher {
     /// anything is sent (the loan comes back: [`TensorPublishError::into_loan`]);
     /// [`TensorPublishError::Put`] when the put fails.
     pub fn put_tensor(&self, mut loan: GpuLoan, meta: &TensorMeta) -> Result<PutReport, TensorPublishError> {
-        let ordinal = loan.stream().map(|s| s.context().ordinal());
+        let ordinal = loan.stream().map(|s| s.ordinal());
         if !self.device_matches(meta, ordinal) {
             let backend = self.backend();
             return Err(TensorPublishError::DeviceMismatch {
@@ -235,7 +235,7 @@ impl GpuPublisher {
         if self.backend() != BackendKind::CudaVmm {
             return Err(TensorPublishError::NoGpu);
         }
-        let ordinal = Some(stream.context().ordinal());
+        let ordinal = Some(stream.ordinal());
         if !self.device_matches(meta, ordinal) {
             let backend = self.backend();
             return Err(TensorPublishError::DeviceMismatch { device: meta.device, backend, ordinal, loan: None });

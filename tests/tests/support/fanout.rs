@@ -21,7 +21,7 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::process::Child;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
@@ -548,7 +548,7 @@ impl Dev {
                 unsafe { kernels.check(stream, read.device_ptr(), read.len() as u64, in_seed, counter.device_ptr()) }
                     .expect("check kernel");
                 let out_stream = out.stream().expect("CUDA loan");
-                assert!(Arc::ptr_eq(out_stream, stream), "the output loan is bound to our stream");
+                assert!(Stream::ptr_eq(out_stream, stream), "the output loan is bound to our stream");
                 let (ptr, len) = (out.device_ptr().expect("CUDA loan"), out.len() as u64);
                 // SAFETY: the loan owns ≥ len mapped bytes until `put`, which orders the
                 // ready signal after this launch (same stream as the check above).

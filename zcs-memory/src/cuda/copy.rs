@@ -2,12 +2,14 @@
 //! moves bytes. Each call first makes the stream's own context current, so a caller
 //! never binds a context for a copy.
 
-use cudarc::driver::CudaStream;
+// Re-exported by `zenoh-cuda-shm`: errors and panics documented as there.
+#![warn(clippy::missing_errors_doc, clippy::missing_panics_doc)]
 
-use super::sys::{self as cu, CudaError, wrap};
+use super::Stream;
+use super::sys::{self as cu, CudaError};
 
-fn bind(stream: &CudaStream) -> Result<(), CudaError> {
-    stream.context().bind_to_thread().map_err(wrap("cuCtxSetCurrent"))
+fn bind(stream: &Stream) -> Result<(), CudaError> {
+    stream.bind()
 }
 
 /// Enqueues a host→device copy of `src` to `dst` on `stream`. Pageable `src` is staged
@@ -18,7 +20,11 @@ fn bind(stream: &CudaStream) -> Result<(), CudaError> {
 /// `dst..dst + src.len()` is device memory mapped read-write in the stream's context,
 /// and stays mapped until the stream has passed the copy. Page-locked `src` stays valid
 /// and unwritten until then too.
-pub unsafe fn host_to_device(stream: &CudaStream, dst: u64, src: &[u8]) -> Result<(), CudaError> {
+///
+/// # Errors
+/// [`CudaError`] when the stream's context cannot be made current (`cuCtxSetCurrent`) or
+/// the driver refuses the copy (`cuMemcpyHtoDAsync`).
+pub unsafe fn host_to_device(stream: &Stream, dst: u64, src: &[u8]) -> Result<(), CudaError> {
     if src.is_empty() {
         return Ok(());
     }
@@ -34,7 +40,12 @@ pub unsafe fn host_to_device(stream: &CudaStream, dst: u64, src: &[u8]) -> Resul
 /// # Safety
 /// `src..src + dst.len()` is device memory mapped in the stream's context until the
 /// copy has completed (this call returns after it).
-pub unsafe fn device_to_host(stream: &CudaStream, src: u64, dst: &mut [u8]) -> Result<(), CudaError> {
+///
+/// # Errors
+/// [`CudaError`] when the stream's context cannot be made current (`cuCtxSetCurrent`) or
+/// the driver refuses the copy (`cuMemcpyDtoHAsync`); also an error of
+/// earlier work on the stream, reported by the wait (`cuStreamSynchronize`).
+pub unsafe fn device_to_host(stream: &Stream, src: u64, dst: &mut [u8]) -> Result<(), CudaError> {
     bind(stream)?;
     if !dst.is_empty() {
         // SAFETY: the caller guarantees the device range; `dst` is writable for its
@@ -53,7 +64,11 @@ pub unsafe fn device_to_host(stream: &CudaStream, src: u64, dst: &mut [u8]) -> R
 /// `dst..dst + len` host memory writable by the copy that nothing else reads or writes,
 /// both until the stream has passed the copy. For a copy at full speed `dst` is
 /// page-locked (registered with the driver).
-pub unsafe fn device_to_host_async(stream: &CudaStream, dst: *mut u8, src: u64, len: usize) -> Result<(), CudaError> {
+///
+/// # Errors
+/// [`CudaError`] when the stream's context cannot be made current (`cuCtxSetCurrent`) or
+/// the driver refuses the copy (`cuMemcpyDtoHAsync`).
+pub unsafe fn device_to_host_async(stream: &Stream, dst: *mut u8, src: u64, len: usize) -> Result<(), CudaError> {
     if len == 0 {
         return Ok(());
     }
@@ -68,7 +83,11 @@ pub unsafe fn device_to_host_async(stream: &CudaStream, dst: *mut u8, src: u64, 
 /// Both ranges are device memory mapped in (or accessible from) the stream's context
 /// and stay mapped until the stream has passed the copy; `dst` is writable and nothing
 /// else writes either range meanwhile.
-pub unsafe fn device_to_device(stream: &CudaStream, dst: u64, src: u64, len: usize) -> Result<(), CudaError> {
+///
+/// # Errors
+/// [`CudaError`] when the stream's context cannot be made current (`cuCtxSetCurrent`) or
+/// the driver refuses the copy (`cuMemcpyDtoDAsync`).
+pub unsafe fn device_to_device(stream: &Stream, dst: u64, src: u64, len: usize) -> Result<(), CudaError> {
     if len == 0 {
         return Ok(());
     }
@@ -82,7 +101,11 @@ pub unsafe fn device_to_device(stream: &CudaStream, dst: u64, src: u64, len: usi
 /// # Safety
 /// `dst..dst + len` is device memory mapped read-write in the stream's context until
 /// the stream has passed the fill.
-pub unsafe fn fill(stream: &CudaStream, dst: u64, value: u8, len: usize) -> Result<(), CudaError> {
+///
+/// # Errors
+/// [`CudaError`] when the stream's context cannot be made current (`cuCtxSetCurrent`) or
+/// the driver refuses the fill (`cuMemsetD8Async`).
+pub unsafe fn fill(stream: &Stream, dst: u64, value: u8, len: usize) -> Result<(), CudaError> {
     if len == 0 {
         return Ok(());
     }
@@ -92,7 +115,11 @@ pub unsafe fn fill(stream: &CudaStream, dst: u64, value: u8, len: usize) -> Resu
 }
 
 /// Waits until the stream has passed everything queued on it so far.
-pub fn wait(stream: &CudaStream) -> Result<(), CudaError> {
+///
+/// # Errors
+/// [`CudaError`] when the stream's context cannot be made current, or the work on the
+/// stream failed (`cuStreamSynchronize` reports an error of earlier asynchronous work).
+pub fn wait(stream: &Stream) -> Result<(), CudaError> {
     bind(stream)?;
     // SAFETY: `stream` is a live stream (the borrow keeps it) of the context bound above.
     unsafe { cu::stream_synchronize(stream.cu_stream()) }

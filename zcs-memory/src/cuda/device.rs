@@ -1,10 +1,14 @@
 //! The GPU a process works on: probing, identity (UUID) and its primary context.
 
+// Re-exported by `zenoh-cuda-shm`: errors and panics documented as there.
+#![warn(clippy::missing_errors_doc, clippy::missing_panics_doc)]
+
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaContext, CudaEvent, CudaStream, sys};
+use cudarc::driver::{CudaContext, CudaEvent, sys};
 
+use super::Stream;
 use super::sys::{CudaError, wrap};
 
 /// A GPU's 16-byte UUID, as `cuDeviceGetUuid` reports it.
@@ -84,6 +88,22 @@ const SPARE_EVENTS: usize = 256;
 /// path needs: virtual memory management, POSIX-FD export of allocations.
 ///
 /// Cheap to clone. Every CUDA owner in this crate keeps the context alive through it.
+///
+/// ```no_run
+/// use zcs_memory::cuda::{Gpu, ProbeError};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let gpu = match Gpu::probe() {
+///     Ok(gpu) => gpu,
+///     Err(ProbeError::NoDriver) => return Ok(()), // no NVIDIA driver: use host memory
+///     Err(e) => return Err(e.into()),
+/// };
+/// println!("{} ({}), {} bytes granularity", gpu.name(), gpu.uuid(), gpu.granularity());
+/// let stream = gpu.new_stream()?;
+/// let (free, total) = gpu.mem_info()?;
+/// println!("{free} of {total} bytes free");
+/// stream.synchronize()?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Gpu {
     inner: Arc<GpuInner>,
@@ -101,6 +121,9 @@ impl fmt::Debug for Gpu {
 
 impl Gpu {
     /// Opens device 0. See [`Gpu::open`].
+    ///
+    /// # Errors
+    /// As [`Gpu::open`].
     pub fn probe() -> Result<Self, ProbeError> {
         Self::open(0)
     }
@@ -108,6 +131,12 @@ impl Gpu {
     /// Opens device `ordinal`, retaining its primary context, and checks that it
     /// supports VMM and POSIX-FD handles. Never panics, also when no driver is
     /// installed: that is [`ProbeError::NoDriver`].
+    ///
+    /// # Errors
+    /// [`ProbeError::NoDriver`] without `libcuda.so`; [`ProbeError::Driver`] when a
+    /// driver call fails (`cuInit` without a device node, say); [`ProbeError::NoDevice`]
+    /// when the driver reports no device `ordinal`; [`ProbeError::Unsupported`] when the
+    /// device lacks VMM or POSIX-FD export of allocations.
     pub fn open(ordinal: usize) -> Result<Self, ProbeError> {
         // SAFETY: `is_culib_present` only tries to dlopen the library; it is the
         // non-panicking probe cudarc provides for exactly this purpose.
@@ -151,8 +180,8 @@ impl Gpu {
         Ok(Self { inner: Arc::new(GpuInner { ctx, uuid, name, granularity, stream_mem_ops_64, spare_events }) })
     }
 
-    /// The primary context (cudarc), for streams, events and copies.
-    pub fn context(&self) -> &Arc<CudaContext> {
+    /// The primary context, for this crate's streams and events.
+    pub(crate) fn cudarc_context(&self) -> &Arc<CudaContext> {
         &self.inner.ctx
     }
 
@@ -183,6 +212,10 @@ impl Gpu {
     }
 
     /// Makes the primary context current on the calling thread.
+    ///
+    /// # Errors
+    /// [`CudaError`] (`cuCtxSetCurrent`) when the context cannot be made current (the
+    /// driver shutting down at process exit, a broken context).
     pub fn bind(&self) -> Result<(), CudaError> {
         self.inner.ctx.bind_to_thread().map_err(wrap("cuCtxSetCurrent"))
     }
@@ -206,11 +239,19 @@ impl Gpu {
 
     /// Waits until every stream of the primary context has passed its work
     /// (`cuCtxSynchronize`).
+    ///
+    /// # Errors
+    /// [`CudaError`] when the context cannot be made current (`cuCtxSetCurrent`) or when
+    /// work of the context failed (an error of an earlier asynchronous call shows here).
     pub fn synchronize(&self) -> Result<(), CudaError> {
         self.inner.ctx.synchronize().map_err(wrap("cuCtxSynchronize"))
     }
 
     /// `(free, total)` device memory in bytes (`cuMemGetInfo`).
+    ///
+    /// # Errors
+    /// [`CudaError`] when the context cannot be made current (`cuCtxSetCurrent`) or
+    /// `cuMemGetInfo` fails.
     pub fn mem_info(&self) -> Result<(usize, usize), CudaError> {
         self.inner.ctx.mem_get_info().map_err(wrap("cuMemGetInfo"))
     }
@@ -237,30 +278,25 @@ impl Gpu {
         self.inner.spare_events.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// A new non-blocking stream on this device.
-    pub fn new_stream(&self) -> Result<Arc<CudaStream>, CudaError> {
-        self.inner.ctx.new_stream().map_err(wrap("cuStreamCreate"))
-    }
-
-    /// The calling thread's per-thread default stream (`CU_STREAM_PER_THREAD`).
-    pub fn per_thread_stream(&self) -> Arc<CudaStream> {
-        self.inner.ctx.per_thread_stream()
-    }
-
-    /// A stream another library created, wrapped without taking ownership (e.g. the
-    /// stream a framework passes to `__dlpack__`).
+    /// A new non-blocking stream on this device (`cuStreamCreate`), destroyed when its
+    /// last clone drops.
     ///
-    /// # Safety
-    /// `raw` is a live stream of this device's primary context, or one of the special
-    /// handles (legacy or per-thread default), and outlives the returned wrapper.
-    pub unsafe fn borrow_stream(&self, raw: cudarc::driver::sys::CUstream) -> Arc<CudaStream> {
-        // SAFETY: the caller's contract is cudarc's for `wrap_borrowed_stream`.
-        unsafe { self.inner.ctx.wrap_borrowed_stream(raw) }
+    /// # Errors
+    /// [`CudaError`] when the context cannot be made current or the driver cannot create
+    /// a stream (out of resources).
+    pub fn new_stream(&self) -> Result<Stream, CudaError> {
+        self.inner.ctx.new_stream().map(Stream::new).map_err(wrap("cuStreamCreate"))
+    }
+
+    /// The calling thread's per-thread default stream (`CU_STREAM_PER_THREAD`). The handle
+    /// names the stream of whichever thread uses it: keep work on it to one thread.
+    pub fn per_thread_stream(&self) -> Stream {
+        Stream::new(self.inner.ctx.per_thread_stream())
     }
 
     /// The legacy default stream (the null stream), which synchronises with every
     /// blocking stream of the context. Work ordered on it is ordered correctly.
-    pub fn legacy_default_stream(&self) -> Arc<CudaStream> {
-        self.inner.ctx.default_stream()
+    pub fn legacy_default_stream(&self) -> Stream {
+        Stream::new(self.inner.ctx.default_stream())
     }
 }

@@ -1,12 +1,15 @@
 //! Events: fences that tell when a stream has passed a point, and interprocess events
 //! (the fallback ready signal where 64-bit stream memory operations are missing).
 
+// Re-exported by `zenoh-cuda-shm`: errors and panics documented as there.
+#![warn(clippy::missing_errors_doc, clippy::missing_panics_doc)]
+
 use std::sync::Arc;
 
-use cudarc::driver::{CudaEvent, CudaStream, sys};
+use cudarc::driver::{CudaEvent, sys};
 
-use super::Gpu;
 use super::sys::{self as cu, CudaError, wrap};
+use super::{Gpu, Stream};
 
 /// A point in a stream's work: complete once the GPU has passed it.
 ///
@@ -21,15 +24,22 @@ pub struct Fence {
 
 impl Fence {
     /// Records a new fence at the current end of `stream`.
-    pub fn record(gpu: &Gpu, stream: &CudaStream) -> Result<Self, CudaError> {
+    ///
+    /// # Errors
+    /// [`CudaError`] when no event can be created (`cuEventCreate`) or recorded on
+    /// `stream` (`cuEventRecord`).
+    pub fn record(gpu: &Gpu, stream: &Stream) -> Result<Self, CudaError> {
         let ev = gpu.event()?;
-        ev.record(stream).map_err(wrap("cuEventRecord"))?;
+        ev.record(stream.cudarc()).map_err(wrap("cuEventRecord"))?;
         Ok(Self { ev: Some(ev), gpu: gpu.clone() })
     }
 
     /// Makes the work enqueued on `waiter` from now on wait for the work enqueued on
     /// `after` so far, without a host wait (a fence on `after`, waited for on `waiter`).
-    pub fn order_after(gpu: &Gpu, waiter: &CudaStream, after: &CudaStream) -> Result<(), CudaError> {
+    ///
+    /// # Errors
+    /// As [`Fence::record`] and [`Fence::order`].
+    pub fn order_after(gpu: &Gpu, waiter: &Stream, after: &Stream) -> Result<(), CudaError> {
         Self::record(gpu, after)?.order(waiter)
     }
 
@@ -38,19 +48,31 @@ impl Fence {
     }
 
     /// Whether the GPU has passed the fence (`cuEventQuery`; does not block).
+    ///
+    /// # Errors
+    /// [`CudaError`] (`cuEventQuery`) when the work before the fence failed, or the
+    /// context is broken.
     pub fn is_complete(&self) -> Result<bool, CudaError> {
         self.ev().try_is_complete().map_err(wrap("cuEventQuery"))
     }
 
     /// Blocks the calling thread until the GPU has passed the fence.
+    ///
+    /// # Errors
+    /// [`CudaError`] (`cuEventSynchronize`) when the work before the fence failed, or
+    /// the context is broken.
     pub fn wait(&self) -> Result<(), CudaError> {
         self.ev().synchronize().map_err(wrap("cuEventSynchronize"))
     }
 
     /// Makes work enqueued on `stream` after this call wait until the GPU has passed the
     /// fence (`cuStreamWaitEvent`: the host does not wait).
-    pub fn order(&self, stream: &CudaStream) -> Result<(), CudaError> {
-        stream.wait(self.ev()).map_err(wrap("cuStreamWaitEvent"))
+    ///
+    /// # Errors
+    /// [`CudaError`] (`cuStreamWaitEvent`) when the driver refuses the wait (a stream
+    /// of another context, a broken context).
+    pub fn order(&self, stream: &Stream) -> Result<(), CudaError> {
+        stream.cudarc().wait(self.ev()).map_err(wrap("cuStreamWaitEvent"))
     }
 }
 
@@ -79,6 +101,14 @@ impl<T> Filling<T> {
     }
 
     /// Waits for the copy and gives the destination back.
+    ///
+    /// # Errors
+    /// As [`Fence::wait`]; the destination is then dropped after its fence is waited
+    /// for again (or leaked if that fails too), never handed out under the copy.
+    ///
+    /// # Panics
+    /// Never: the destination is present until this call (which takes `self`) or the
+    /// drop.
     pub fn wait(mut self) -> Result<T, CudaError> {
         self.done.wait()?;
         Ok(self.dest.take().expect("present until waited for or dropped"))
@@ -114,6 +144,9 @@ unsafe impl Sync for IpcEvent {}
 
 impl IpcEvent {
     /// Creates an exportable event (`INTERPROCESS | DISABLE_TIMING`).
+    ///
+    /// # Errors
+    /// [`CudaError`] when the context cannot be made current or `cuEventCreate` fails.
     pub fn create(gpu: &Gpu) -> Result<Self, CudaError> {
         gpu.bind()?;
         let flags =
@@ -124,6 +157,11 @@ impl IpcEvent {
     }
 
     /// Opens a peer's event from its handle.
+    ///
+    /// # Errors
+    /// [`CudaError`] when the context cannot be made current or
+    /// `cuIpcOpenEventHandle` refuses the handle (not an event of this device, its
+    /// creator gone, no shared `/dev/shm`).
     pub fn open(gpu: &Gpu, handle: &[u8; 64]) -> Result<Self, CudaError> {
         gpu.bind()?;
         // SAFETY: the context is current; the opened event is destroyed by `Drop`.
@@ -132,6 +170,10 @@ impl IpcEvent {
     }
 
     /// The 64-byte handle a peer opens with [`IpcEvent::open`].
+    ///
+    /// # Errors
+    /// [`CudaError`] when the context cannot be made current or
+    /// `cuIpcGetEventHandle` fails.
     pub fn handle(&self) -> Result<[u8; 64], CudaError> {
         self.gpu.bind()?;
         // SAFETY: `ev` is live and was created with the interprocess flag (`create`),
@@ -140,20 +182,32 @@ impl IpcEvent {
     }
 
     /// Records the event at the current end of `stream`.
-    pub fn record(&self, stream: &CudaStream) -> Result<(), CudaError> {
+    ///
+    /// # Errors
+    /// [`CudaError`] when the context cannot be made current or `cuEventRecord`
+    /// fails.
+    pub fn record(&self, stream: &Stream) -> Result<(), CudaError> {
         self.gpu.bind()?;
         // SAFETY: `ev` is live; `stream` belongs to the same device context.
         unsafe { cu::event_record(self.ev, stream.cu_stream()) }
     }
 
     /// Makes later work on `stream` wait for the last record of this event.
-    pub fn wait_on(&self, stream: &CudaStream) -> Result<(), CudaError> {
+    ///
+    /// # Errors
+    /// [`CudaError`] when the context cannot be made current or `cuStreamWaitEvent`
+    /// fails.
+    pub fn wait_on(&self, stream: &Stream) -> Result<(), CudaError> {
         self.gpu.bind()?;
         // SAFETY: `ev` is live; `stream` belongs to the same device context.
         unsafe { cu::stream_wait_event(stream.cu_stream(), self.ev) }
     }
 
     /// Whether the last record has completed.
+    ///
+    /// # Errors
+    /// [`CudaError`] when the context cannot be made current or `cuEventQuery`
+    /// reports a failure.
     pub fn is_complete(&self) -> Result<bool, CudaError> {
         self.gpu.bind()?;
         // SAFETY: `ev` is live.
@@ -177,7 +231,12 @@ impl Drop for IpcEvent {
 ///
 /// `addr` must be an 8-byte aligned address inside a live read-write mapping of this
 /// device; the pool (crate `zcs-pool`) only passes slots of a mapped signal block.
-pub fn write_value64(gpu: &Gpu, stream: &CudaStream, addr: u64, value: u64) -> Result<(), CudaError> {
+///
+/// # Errors
+/// [`CudaError`] when the context cannot be made current or
+/// `cuStreamWriteValue64` fails (a device without 64-bit stream memory operations,
+/// an address outside a mapping).
+pub fn write_value64(gpu: &Gpu, stream: &Stream, addr: u64, value: u64) -> Result<(), CudaError> {
     gpu.bind()?;
     // SAFETY: the caller passes a slot inside a mapped signal block (see above) and a
     // stream of this device's context; null is the legacy default stream, which is valid.
@@ -185,12 +244,12 @@ pub fn write_value64(gpu: &Gpu, stream: &CudaStream, addr: u64, value: u64) -> R
 }
 
 /// Makes later work on `stream` wait until `*addr >= value` (`cuStreamWaitValue64`).
-pub fn wait_value64(gpu: &Gpu, stream: &CudaStream, addr: u64, value: u64) -> Result<(), CudaError> {
+///
+/// # Errors
+/// [`CudaError`] when the context cannot be made current or
+/// `cuStreamWaitValue64` fails (as for [`write_value64`]).
+pub fn wait_value64(gpu: &Gpu, stream: &Stream, addr: u64, value: u64) -> Result<(), CudaError> {
     gpu.bind()?;
     // SAFETY: as for `write_value64`.
     unsafe { cu::stream_wait_value64_geq(stream.cu_stream(), addr, value) }
 }
-
-/// Keeps `Arc<CudaStream>` in the public API of guards without exposing cudarc types
-/// twice.
-pub type Stream = Arc<CudaStream>;

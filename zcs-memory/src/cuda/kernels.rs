@@ -11,7 +11,6 @@
 
 use std::ffi::{CStr, CString, c_void};
 
-use cudarc::driver::CudaStream;
 use cudarc::driver::sys::{CUfunction, CUmodule};
 
 use super::sys::{self as cu, CudaError};
@@ -376,7 +375,7 @@ impl Kernels {
     /// # Safety
     /// `dst..dst+len` is device memory mapped read-write on this device, and stays
     /// mapped until the stream has passed this launch.
-    pub unsafe fn fill(&self, stream: &CudaStream, dst: u64, len: u64, seed: u64) -> Result<(), CudaError> {
+    pub unsafe fn fill(&self, stream: &super::Stream, dst: u64, len: u64, seed: u64) -> Result<(), CudaError> {
         self.gpu.bind()?;
         let (vectors, tail) = split16(dst, len);
         if vectors > 0 {
@@ -413,7 +412,7 @@ impl Kernels {
     /// `u32`; both stay mapped until the stream has passed this launch.
     pub unsafe fn check(
         &self,
-        stream: &CudaStream,
+        stream: &super::Stream,
         src: u64,
         len: u64,
         seed: u64,
@@ -456,7 +455,7 @@ impl Kernels {
     /// `src..src+len` is mapped on this device until this call returns.
     pub unsafe fn count_mismatches(
         &self,
-        stream: &CudaStream,
+        stream: &super::Stream,
         src: u64,
         len: u64,
         seed: u64,
@@ -476,7 +475,7 @@ impl Kernels {
 
     /// Enqueues a kernel that busy-waits `ns` nanoseconds: later work on `stream`
     /// starts after it. Touches no memory.
-    pub fn spin(&self, stream: &CudaStream, ns: u64) -> Result<(), CudaError> {
+    pub fn spin(&self, stream: &super::Stream, ns: u64) -> Result<(), CudaError> {
         self.gpu.bind()?;
         let mut a = ns;
         let mut params = [(&mut a as *mut u64).cast::<c_void>()];

@@ -2,7 +2,7 @@
 //!
 //! - `sys` (internal): every raw driver call, each returning [`CudaError`] that names
 //!   the call.
-//! - [`Gpu`]: probing, UUID identity, primary context, streams.
+//! - [`Gpu`]: probing, UUID identity, primary context; [`Stream`]s on it.
 //! - [`vmm`]: physical allocations, VA ranges, mappings; [`DeviceBlock`] (allocated
 //!   here, FD exported once) and [`ImportedBlock`] (from a peer's FD).
 //! - [`copy`]: copies and fills on a stream, each binding the stream's context.
@@ -32,14 +32,16 @@ pub mod event;
 #[cfg(feature = "test-kernels")]
 pub mod kernels;
 pub mod pinned;
+pub mod stream;
 pub mod sys;
 pub mod topology;
 pub mod vmm;
 
 pub use device::{Gpu, GpuUuid, ProbeError};
-pub use event::{Fence, Filling, IpcEvent, Stream};
+pub use event::{Fence, Filling, IpcEvent};
 #[cfg(feature = "test-kernels")]
 pub use kernels::Kernels;
+pub use stream::Stream;
 pub use sys::CudaError;
 pub use topology::Topology;
 pub use vmm::{DeviceBlock, ImportedBlock, VmmMapping, warm_import_path};

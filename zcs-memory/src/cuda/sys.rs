@@ -20,26 +20,37 @@ use cudarc::driver::DriverError;
 use cudarc::driver::sys;
 
 /// A failed driver call: which call, and the `CUresult` it returned.
+///
+/// Its [`source`](std::error::Error::source) is the driver's error, whose `Display`
+/// asks the driver for the code's description.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{call} failed: {source}")]
 pub struct CudaError {
     /// The driver entry point that failed, e.g. `"cuMemCreate"`.
     pub call: &'static str,
-    /// The driver's error code (its `Display` asks the driver for the name).
+    /// The driver's error code.
     #[source]
-    pub source: DriverError,
+    source: DriverError,
 }
 
 impl CudaError {
-    /// The raw `CUresult` code.
-    pub fn code(&self) -> sys::CUresult {
-        self.source.0
+    /// The driver's `CUresult` code as a number, as `cuda.h` defines it (`2`
+    /// `CUDA_ERROR_OUT_OF_MEMORY`, `4` `CUDA_ERROR_DEINITIALIZED`, …). Never `0`
+    /// (`CUDA_SUCCESS`).
+    pub fn code(&self) -> u32 {
+        self.source.0 as u32
     }
 
     /// Whether the driver is shutting down (`CUDA_ERROR_DEINITIALIZED`): the process is
     /// exiting and the driver releases everything the process held.
     pub fn is_driver_shutdown(&self) -> bool {
-        self.code() == sys::CUresult::CUDA_ERROR_DEINITIALIZED
+        self.source.0 == sys::CUresult::CUDA_ERROR_DEINITIALIZED
+    }
+
+    /// An error of `call` with the driver's code `rc`, for failures found without a
+    /// driver call (an invalid size, a failed `dup`), named as the driver would.
+    pub(crate) fn from_code(call: &'static str, rc: sys::CUresult) -> Self {
+        Self { call, source: DriverError(rc) }
     }
 }
 
@@ -569,8 +580,10 @@ mod tests {
 
     #[test]
     fn driver_shutdown_is_told_apart_from_other_errors() {
-        let err = |rc| CudaError { call: "cuCtxSetCurrent", source: DriverError(rc) };
+        let err = |rc| CudaError::from_code("cuCtxSetCurrent", rc);
         assert!(err(sys::CUresult::CUDA_ERROR_DEINITIALIZED).is_driver_shutdown());
+        assert_eq!(err(sys::CUresult::CUDA_ERROR_DEINITIALIZED).code(), 4, "cuda.h's number");
+        assert_eq!(err(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY).code(), 2, "cuda.h's number");
         assert!(!err(sys::CUresult::CUDA_ERROR_INVALID_CONTEXT).is_driver_shutdown());
         assert!(!err(sys::CUresult::CUDA_ERROR_NOT_INITIALIZED).is_driver_shutdown());
     }

@@ -4,6 +4,9 @@
 //! Processes may number the same GPUs differently (`CUDA_VISIBLE_DEVICES`), so GPUs are
 //! compared by UUID, never by ordinal. No context is created: only device queries.
 
+// Re-exported by `zenoh-cuda-shm`: errors and panics documented as there.
+#![warn(clippy::missing_errors_doc, clippy::missing_panics_doc)]
+
 use cudarc::driver::result::device;
 
 use super::GpuUuid;
@@ -22,6 +25,10 @@ pub struct Topology {
 impl Topology {
     /// Asks the driver. Call after [`super::Gpu::open`] succeeded (the driver is then
     /// loaded and initialised).
+    ///
+    /// # Errors
+    /// [`CudaError`] naming the driver call that failed (counting devices, reading a
+    /// UUID or a peer-access attribute).
     pub fn probe() -> Result<Self, CudaError> {
         let count = device::get_count().map_err(wrap("cuDeviceGetCount"))?;
         let handles = (0..count).map(|o| device::get(o).map_err(wrap("cuDeviceGet"))).collect::<Result<Vec<_>, _>>()?;

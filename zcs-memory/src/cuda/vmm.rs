@@ -17,6 +17,9 @@
 //! Drops never panic. A failing driver call in `Drop` is logged at WARN and counted
 //! ([`drop_errors`]).
 
+// Re-exported by `zenoh-cuda-shm`: errors and panics documented as there.
+#![warn(clippy::missing_errors_doc, clippy::missing_panics_doc)]
+
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use cudarc::driver::sys::{CUdeviceptr, CUmemGenericAllocationHandle};
@@ -54,6 +57,10 @@ pub struct PhysicalAllocation {
 impl PhysicalAllocation {
     /// Allocates `size` bytes (a multiple of [`Gpu::granularity`]) of pinned device
     /// memory that can be exported as a POSIX file descriptor.
+    ///
+    /// # Errors
+    /// [`CudaError`] when the context cannot be made current or `cuMemCreate` fails
+    /// (out of device memory, a size that is not a multiple of the granularity).
     pub fn create(gpu: &Gpu, size: usize) -> Result<Self, CudaError> {
         gpu.bind()?;
         // SAFETY: the context is current (bind above); `VmmMapping::allocate` and the
@@ -65,6 +72,11 @@ impl PhysicalAllocation {
     /// Imports an allocation exported by another process. `size` must be the size
     /// it was created with (it travels in our protocol; the FD does not carry it).
     /// The caller keeps ownership of `fd` and may close it right after this returns.
+    ///
+    /// # Errors
+    /// [`CudaError`] when the context cannot be made current or
+    /// `cuMemImportFromShareableHandle` refuses `fd` (not an allocation's descriptor, of
+    /// another device).
     pub fn import(gpu: &Gpu, fd: BorrowedFd<'_>, size: usize) -> Result<Self, CudaError> {
         gpu.bind()?;
         // SAFETY: the context is current; `fd` is open for the duration of the call.
@@ -73,6 +85,10 @@ impl PhysicalAllocation {
     }
 
     /// Exports the allocation as a new POSIX file descriptor owned by the caller.
+    ///
+    /// # Errors
+    /// [`CudaError`] when the context cannot be made current or
+    /// `cuMemExportToShareableHandle` fails (out of file descriptors, say).
     pub fn export_fd(&self) -> Result<OwnedFd, CudaError> {
         // SAFETY: `handle` is live for `self`'s lifetime and was created with the
         // POSIX-FD handle type (`create`) or imported from one (`import`).
@@ -102,6 +118,10 @@ pub struct VaRange {
 
 impl VaRange {
     /// Reserves `size` bytes of virtual address space aligned to the granularity.
+    ///
+    /// # Errors
+    /// [`CudaError`] when the context cannot be made current or `cuMemAddressReserve`
+    /// fails (address space exhausted).
     pub fn reserve(gpu: &Gpu, size: usize) -> Result<Self, CudaError> {
         gpu.bind()?;
         // SAFETY: the context is current; the range is freed by `Drop`.
@@ -128,6 +148,10 @@ pub struct Mapping {
 
 impl Mapping {
     /// Maps `phys` at the start of `va` and grants this device read-write access.
+    ///
+    /// # Errors
+    /// [`CudaError`] when the context cannot be made current, `cuMemMap` fails (`va`
+    /// smaller than `phys`) or `cuMemSetAccess` fails.
     pub fn map(gpu: &Gpu, va: &VaRange, phys: &PhysicalAllocation) -> Result<Self, CudaError> {
         let size = phys.size;
         debug_assert!(size <= va.size);
@@ -170,7 +194,7 @@ impl VmmMapping {
     }
 
     /// Device address of the first byte.
-    pub fn device_ptr(&self) -> CUdeviceptr {
+    pub fn device_ptr(&self) -> u64 {
         self.mapping.ptr
     }
 
@@ -201,11 +225,14 @@ pub struct DeviceBlock {
 
 impl DeviceBlock {
     /// Allocates, maps and exports `len` bytes rounded up to the granularity.
+    ///
+    /// # Errors
+    /// [`CudaError`] naming `cuMemCreate` with `CUDA_ERROR_INVALID_VALUE` when `len`
+    /// rounded up overflows `usize`; otherwise the failed call of the allocation
+    /// ([`PhysicalAllocation::create`]), the export or the mapping ([`VaRange::reserve`], [`Mapping::map`]).
     pub fn allocate(gpu: &Gpu, len: usize) -> Result<Self, CudaError> {
-        let size = round_to_granularity(gpu, len).ok_or(CudaError {
-            call: "cuMemCreate",
-            source: cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE),
-        })?;
+        let size = round_to_granularity(gpu, len)
+            .ok_or(CudaError::from_code("cuMemCreate", cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE))?;
         let _span = tracing::trace_span!("export", size).entered();
         let phys = PhysicalAllocation::create(gpu, size)?;
         let fd = phys.export_fd()?;
@@ -219,7 +246,7 @@ impl DeviceBlock {
     }
 
     /// Device address of the first byte.
-    pub fn device_ptr(&self) -> CUdeviceptr {
+    pub fn device_ptr(&self) -> u64 {
         self.map.device_ptr()
     }
 
@@ -240,12 +267,17 @@ impl DeviceBlock {
 /// one (169 µs against 65 µs for 2 MiB on an H200, `docs/benchmarks.md`), and doing it
 /// once on our own block is enough: a first import from another process then costs
 /// ≈ 77 µs. Done when a session opens, it keeps that cost out of the first handshake.
+///
+/// # Errors
+/// The [`CudaError`] of the first step that fails ([`DeviceBlock::allocate`],
+/// [`ImportedBlock::import`]), or one naming `dup` when the descriptor cannot be
+/// duplicated.
 pub fn warm_import_path(gpu: &Gpu) -> Result<(), CudaError> {
     let block = DeviceBlock::allocate(gpu, 1)?;
-    let fd = block.fd().try_clone_to_owned().map_err(|_| CudaError {
-        call: "dup",
-        source: cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_OPERATING_SYSTEM),
-    })?;
+    let fd = block
+        .fd()
+        .try_clone_to_owned()
+        .map_err(|_| CudaError::from_code("dup", cudarc::driver::sys::CUresult::CUDA_ERROR_OPERATING_SYSTEM))?;
     let imported = ImportedBlock::import(gpu, fd, block.size())?;
     drop((imported, block));
     Ok(())
@@ -263,6 +295,10 @@ pub struct ImportedBlock {
 impl ImportedBlock {
     /// Imports `fd` (an allocation of exactly `size` bytes), maps it read-write and
     /// closes the descriptor.
+    ///
+    /// # Errors
+    /// As [`PhysicalAllocation::import`], [`VaRange::reserve`] and [`Mapping::map`];
+    /// `fd` is closed in every case.
     pub fn import(gpu: &Gpu, fd: OwnedFd, size: usize) -> Result<Self, CudaError> {
         let _span = tracing::trace_span!("import", size).entered();
         let phys = PhysicalAllocation::import(gpu, fd.as_fd(), size)?;
@@ -276,7 +312,7 @@ impl ImportedBlock {
     }
 
     /// Device address of the first byte.
-    pub fn device_ptr(&self) -> CUdeviceptr {
+    pub fn device_ptr(&self) -> u64 {
         self.map.device_ptr()
     }
 

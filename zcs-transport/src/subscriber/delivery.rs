@@ -229,7 +229,7 @@ impl Delivery {
         Ok(DeviceRead {
             ptr,
             len: self.len(),
-            stream: Arc::clone(stream),
+            stream: stream.clone(),
             gpu: gpu.clone(),
             sink,
             releases: &self.0.releases,

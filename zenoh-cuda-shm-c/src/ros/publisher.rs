@@ -220,7 +220,7 @@ fn publish_failed(e: &RosPublishError) -> Error {
 /// Where a loan's memory is.
 fn device_of(l: &GpuLoan) -> Device {
     match l.stream() {
-        Some(s) => Device::cuda(s.context().ordinal() as i32),
+        Some(s) => Device::cuda(s.ordinal() as i32),
         None => Device::CPU,
     }
 }

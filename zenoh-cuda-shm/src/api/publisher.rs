@@ -23,7 +23,17 @@ pub struct PublisherBuilder {
 }
 
 impl PublisherBuilder {
-    /// Declares the publisher (blocking).
+    /// Declares the publisher (blocking): its block pool, its control socket, and on a
+    /// GPU its ready signals and streams.
+    ///
+    /// # Errors
+    /// [`DeclareError::Key`] or [`DeclareError::WildcardKey`] for a key that is not one
+    /// concrete key expression; [`DeclareError::Zenoh`] when a Zenoh declaration fails;
+    /// [`DeclareError::SocketDir`] or [`DeclareError::Bind`] when the control socket
+    /// cannot be made; [`DeclareError::Pool`] for a pool configuration the pool refuses
+    /// (or `pool.max_blocks` above the ready-signal slots); [`DeclareError::Signal`] when
+    /// the GPU's ready signals or streams cannot be created; [`DeclareError::Io`] when a
+    /// thread cannot be started.
     pub fn wait(self) -> Result<GpuPublisher, DeclareError> {
         let s = &self.session.0;
         let provider = self.session.provider_client().ok();
@@ -90,6 +100,29 @@ impl IntoFuture for PublisherBuilder {
 }
 
 /// Publishes blocks (zero-copy to GPU-ready subscribers, bytes to everyone else).
+///
+/// Declared with [`GpuSession::declare_publisher`]. Write a [`GpuLoan`] in place and
+/// [`put`](GpuPublisher::put) it, or publish host bytes ([`put_bytes`](GpuPublisher::put_bytes))
+/// or device memory ([`put_device`](GpuPublisher::put_device)), which are copied into a
+/// block. Undeclared when dropped.
+///
+/// ```
+/// use zenoh_cuda_shm::config::DeviceChoice;
+/// use zenoh_cuda_shm::{GpuSession, ZcsConfig};
+/// # fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// # let mut zenoh = zenoh::Config::default();
+/// # zenoh.insert_json5("scouting/multicast/enabled", "false")?;
+/// let cfg = ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() };
+/// let session = GpuSession::open(zenoh, cfg).wait()?;
+/// let publisher = session.declare_publisher("doc/publisher").wait()?;
+///
+/// let mut loan = publisher.loan(1 << 20)?;
+/// loan.write_bytes(0, b"header")?; // or write `loan.as_mut_slice()`, or kernels on a GPU
+/// let report = publisher.put(loan)?;
+/// println!("{report:?}");
+/// publisher.put_bytes(&[1, 2, 3])?; // small: sent inline
+/// # Ok(()) }
+/// ```
 pub struct GpuPublisher {
     core: PublisherCore,
     inline_threshold: usize,
@@ -151,6 +184,31 @@ enum LoanInner {
 
 /// A block being written. Publish it with [`GpuPublisher::put`]; dropped unpublished,
 /// it returns to the pool (after the work queued on its stream).
+///
+/// On a GPU, enqueue writes to [`device_ptr`](GpuLoan::device_ptr) on
+/// [`stream`](GpuLoan::stream) (kernels, copies, [`write_bytes`](GpuLoan::write_bytes));
+/// in a host-memory session write [`as_mut_slice`](GpuLoan::as_mut_slice).
+///
+/// ```
+/// use zenoh_cuda_shm::config::DeviceChoice;
+/// use zenoh_cuda_shm::{GpuSession, ZcsConfig};
+/// # fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// # let mut zenoh = zenoh::Config::default();
+/// # zenoh.insert_json5("scouting/multicast/enabled", "false")?;
+/// let cfg = ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() };
+/// let session = GpuSession::open(zenoh, cfg).wait()?;
+/// let publisher = session.declare_publisher("doc/loan").wait()?;
+/// let mut loan = publisher.loan(4096)?;
+/// match loan.as_mut_slice() {
+///     Some(host) => host.fill(7),
+///     None => { /* a GPU block: enqueue kernels on loan.stream() writing loan.device_ptr() */ }
+/// }
+/// let mut check = [0u8; 4];
+/// loan.read_to_host(0, &mut check)?;
+/// assert_eq!(check, [7; 4]);
+/// publisher.put(loan)?;
+/// # Ok(()) }
+/// ```
 pub struct GpuLoan {
     inner: LoanInner,
     meta: Option<Vec<u8>>,
@@ -205,6 +263,10 @@ impl GpuLoan {
 
     /// Copies host bytes into the loan at `offset` (host→device on the loan's stream
     /// for CUDA sessions).
+    ///
+    /// # Errors
+    /// [`WriteError::OutOfBounds`] when `offset + data.len()` exceeds the loaned length
+    /// (nothing is written); [`WriteError::Cuda`] when the copy cannot be enqueued.
     pub fn write_bytes(&mut self, offset: usize, data: &[u8]) -> Result<(), WriteError> {
         let loaned = self.len();
         if offset.checked_add(data.len()).is_none_or(|end| end > loaned) {
@@ -228,6 +290,10 @@ impl GpuLoan {
     /// Copies `dst.len()` bytes of the loan at `offset` to host memory: for CUDA
     /// sessions a device→host copy on the loan's stream (after the writes enqueued
     /// there so far), waited for before returning.
+    ///
+    /// # Errors
+    /// [`WriteError::OutOfBounds`] when `offset + dst.len()` exceeds the loaned length;
+    /// [`WriteError::Cuda`] when the copy fails.
     pub fn read_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<(), WriteError> {
         let loaned = self.len();
         if offset.checked_add(dst.len()).is_none_or(|end| end > loaned) {
@@ -278,6 +344,12 @@ impl GpuPublisher {
     }
 
     /// Loans a block of `len` bytes bound to the publisher's own stream.
+    ///
+    /// # Errors
+    /// [`LoanError::ZeroLength`] for `len == 0`; [`LoanError::TooLarge`] when `len`
+    /// alone exceeds the pool's byte cap; [`LoanError::Exhausted`] when the pool is at its
+    /// caps and no block came back within `pool.loan_timeout_ms`; [`LoanError::Alloc`]
+    /// when memory cannot be allocated.
     pub fn loan(&self, len: usize) -> Result<GpuLoan, LoanError> {
         self.loan_inner(len, None)
     }
@@ -285,6 +357,9 @@ impl GpuPublisher {
     /// Loans a block bound to `stream`: enqueue the writes there; the ready signal
     /// follows them (any stream, the legacy default stream included). Host-memory
     /// publishers have no stream and ignore it.
+    ///
+    /// # Errors
+    /// As [`GpuPublisher::loan`].
     pub fn loan_on(&self, len: usize, stream: &Stream) -> Result<GpuLoan, LoanError> {
         self.loan_inner(len, Some(stream))
     }
@@ -293,7 +368,7 @@ impl GpuPublisher {
     fn loan_inner(&self, len: usize, stream: Option<&Stream>) -> Result<GpuLoan, LoanError> {
         let inner = match self.core.medium() {
             PubMedium::Cuda { pool, signals, stream: own, .. } => {
-                let stream = Arc::clone(stream.unwrap_or(own));
+                let stream = stream.unwrap_or(own).clone();
                 LoanInner::Cuda(WriteGuard::new(pool.loan(len)?, stream, Arc::clone(signals)))
             }
             PubMedium::Host { pool } => LoanInner::Host(pool.loan(len)?),
@@ -325,11 +400,19 @@ impl GpuPublisher {
     }
 
     /// Publishes host bytes: inline up to the inline threshold, else through a block.
+    ///
+    /// # Errors
+    /// [`PublishError::Loan`] when no block can be loaned (see [`GpuPublisher::loan`]);
+    /// [`PublishError::Write`] when the copy into the block fails;
+    /// [`PublishError::Put`] as for [`GpuPublisher::put`].
     pub fn put_bytes(&self, data: &[u8]) -> Result<PutReport, PublishError> {
         self.put_bytes_meta(data, None)
     }
 
     /// [`GpuPublisher::put_bytes`] with typed metadata.
+    ///
+    /// # Errors
+    /// As [`GpuPublisher::put_bytes`].
     pub fn put_bytes_meta(&self, data: &[u8], meta: Option<Vec<u8>>) -> Result<PutReport, PublishError> {
         if data.len() <= self.inline_threshold {
             return Ok(self.core.put_inline(data.to_vec(), meta)?);
@@ -346,6 +429,11 @@ impl GpuPublisher {
     /// # Safety
     /// `src..src+len` is device memory of this session's GPU, readable by work on
     /// `stream` and unchanged until that work has passed this copy.
+    ///
+    /// # Errors
+    /// [`PublishError::NoGpu`] for a host-memory publisher; [`PublishError::Loan`] when
+    /// no block can be loaned; [`PublishError::Write`] when the copy fails;
+    /// [`PublishError::Put`] as for [`GpuPublisher::put`].
     pub unsafe fn put_device(&self, src: u64, len: usize, stream: &Stream) -> Result<PutReport, PublishError> {
         let PubMedium::Cuda { pool, signals, .. } = self.core.medium() else {
             return Err(PublishError::NoGpu);
@@ -356,7 +444,7 @@ impl GpuPublisher {
             unsafe { copy::device_to_host(stream, src, &mut host) }.map_err(WriteError::from)?;
             return Ok(self.core.put_inline(host, None)?);
         }
-        let guard = WriteGuard::new(pool.loan(len)?, Arc::clone(stream), Arc::clone(signals));
+        let guard = WriteGuard::new(pool.loan(len)?, stream.clone(), Arc::clone(signals));
         // SAFETY: the destination is the loaned block (≥ len bytes, owned by the guard,
         // which returns it only after the stream's work); the source is the caller's
         // contract.

@@ -64,6 +64,25 @@ pub(super) struct SessionInner {
 const ZENOH_MAX_MESSAGE: usize = 1 << 30;
 
 /// A Zenoh session with a GPU (or host-memory) block provider. Cheap to clone.
+///
+/// Opened with [`GpuSession::open`] (or [`GpuSession::from_zenoh`] on a Zenoh session
+/// of the application's); it declares [`GpuPublisher`]s and [`GpuSubscriber`]s.
+/// Without a usable GPU, `device: auto` (the default) opens on host memory and
+/// [`host_reason`](GpuSession::host_reason) says why.
+///
+/// ```
+/// use zenoh_cuda_shm::config::DeviceChoice;
+/// use zenoh_cuda_shm::{BackendKind, GpuSession, ZcsConfig};
+/// # fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// # let mut zenoh = zenoh::Config::default();
+/// # zenoh.insert_json5("scouting/multicast/enabled", "false")?;
+/// let cfg = ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() };
+/// let session = GpuSession::open(zenoh, cfg).wait()?;
+/// assert_eq!(session.backend(), BackendKind::HostMemfd);
+/// assert!(session.gpu().is_none());
+/// println!("host memory: {}", session.host_reason().unwrap_or("-"));
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct GpuSession(pub(super) Arc<SessionInner>);
 
@@ -81,7 +100,18 @@ pub struct OpenBuilder {
 }
 
 impl OpenBuilder {
-    /// Opens the session (blocking).
+    /// Opens the session (blocking): Zenoh (unless given an open session), the GPU per
+    /// `device`, and the host provider per `provider`.
+    ///
+    /// # Errors
+    /// [`OpenError::Zenoh`] when Zenoh cannot open or the provider watch cannot be
+    /// declared; [`OpenError::NoGpu`] for `device: cuda` without a usable GPU (`auto`
+    /// falls back to host memory instead); [`OpenError::SocketDir`] when the configured
+    /// `socket_dir` cannot be created or used; [`OpenError::BootId`] when the boot id
+    /// cannot be read (and no `host_id` is configured); [`OpenError::ShmOut`] when
+    /// `zenoh_shm_out_bytes` is set and that pool cannot be made;
+    /// [`OpenError::NoProvider`] for `provider: required` when no provider answered
+    /// within `provider_discovery_ms`.
     pub fn wait(self) -> Result<GpuSession, OpenError> {
         use zenoh::Wait;
         let (zenoh, dials, max_message) = match self.zenoh {
@@ -192,18 +222,27 @@ impl IntoFuture for OpenBuilder {
 }
 
 impl GpuSession {
-    /// Opens a Zenoh session with `zenoh_config` and a block provider per `config`.
+    /// Opens a Zenoh session with `zenoh_config` and a block provider per `config`:
+    /// resolve the builder with `.wait()` or `.await` ([`OpenBuilder::wait`] lists the
+    /// errors).
     pub fn open(zenoh_config: zenoh::Config, config: ZcsConfig) -> OpenBuilder {
         OpenBuilder { zenoh: Ok(zenoh_config), cfg: config }
     }
 
-    /// Wraps an open Zenoh session.
+    /// Wraps an open Zenoh session (resolve with `.wait()` or `.await`, as
+    /// [`GpuSession::open`]).
     pub fn from_zenoh(session: zenoh::Session, config: ZcsConfig) -> OpenBuilder {
         OpenBuilder { zenoh: Err(session), cfg: config }
     }
 
     /// The host provider a publisher declared now borrows blocks from, or why its
     /// blocks are allocated in this process.
+    ///
+    /// # Errors
+    /// [`NoProvider::Off`] with `provider: off`; [`NoProvider::NotAnnounced`] while no
+    /// provider has announced itself on this host; [`NoProvider::NoSuchDevice`] when the
+    /// provider does not lend blocks of this session's device; [`NoProvider::Unusable`]
+    /// when it is announced but cannot be used.
     pub fn provider(&self) -> Result<crate::protocol::ProviderRef, NoProvider> {
         self.provider_client().map(|c| c.provider().clone())
     }

@@ -100,6 +100,11 @@ impl<H> SubscriberBuilder<H> {
 
 impl SubscriberBuilder<Fifo> {
     /// Declares the subscriber (blocking).
+    ///
+    /// # Errors
+    /// [`DeclareError::Key`] for an invalid key expression; [`DeclareError::Zenoh`] when
+    /// a Zenoh declaration (subscriber, liveliness token or query) fails;
+    /// [`DeclareError::Io`] when a delivery thread cannot be started.
     pub fn wait(self) -> Result<GpuSubscriber<flume::Receiver<GpuSample>>, DeclareError> {
         let (tx, rx) = flume::bounded(self.handler.0);
         let core = self.core(Box::new(move |s| {
@@ -119,6 +124,11 @@ impl IntoFuture for SubscriberBuilder<Fifo> {
 
 impl SubscriberBuilder<Callback> {
     /// Declares the subscriber (blocking).
+    ///
+    /// # Errors
+    /// [`DeclareError::Key`] for an invalid key expression; [`DeclareError::Zenoh`] when
+    /// a Zenoh declaration (subscriber, liveliness token or query) fails;
+    /// [`DeclareError::Io`] when a delivery thread cannot be started.
     pub fn wait(mut self) -> Result<GpuSubscriber<()>, DeclareError> {
         let f = std::mem::replace(&mut self.handler.0, Box::new(|_| {}));
         let core = self.core(f)?;
@@ -135,6 +145,32 @@ impl IntoFuture for SubscriberBuilder<Callback> {
 }
 
 /// A GPU-aware subscriber. Dropping it undeclares it.
+///
+/// Declared with [`GpuSession::declare_subscriber`]: with a FIFO (the default) it is
+/// read with [`recv`](GpuSubscriber::recv), [`recv_timeout`](GpuSubscriber::recv_timeout),
+/// [`try_recv`](GpuSubscriber::try_recv) or [`recv_async`](GpuSubscriber::recv_async);
+/// with a [`callback`](SubscriberBuilder::callback) the samples go to the callback.
+///
+/// ```
+/// use std::time::Duration;
+/// use zenoh_cuda_shm::config::DeviceChoice;
+/// use zenoh_cuda_shm::{GpuSession, ZcsConfig};
+/// # fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// # let mut zenoh = zenoh::Config::default();
+/// # zenoh.insert_json5("scouting/multicast/enabled", "false")?;
+/// let cfg = ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() };
+/// let session = GpuSession::open(zenoh, cfg).wait()?;
+/// let subscriber = session.declare_subscriber("doc/subscriber/**").wait()?;
+/// let publisher = session.declare_publisher("doc/subscriber/a").wait()?;
+/// publisher.put_bytes(b"hello")?;
+///
+/// let sample = subscriber.recv_timeout(Duration::from_secs(5))?;
+/// assert_eq!(sample.host_bytes().as_deref(), Some(&b"hello"[..]));
+/// if let Some(why) = subscriber.path_reason(sample.info()) {
+///     println!("{} path: {why}", sample.path());
+/// }
+/// # Ok(()) }
+/// ```
 pub struct GpuSubscriber<H> {
     core: SubscriberCore,
     handler: H,
@@ -205,12 +241,19 @@ impl From<QueueEnd> for RecvError {
 impl GpuSubscriber<flume::Receiver<GpuSample>> {
     /// Waits for the next sample (polling first while samples have been coming within
     /// `spin_us`).
+    ///
+    /// # Errors
+    /// [`RecvError::Closed`] once the subscriber's channel is closed (undeclared).
     pub fn recv(&self) -> Result<GpuSample, RecvError> {
         self.core.recv_queue(&self.handler, Duration::MAX).map_err(RecvError::from)
     }
 
     /// Waits up to `timeout` for the next sample (polling first, within `timeout`,
     /// while samples have been coming within `spin_us`).
+    ///
+    /// # Errors
+    /// [`RecvError::Timeout`] when no sample came within `timeout`;
+    /// [`RecvError::Closed`] once the subscriber's channel is closed.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<GpuSample, RecvError> {
         self.core.recv_queue(&self.handler, timeout).map_err(RecvError::from)
     }
@@ -221,6 +264,9 @@ impl GpuSubscriber<flume::Receiver<GpuSample>> {
     }
 
     /// Waits for the next sample, asynchronously.
+    ///
+    /// # Errors
+    /// [`RecvError::Closed`] once the subscriber's channel is closed.
     pub async fn recv_async(&self) -> Result<GpuSample, RecvError> {
         self.handler.recv_async().await.map_err(|_| RecvError::Closed)
     }

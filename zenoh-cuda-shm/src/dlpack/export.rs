@@ -6,10 +6,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use cudarc::driver::sys::CUstream;
 use tensor_codec::{DecodeError, Device};
 
-use crate::cuda::{CudaError, DeviceBlock, Fence, Gpu, copy};
+use crate::cuda::{CudaError, DeviceBlock, Fence, Gpu, Stream, copy};
 use crate::pool::Fence as PoolFence;
 use crate::sample::{GpuSample, ReadError};
 
@@ -373,25 +372,25 @@ impl GpuSample {
         let (work, end) = match &stream.0 {
             StreamKind::LegacyDefault => {
                 let s = gpu.legacy_default_stream();
-                (std::sync::Arc::clone(&s), EndOn::Stream(s))
+                (s.clone(), EndOn::Stream(s))
             }
             StreamKind::PerThreadDefault => {
                 let s = gpu.per_thread_stream();
-                (std::sync::Arc::clone(&s), EndOn::PerThread { stream: s, thread: std::thread::current().id() })
+                (s.clone(), EndOn::PerThread { stream: s, thread: std::thread::current().id() })
             }
             StreamKind::Owned(s) => {
-                let stream_ordinal = s.context().ordinal();
+                let stream_ordinal = s.ordinal();
                 if stream_ordinal != gpu.ordinal() {
                     return Err(ExportError::StreamDevice { stream_ordinal, ordinal: gpu.ordinal() });
                 }
-                (std::sync::Arc::clone(s), EndOn::Stream(std::sync::Arc::clone(s)))
+                (s.clone(), EndOn::Stream(s.clone()))
             }
             StreamKind::Raw(p) => {
                 // SAFETY: `ConsumerStream::from_raw`'s contract: a stream of this device's
                 // primary context, alive until the deleter has returned (`EndOn` keeps the
                 // borrowed wrapper no longer than that).
-                let s = unsafe { gpu.borrow_stream(*p as CUstream) };
-                (std::sync::Arc::clone(&s), EndOn::Stream(s))
+                let s = unsafe { Stream::from_raw(gpu, *p as *mut c_void) };
+                (s.clone(), EndOn::Stream(s))
             }
             StreamKind::NoSync => (gpu.new_stream()?, EndOn::Context),
         };

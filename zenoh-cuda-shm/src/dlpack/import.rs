@@ -228,7 +228,7 @@ impl GpuPublisher {
         let tensor = tensor.into();
         let src = tensor.source()?;
         let backend = self.backend();
-        let ordinal = stream.map(|s| s.context().ordinal());
+        let ordinal = stream.map(|s| s.ordinal());
         let refused = || ImportError::Device { device: src.meta.device.into(), backend, ordinal };
         let out_device = match (backend, ordinal) {
             (BackendKind::HostMemfd, _) => Device::CPU,
