@@ -7,25 +7,25 @@
 #[path = "support/crash.rs"]
 mod crash;
 
-use crash::Mode;
+use zcs_tests::Host;
 
 /// A subscriber process dies at random moments; this process publishes.
 #[test]
 fn crash_matrix_subscriber_killed() {
-    crash::subscriber_killed(Mode::Host, "crash_matrix_subscriber_killed");
+    crash::subscriber_killed::<Host>("crash_matrix_subscriber_killed");
 }
 
 /// A publisher process dies at random moments; this process subscribes.
 #[test]
 fn crash_matrix_publisher_killed() {
-    crash::publisher_killed(Mode::Host, "crash_matrix_publisher_killed");
+    crash::publisher_killed::<Host>("crash_matrix_publisher_killed");
 }
 
 /// The Zenoh router between this process's publisher and subscriber dies at random
 /// moments.
 #[test]
 fn crash_matrix_relay_killed() {
-    crash::relay_killed(Mode::Host, "crash_matrix_relay_killed");
+    crash::relay_killed::<Host>("crash_matrix_relay_killed");
 }
 
 /// Entry point of the re-executed test binary (the victims); a no-op in a normal run.

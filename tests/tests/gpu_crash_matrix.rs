@@ -7,14 +7,11 @@
 #[path = "support/crash.rs"]
 mod crash;
 
-use crash::Mode;
+use zcs_tests::{Cuda, MediumKind};
 
 #[test]
 fn gpu_crash_matrix_subscriber_killed() {
-    const TEST: &str = "gpu_crash_matrix_subscriber_killed";
-    if zcs_tests::gpu_or_skip(TEST).is_some() {
-        crash::subscriber_killed(Mode::Cuda, TEST);
-    }
+    crash::subscriber_killed::<Cuda>("gpu_crash_matrix_subscriber_killed");
 }
 
 /// The subscriber cell on two GPUs: the victims run on GPU 1 and map the publisher's
@@ -24,16 +21,13 @@ fn gpu_crash_matrix_subscriber_killed() {
 fn gpu_crash_matrix_peer_subscriber_killed() {
     const TEST: &str = "gpu_crash_matrix_peer_subscriber_killed";
     if zcs_tests::two_gpus_or_skip(TEST).is_some() {
-        crash::subscriber_killed_on(Mode::Cuda, TEST, 1);
+        crash::subscriber_killed_on(MediumKind::Cuda, TEST, 1);
     }
 }
 
 #[test]
 fn gpu_crash_matrix_publisher_killed() {
-    const TEST: &str = "gpu_crash_matrix_publisher_killed";
-    if zcs_tests::gpu_or_skip(TEST).is_some() {
-        crash::publisher_killed(Mode::Cuda, TEST);
-    }
+    crash::publisher_killed::<Cuda>("gpu_crash_matrix_publisher_killed");
 }
 
 /// The publisher cell on two GPUs: the victims publish from GPU 1 and this process's
@@ -43,16 +37,13 @@ fn gpu_crash_matrix_publisher_killed() {
 fn gpu_crash_matrix_peer_publisher_killed() {
     const TEST: &str = "gpu_crash_matrix_peer_publisher_killed";
     if zcs_tests::two_gpus_or_skip(TEST).is_some() {
-        crash::publisher_killed_on(Mode::Cuda, TEST, 1);
+        crash::publisher_killed_on(MediumKind::Cuda, TEST, 1);
     }
 }
 
 #[test]
 fn gpu_crash_matrix_relay_killed() {
-    const TEST: &str = "gpu_crash_matrix_relay_killed";
-    if zcs_tests::gpu_or_skip(TEST).is_some() {
-        crash::relay_killed(Mode::Cuda, TEST);
-    }
+    crash::relay_killed::<Cuda>("gpu_crash_matrix_relay_killed");
 }
 
 /// Entry point of the re-executed test binary (the victims); a no-op in a normal run.

@@ -6,17 +6,11 @@
 #[path = "support/provider.rs"]
 mod provider;
 
-use zcs_memory::cuda::kernels::Kernels;
-
 /// A publisher that borrows device blocks from the provider is SIGKILLed mid-stream
-/// while two subscribers hold its blocks; contents checked on the GPU's bytes.
+/// while two subscribers hold its blocks; filled by the fill kernel, contents checked on the GPU's bytes.
 #[test]
 fn gpu_provider_publisher_killed_two_readers() {
-    const TEST: &str = "gpu_provider_publisher_killed_two_readers";
-    if let Some(gpu) = zcs_tests::gpu_or_skip(TEST) {
-        let kernels = Kernels::load(&gpu).expect("load kernels");
-        provider::publisher_killed(provider::Mode::Cuda, Some(kernels), TEST);
-    }
+    provider::publisher_killed::<zcs_tests::Cuda>("gpu_provider_publisher_killed_two_readers");
 }
 
 /// Entry point of the re-executed test binary (the publisher); a no-op in a normal run.

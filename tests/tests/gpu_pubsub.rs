@@ -10,74 +10,55 @@
 #[path = "support/fanout.rs"]
 mod fanout;
 
-use fanout::Mode;
-use zcs_tests::{gpu_or_skip, loopback_zenoh_config};
+use zcs_tests::{Cuda, loopback_zenoh_config};
 use zenoh::Wait;
 
 #[test]
 fn gpu_pubsub_1_to_1_zero_copy() {
-    const TEST: &str = "gpu_pubsub_1_to_1_zero_copy";
-    if gpu_or_skip(TEST).is_some() {
-        fanout::one_to_one(Mode::Cuda, TEST);
-    }
+    fanout::one_to_one::<Cuda>("gpu_pubsub_1_to_1_zero_copy");
 }
 
 #[test]
 fn gpu_pubsub_1_to_3() {
-    const TEST: &str = "gpu_pubsub_1_to_3";
-    if gpu_or_skip(TEST).is_some() {
-        fanout::one_to_three(Mode::Cuda, TEST);
-    }
+    fanout::one_to_three::<Cuda>("gpu_pubsub_1_to_3");
 }
 
 #[test]
 fn gpu_pubsub_3_to_1() {
-    const TEST: &str = "gpu_pubsub_3_to_1";
-    if gpu_or_skip(TEST).is_some() {
-        fanout::three_to_one(Mode::Cuda, TEST);
-    }
+    fanout::three_to_one::<Cuda>("gpu_pubsub_3_to_1");
 }
 
 #[test]
 fn gpu_pubsub_mixed_gpu_and_plain_subscribers_one_copy_per_message() {
-    const TEST: &str = "gpu_pubsub_mixed_gpu_and_plain_subscribers_one_copy_per_message";
-    if gpu_or_skip(TEST).is_some() {
-        fanout::mixed_aware_and_plain_subscribers(Mode::Cuda, TEST);
-    }
+    fanout::mixed_aware_and_plain_subscribers::<Cuda>(
+        "gpu_pubsub_mixed_gpu_and_plain_subscribers_one_copy_per_message",
+    );
 }
 
 #[test]
 fn gpu_pubsub_relay_chain_of_three() {
-    const TEST: &str = "gpu_pubsub_relay_chain_of_three";
-    if gpu_or_skip(TEST).is_some() {
-        fanout::relay_chain_of_three(Mode::Cuda, TEST);
-    }
+    fanout::relay_chain_of_three::<Cuda>("gpu_pubsub_relay_chain_of_three");
 }
 
 /// GPU only: on host memory, 10,000 messages of 1–64 MiB checked on the CPU would take
 /// minutes of CI's two cores; `pubsub.rs` runs the other bodies on host memory.
 #[test]
 fn gpu_pubsub_volume_10k_messages_1_to_64_mib() {
-    const TEST: &str = "gpu_pubsub_volume_10k_messages_1_to_64_mib";
-    if gpu_or_skip(TEST).is_some() {
-        fanout::volume_10k_messages_1_to_64_mib(TEST);
-    }
+    fanout::volume_10k_messages_1_to_64_mib("gpu_pubsub_volume_10k_messages_1_to_64_mib");
 }
 
 #[test]
 fn gpu_pubsub_subscriber_killed_holding_blocks_returns_them() {
-    const TEST: &str = "gpu_pubsub_subscriber_killed_holding_blocks_returns_them";
-    if gpu_or_skip(TEST).is_some() {
-        fanout::subscriber_killed_holding_blocks_returns_them(Mode::Cuda, TEST);
-    }
+    fanout::subscriber_killed_holding_blocks_returns_them::<Cuda>(
+        "gpu_pubsub_subscriber_killed_holding_blocks_returns_them",
+    );
 }
 
 #[test]
 fn gpu_pubsub_publisher_killed_subscriber_reads_held_samples() {
-    const TEST: &str = "gpu_pubsub_publisher_killed_subscriber_reads_held_samples";
-    if gpu_or_skip(TEST).is_some() {
-        fanout::publisher_killed_subscriber_reads_held_samples(Mode::Cuda, TEST);
-    }
+    fanout::publisher_killed_subscriber_reads_held_samples::<Cuda>(
+        "gpu_pubsub_publisher_killed_subscriber_reads_held_samples",
+    );
 }
 
 /// The suite relies on congestion control `Block` for the test keys and the library's

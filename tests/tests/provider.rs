@@ -9,7 +9,7 @@ mod provider;
 /// subscribers hold its blocks.
 #[test]
 fn provider_publisher_killed_two_readers() {
-    provider::publisher_killed(provider::Mode::Host, None, "provider_publisher_killed_two_readers");
+    provider::publisher_killed::<zcs_tests::Host>("provider_publisher_killed_two_readers");
 }
 
 /// Entry point of the re-executed test binary (the publisher); a no-op in a normal run.

@@ -46,7 +46,7 @@ use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, GpuSubscriber, Path, P
 #[path = "support/fanout.rs"]
 mod fanout;
 
-use fanout::Mode;
+use zcs_tests::Host;
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -512,30 +512,27 @@ impl Drop for Kids {
 
 #[test]
 fn pubsub_1_to_1_zero_copy() {
-    fanout::one_to_one(Mode::Host, "pubsub_1_to_1_zero_copy");
+    fanout::one_to_one::<Host>("pubsub_1_to_1_zero_copy");
 }
 
 #[test]
 fn pubsub_1_to_3() {
-    fanout::one_to_three(Mode::Host, "pubsub_1_to_3");
+    fanout::one_to_three::<Host>("pubsub_1_to_3");
 }
 
 #[test]
 fn pubsub_3_to_1() {
-    fanout::three_to_one(Mode::Host, "pubsub_3_to_1");
+    fanout::three_to_one::<Host>("pubsub_3_to_1");
 }
 
 #[test]
 fn pubsub_mixed_gpu_and_plain_subscribers_one_copy_per_message() {
-    fanout::mixed_aware_and_plain_subscribers(
-        Mode::Host,
-        "pubsub_mixed_gpu_and_plain_subscribers_one_copy_per_message",
-    );
+    fanout::mixed_aware_and_plain_subscribers::<Host>("pubsub_mixed_gpu_and_plain_subscribers_one_copy_per_message");
 }
 
 #[test]
 fn pubsub_relay_chain_of_three() {
-    fanout::relay_chain_of_three(Mode::Host, "pubsub_relay_chain_of_three");
+    fanout::relay_chain_of_three::<Host>("pubsub_relay_chain_of_three");
 }
 
 // gpu_pubsub_volume_10k_messages_1_to_64_mib stays GPU only: on host memory its 10,000
@@ -543,16 +540,14 @@ fn pubsub_relay_chain_of_three() {
 
 #[test]
 fn pubsub_subscriber_killed_holding_blocks_returns_them() {
-    fanout::subscriber_killed_holding_blocks_returns_them(
-        Mode::Host,
+    fanout::subscriber_killed_holding_blocks_returns_them::<Host>(
         "pubsub_subscriber_killed_holding_blocks_returns_them",
     );
 }
 
 #[test]
 fn pubsub_publisher_killed_subscriber_reads_held_samples() {
-    fanout::publisher_killed_subscriber_reads_held_samples(
-        Mode::Host,
+    fanout::publisher_killed_subscriber_reads_held_samples::<Host>(
         "pubsub_publisher_killed_subscriber_reads_held_samples",
     );
 }
