@@ -30,11 +30,12 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         t = m["target"]
         pkg = m["package_id"].split("#")[0].rsplit("/", 1)[-1].split("@")[0]
-        # What needs the GPU machine: the GPU suites and the unit tests of the
-        # library and its layer crates. The CPU suites run in CI, and the carried
+        # What needs the GPU machine: the GPU suites, the suites whose bodies run on
+        # host memory and on CUDA in one binary (tensor), and the unit tests of the
+        # library and its layer crates. The CPU-only suites run in CI, and the carried
         # folder must stay under 64 MiB.
         libs = ("zcs_memory", "zcs_pool", "zcs_wire", "zcs_provider", "zcs_transport", "zenoh_cuda_shm",
-                "zenoh_cuda_shm_ros2", "pool_leaks")
+                "zenoh_cuda_shm_ros2", "pool_leaks", "tensor")
         if not (t["name"].startswith("gpu") or t["name"] in libs):
             continue
         name = "test-" + pkg + "-" + t["name"]
