@@ -71,6 +71,12 @@ pub trait Medium: 'static {
     /// (the test then returns). Panics where the medium is required but missing.
     fn available(test: &str) -> bool;
 
+    /// [`Medium::KIND`] where the test can run; `None` after [`Medium::available`]
+    /// printed why not: `let Some(kind) = M::gate(test) else { return };`.
+    fn gate(test: &str) -> Option<MediumKind> {
+        Self::available(test).then_some(Self::KIND)
+    }
+
     /// `host` or `cuda`.
     fn name() -> &'static str {
         Self::KIND.name()
@@ -271,7 +277,7 @@ mod tests {
         assert_eq!(MediumKind::from_env("ZCS_MEDIUM_TEST_UNSET"), MediumKind::Host, "unset: host");
         assert_eq!((Host::KIND.device(), Cuda::KIND.device()), (DeviceChoice::Host, DeviceChoice::Cuda));
         assert_eq!((Host::KIND.backend(), Cuda::KIND.backend()), (BackendKind::HostMemfd, BackendKind::CudaVmm));
-        assert!(Host::available("host needs no GPU"));
+        assert_eq!(Host::gate("host needs no GPU"), Some(MediumKind::Host));
     }
 
     #[test]

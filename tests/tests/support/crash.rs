@@ -463,8 +463,8 @@ fn drain_holding(
 /// subscriber process is killed at random moments; a second subscriber in this
 /// process must see every message, intact and in order.
 pub fn subscriber_killed<M: Medium>(test: &'static str) {
-    if M::available(test) {
-        subscriber_killed_on(M::KIND, test, 0);
+    if let Some(kind) = M::gate(test) {
+        subscriber_killed_on(kind, test, 0);
     }
 }
 
@@ -628,8 +628,8 @@ pub fn subscriber_killed_on(mode: MediumKind, test: &'static str, victim_gpu: us
 /// pieces) and puts continuously and is killed at random moments; this process
 /// subscribes, checks every sample, and must drop each dead publisher's imports.
 pub fn publisher_killed<M: Medium>(test: &'static str) {
-    if M::available(test) {
-        publisher_killed_on(M::KIND, test, 0);
+    if let Some(kind) = M::gate(test) {
+        publisher_killed_on(kind, test, 0);
     }
 }
 
@@ -892,10 +892,7 @@ impl PlainWatch {
 /// bytes; the pool is whole once it lets go; the plain subscriber gets only intact,
 /// increasing messages and resumes after each re-spawn; resources stay at the baseline.
 pub fn relay_killed<M: Medium>(test: &'static str) {
-    if !M::available(test) {
-        return;
-    }
-    let mode = M::KIND;
+    let Some(mode) = M::gate(test) else { return };
     const TEST: &str = "relay killed";
     let _l = serial();
     let n = iterations();

@@ -1154,10 +1154,7 @@ fn assert_fanout(test: &str, f: &Fanout, r: &FanoutResult) {
 
 /// One publisher, one subscriber, sizes that change from message to message.
 pub fn one_to_one<M: Medium>(test: &'static str) {
-    if !M::available(test) {
-        return;
-    }
-    let mode = M::KIND;
+    let Some(mode) = M::gate(test) else { return };
     let f = Fanout {
         pubs: 1,
         subs: 1,
@@ -1172,10 +1169,7 @@ pub fn one_to_one<M: Medium>(test: &'static str) {
 
 /// One publisher, three subscribers: one lease per subscriber per message.
 pub fn one_to_three<M: Medium>(test: &'static str) {
-    if !M::available(test) {
-        return;
-    }
-    let mode = M::KIND;
+    let Some(mode) = M::gate(test) else { return };
     let f = Fanout {
         pubs: 1,
         subs: 3,
@@ -1190,10 +1184,7 @@ pub fn one_to_three<M: Medium>(test: &'static str) {
 /// Three publishers publishing at once, one subscriber: each publisher's sequence
 /// complete and in order, each with its own lengths.
 pub fn three_to_one<M: Medium>(test: &'static str) {
-    if !M::available(test) {
-        return;
-    }
-    let mode = M::KIND;
+    let Some(mode) = M::gate(test) else { return };
     let f = Fanout {
         pubs: 3,
         subs: 1,
@@ -1209,10 +1200,7 @@ pub fn three_to_one<M: Medium>(test: &'static str) {
 /// read in place, the plain one gets bytes, and the publisher copies each message out
 /// once (for the plain subscriber), not once per subscriber.
 pub fn mixed_aware_and_plain_subscribers<M: Medium>(test: &'static str) {
-    if !M::available(test) {
-        return;
-    }
-    let mode = M::KIND;
+    let Some(mode) = M::gate(test) else { return };
     let _serial = serial();
     let _wd = watchdog_guard(test, Duration::from_secs(120));
     let key = test_key("mixed");
@@ -1268,10 +1256,7 @@ pub fn mixed_aware_and_plain_subscribers<M: Medium>(test: &'static str) {
 /// A source, three relays (each checks its input and writes its own block for the
 /// next stage) and a final subscriber: every hop zero-copy, every byte checked.
 pub fn relay_chain_of_three<M: Medium>(test: &'static str) {
-    if !M::available(test) {
-        return;
-    }
-    let mode = M::KIND;
+    let Some(mode) = M::gate(test) else { return };
     let _serial = serial();
     let _wd = watchdog_guard(test, Duration::from_secs(120));
     let n = pick(mode, 200, 30);
@@ -1374,10 +1359,7 @@ pub fn volume_10k_messages_1_to_64_mib(test: &'static str) {
 /// publisher's pool at once (its connection's holder released), and the publisher and
 /// another subscriber carry on.
 pub fn subscriber_killed_holding_blocks_returns_them<M: Medium>(test: &'static str) {
-    if !M::available(test) {
-        return;
-    }
-    let mode = M::KIND;
+    let Some(mode) = M::gate(test) else { return };
     use std::os::unix::process::ExitStatusExt;
     let _serial = serial();
     let _wd = watchdog_guard(test, Duration::from_secs(120));
@@ -1442,10 +1424,7 @@ pub fn subscriber_killed_holding_blocks_returns_them<M: Medium>(test: &'static s
 /// A publisher is SIGKILLed while a subscriber holds samples it has not read yet: the
 /// subscriber evicts the dead publisher and still reads every held sample, intact.
 pub fn publisher_killed_subscriber_reads_held_samples<M: Medium>(test: &'static str) {
-    if !M::available(test) {
-        return;
-    }
-    let mode = M::KIND;
+    let Some(mode) = M::gate(test) else { return };
     let _serial = serial();
     let _wd = watchdog_guard(test, Duration::from_secs(120));
     let kp = KillParams { key: test_key("kill_pub"), n1: 3, n2: 0, hold: 3, size: pick(mode, 8 * MIB, MIB + 5) };

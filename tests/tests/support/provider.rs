@@ -153,10 +153,7 @@ impl Reader {
 
 /// The scenario in the module docs, with the provider in this process, on `M`'s memory.
 pub fn publisher_killed<M: Medium>(test: &str) {
-    if !M::available(test) {
-        return;
-    }
-    let mode = M::KIND;
+    let Some(mode) = M::gate(test) else { return };
     let port = free_tcp_port();
     let router = zenoh::open(loopback_zenoh_config(Some(port), None, Some(KEY_ROOT))).wait().expect("provider session");
     let cfg = ProviderConfig {
