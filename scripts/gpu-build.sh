@@ -31,11 +31,13 @@ for line in sys.stdin:
         t = m["target"]
         pkg = m["package_id"].split("#")[0].rsplit("/", 1)[-1].split("@")[0]
         # What needs the GPU machine: the GPU suites, the suites whose bodies run on
-        # host memory and on CUDA in one binary (tensor, ros2_stream), and the unit tests of the
+        # host memory and on CUDA in one binary (tensor, ros2_stream, pubsub_fanout,
+        # crash_matrix, provider), and the unit tests of the
         # library and its layer crates. The CPU-only suites run in CI, and the carried
         # folder must stay under 64 MiB.
         libs = ("zcs_memory", "zcs_pool", "zcs_wire", "zcs_provider", "zcs_transport", "zenoh_cuda_shm",
-                "zenoh_cuda_shm_ros2", "pool_leaks", "tensor", "ros2_stream")
+                "zenoh_cuda_shm_ros2", "pool_leaks", "tensor", "ros2_stream", "pubsub_fanout", "crash_matrix",
+                "provider")
         if not (t["name"].startswith("gpu") or t["name"] in libs):
             continue
         name = "test-" + pkg + "-" + t["name"]
@@ -92,7 +94,7 @@ rm -rf .gpu-pack/wheels
 mkdir -p .gpu-pack
 rm -f .gpu-pack/*.tar.xz
 bench_bins=(zcs_pool_bench zcs_latency zcs_throughput zcs_zenoh_shm zcs_peer_bench zcs_report)
-tests_2=(test-tests-gpu_crash_matrix test-tests-gpu_provider test-tests-shm_out test-tests-gpu_peer
+tests_2=(test-tests-crash_matrix test-tests-provider test-tests-shm_out test-tests-gpu_peer
   test-tests-ros2_stream ros2_image_pub ros2_image_sub ros2_tensor_pub ros2_tensor_sub)
 (cd "$out" && tar -cf - --ignore-failed-read "${bench_bins[@]}" 2>/dev/null) | xz -T2 -6 > .gpu-pack/bench.tar.xz
 (cd "$out" && tar -cf - $(printf -- "--exclude=./%s " "${bench_bins[@]}" "${tests_2[@]}") .) | xz -T2 -6 > .gpu-pack/tests-1.tar.xz

@@ -65,7 +65,7 @@ want tests && for t in .gpu-bin/test-*; do
   args="--test-threads=1"
   # The GPU suites' figures (`ROS2 ` lines, the slow producer's timings) are printed by
   # passing tests: keep their output.
-  case "$t" in *gpu*|*-tensor|*-ros2_stream) args="$args --nocapture";; esac
+  case "$t" in *gpu*|*-tensor|*-ros2_stream|*-pubsub_fanout|*-crash_matrix|*-provider) args="$args --nocapture";; esac
   if ! timeout 600 "$t" $args >>"$out/gpu-tests.log" 2>&1; then
     echo "FAILED: $t" | tee -a "$out/gpu-tests.log"; fail=1
   fi

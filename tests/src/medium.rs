@@ -93,6 +93,30 @@ pub trait Medium: 'static {
     }
 }
 
+/// Declares, for each line `body => host_test, cuda_test;`, the test `host_test` running
+/// `body::<Host>("host_test")` and the test `cuda_test` running
+/// `body::<Cuda>("cuda_test")`: one body, instantiated once per medium. `body` is a
+/// function generic over [`Medium`] that takes the test's name (and gates itself with
+/// [`Medium::gate`]); attributes before a line (doc comments) go on both tests.
+#[macro_export]
+macro_rules! medium_tests {
+    ($($(#[$attr:meta])* $($body:ident)::+ => $host:ident, $cuda:ident;)*) => {
+        $(
+            $(#[$attr])*
+            #[test]
+            fn $host() {
+                $($body)::+::<$crate::Host>(stringify!($host));
+            }
+
+            $(#[$attr])*
+            #[test]
+            fn $cuda() {
+                $($body)::+::<$crate::Cuda>(stringify!($cuda));
+            }
+        )*
+    };
+}
+
 /// Sealed memfd blocks; no GPU needed.
 #[derive(Debug, Clone, Copy)]
 pub struct Host;

@@ -33,7 +33,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use zcs_tests::{Cuda, Host, Medium, MediumKind, free_tcp_port, watchdog_guard};
+use zcs_tests::{Medium, MediumKind, free_tcp_port, watchdog_guard};
 
 #[path = "support/provider.rs"]
 mod provider;
@@ -541,17 +541,11 @@ fn zenohd_provider_scenario<M: Medium>(test: &str) {
     assert!(router.exited().is_none(), "zenohd exited\n{}", router.dump());
 }
 
-#[test]
-fn zenohd_provider_publisher_killed_two_readers() {
-    let test = "zenohd_provider_publisher_killed_two_readers";
-    zenohd_provider_scenario::<Host>(test);
-}
-
-/// The same on CUDA VMM blocks of the router's provider, filled and checked by kernels.
-#[test]
-fn gpu_zenohd_provider_publisher_killed_two_readers() {
-    let test = "gpu_zenohd_provider_publisher_killed_two_readers";
-    zenohd_provider_scenario::<Cuda>(test);
+zcs_tests::medium_tests! {
+    /// On host memfd blocks of the router's provider, and on its CUDA VMM blocks (filled
+    /// by the fill kernel).
+    zenohd_provider_scenario => zenohd_provider_publisher_killed_two_readers,
+        gpu_zenohd_provider_publisher_killed_two_readers;
 }
 
 /// Entry point of the re-executed test binary (the provider scenario's publisher); a

@@ -25,9 +25,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tensor_codec::cdr::{Header, Image, Time};
-use zcs_tests::{
-    CHILD_ROLE_ENV, Cuda, Host, Medium, MediumKind, Pattern, child_role, free_tcp_port, gpu_required, watchdog_guard,
-};
+use zcs_tests::{CHILD_ROLE_ENV, Medium, MediumKind, Pattern, child_role, free_tcp_port, gpu_required, watchdog_guard};
 use zenoh_cuda_shm::{GpuSession, Path, ZcsConfig, tensor_codec};
 use zenoh_cuda_shm_ros2::attachment::now_ns;
 use zenoh_cuda_shm_ros2::names::gid_hex;
@@ -338,23 +336,23 @@ fn stream<M: Medium>(test: &str, width: u32, height: u32, alone: u64, with_peer:
     );
 }
 
-#[test]
-fn gpu_ros2_image_1080p_zero_copy_and_ros_peer() {
-    stream::<Cuda>("gpu_ros2_image_1080p_zero_copy_and_ros_peer", 1920, 1080, 600, 120);
+/// Frames sent alone and with the peer: fewer on host memory, where every byte is
+/// checked on the CPU.
+fn frames<M: Medium>(cuda: (u64, u64), host: (u64, u64)) -> (u64, u64) {
+    if M::KIND == MediumKind::Cuda { cuda } else { host }
 }
 
-#[test]
-fn gpu_ros2_image_4k_zero_copy_and_ros_peer() {
-    stream::<Cuda>("gpu_ros2_image_4k_zero_copy_and_ros_peer", 3840, 2160, 300, 40);
+fn image_1080p<M: Medium>(test: &str) {
+    let (alone, with_peer) = frames::<M>((600, 120), (40, 12));
+    stream::<M>(test, 1920, 1080, alone, with_peer);
 }
 
-/// The same on host memory, with fewer frames: every byte is checked on the CPU.
-#[test]
-fn ros2_image_1080p_zero_copy_and_ros_peer() {
-    stream::<Host>("ros2_image_1080p_zero_copy_and_ros_peer", 1920, 1080, 40, 12);
+fn image_4k<M: Medium>(test: &str) {
+    let (alone, with_peer) = frames::<M>((300, 40), (20, 6));
+    stream::<M>(test, 3840, 2160, alone, with_peer);
 }
 
-#[test]
-fn ros2_image_4k_zero_copy_and_ros_peer() {
-    stream::<Host>("ros2_image_4k_zero_copy_and_ros_peer", 3840, 2160, 20, 6);
+zcs_tests::medium_tests! {
+    image_1080p => ros2_image_1080p_zero_copy_and_ros_peer, gpu_ros2_image_1080p_zero_copy_and_ros_peer;
+    image_4k => ros2_image_4k_zero_copy_and_ros_peer, gpu_ros2_image_4k_zero_copy_and_ros_peer;
 }

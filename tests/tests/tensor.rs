@@ -326,14 +326,8 @@ fn c_and_rust_agree_on_the_dlpack_layout() {
     assert_eq!(c_layout(), rust_layout());
 }
 
-#[test]
-fn host_tensors_across_processes() {
-    tensors_across_processes::<Host>("host_tensors_across_processes");
-}
-
-#[test]
-fn gpu_tensors_and_dlpack_across_processes() {
-    tensors_across_processes::<Cuda>("gpu_tensors_and_dlpack_across_processes");
+zcs_tests::medium_tests! {
+    tensors_across_processes => host_tensors_across_processes, gpu_tensors_and_dlpack_across_processes;
 }
 
 /// Entry point of the child process; ignored in normal runs.

@@ -1,6 +1,6 @@
-//! The crash matrix, shared by `crash_matrix.rs` (host memfd blocks, CI) and
-//! `gpu_crash_matrix.rs` (CUDA VMM blocks, the GPU machine); included with `#[path]`
-//! so each test binary compiles its own copy.
+//! The crash matrix, run by `crash_matrix.rs` on host memfd blocks (CI) and on CUDA VMM
+//! blocks (the GPU machine); included with `#[path]`. Each cell is one body, generic
+//! over the medium.
 //!
 //! A victim process is SIGKILLed at a random moment, re-spawned, and killed again,
 //! `ZCS_CRASH_ITERS` times per cell (default 200), with real Zenoh sessions on loopback

@@ -1,7 +1,7 @@
 //! Pub/sub between processes where every publisher and subscriber is its own process,
-//! shared by `gpu_pubsub.rs` (CUDA VMM blocks, the GPU machine) and `pubsub.rs` (host
-//! memfd blocks, CI); included with `#[path]` so each test binary compiles its own copy.
-//! Each public function is one test's body, run on the backend its caller names.
+//! run by `pubsub_fanout.rs` on CUDA VMM blocks (the GPU machine) and on host memfd
+//! blocks (CI); included with `#[path]`. Each public function is one test's body,
+//! generic over the medium it runs on (it returns early where that medium is missing).
 //!
 //! Each participant is the including test binary re-run as a child (entry test
 //! [`ENTRY`], see [`child_entry`]), with its own Zenoh session and, on CUDA, its own

@@ -1,8 +1,8 @@
 //! Pub/sub with blocks lent by a host provider, and a publisher killed mid-stream;
-//! shared by `provider.rs` (host memfd blocks, CI) and `gpu_provider.rs` (CUDA VMM
-//! blocks, the GPU machine); included with `#[path]`.
+//! run by `provider.rs` on host memfd blocks (CI) and on CUDA VMM blocks (the GPU
+//! machine), one body generic over the medium; included with `#[path]`.
 //!
-//! The provider runs in the test process (`provider.rs`, `gpu_provider.rs`) or in zenohd
+//! The provider runs in the test process (`provider.rs`) or in zenohd
 //! through the plugin (`plugin.rs`, which reads its state from the admin space); a
 //! publisher in a child process borrows its blocks (`provider: required`), and two subscriber
 //! sessions (two provider clients) read them zero-copy. Each subscriber keeps the first
