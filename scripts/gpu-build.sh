@@ -32,8 +32,8 @@ for line in sys.stdin:
         pkg = m["package_id"].split("#")[0].rsplit("/", 1)[-1].split("@")[0]
         # What needs the GPU machine: the GPU suites, the suites whose bodies run on
         # host memory and on CUDA in one binary (tensor, ros2_stream, pubsub_fanout,
-        # crash_matrix, provider), and the unit tests of the
-        # library and its layer crates. The CPU-only suites run in CI, and the carried
+        # crash_matrix, provider: scripts/gpu-run.sh runs their CUDA tests), and the
+        # unit tests of the library and its layer crates. The CPU-only suites run in CI, and the carried
         # folder must stay under 64 MiB.
         libs = ("zcs_memory", "zcs_pool", "zcs_wire", "zcs_provider", "zcs_transport", "zenoh_cuda_shm",
                 "zenoh_cuda_shm_ros2", "pool_leaks", "tensor", "ros2_stream", "pubsub_fanout", "crash_matrix",
