@@ -321,7 +321,9 @@ pub struct Import {
 }
 
 /// The DLPack imports: a versioned column-major 64x48 float32 after 64 floats of
-/// padding, and a legacy compact 33x10 int16 with NULL strides.
+/// padding, a legacy compact 33x10 int16 with NULL strides, and two small ones: a
+/// versioned column-major 2x3 int32 after one element of padding, and a legacy compact
+/// 5x7 uint8.
 pub fn imports(dev: Device) -> Vec<Import> {
     let val = |i: usize, j: usize| (i * 1000 + j) as f32 - 0.5;
     let mut buf = vec![f32::NAN; 64 + 64 * 48];
@@ -347,6 +349,21 @@ pub fn imports(dev: Device) -> Vec<Import> {
             strides: None,
             meta: TensorMeta::contiguous(DType::I16, vec![33, 10], dev),
             expected: l,
+        },
+        Import {
+            // (i, j) at 1 + i + 2j.
+            buffer: ne(&[-99i32, 10, 11, 20, 21, 30, 31], i32::to_ne_bytes),
+            byte_offset: 4,
+            strides: Some(vec![1, 2]),
+            meta: TensorMeta::contiguous(DType::I32, vec![2, 3], dev).with_strides(vec![1, 2]),
+            expected: ne(&[10i32, 20, 30, 11, 21, 31], i32::to_ne_bytes),
+        },
+        Import {
+            buffer: (0..35u8).map(|x| x.wrapping_mul(37)).collect(),
+            byte_offset: 0,
+            strides: None,
+            meta: TensorMeta::contiguous(DType::U8, vec![5, 7], dev),
+            expected: (0..35u8).map(|x| x.wrapping_mul(37)).collect(),
         },
     ]
 }
