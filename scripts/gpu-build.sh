@@ -30,11 +30,14 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         t = m["target"]
         pkg = m["package_id"].split("#")[0].rsplit("/", 1)[-1].split("@")[0]
-        # What needs the GPU machine: the GPU suites and the unit tests of the
-        # library and its layer crates. The CPU suites run in CI, and the carried
+        # What needs the GPU machine: the GPU suites, the suites whose bodies run on
+        # host memory and on CUDA in one binary (tensor, ros2_stream, pubsub_fanout,
+        # crash_matrix, provider: scripts/gpu-run.sh runs their CUDA tests), and the
+        # unit tests of the library and its layer crates. The CPU-only suites run in CI, and the carried
         # folder must stay under 64 MiB.
         libs = ("zcs_memory", "zcs_pool", "zcs_wire", "zcs_provider", "zcs_transport", "zenoh_cuda_shm",
-                "zenoh_cuda_shm_ros2", "pool_leaks")
+                "zenoh_cuda_shm_ros2", "pool_leaks", "tensor", "ros2_stream", "pubsub_fanout", "crash_matrix",
+                "provider")
         if not (t["name"].startswith("gpu") or t["name"] in libs):
             continue
         name = "test-" + pkg + "-" + t["name"]
@@ -91,8 +94,8 @@ rm -rf .gpu-pack/wheels
 mkdir -p .gpu-pack
 rm -f .gpu-pack/*.tar.xz
 bench_bins=(zcs_pool_bench zcs_latency zcs_throughput zcs_zenoh_shm zcs_peer_bench zcs_report)
-tests_2=(test-tests-gpu_crash_matrix test-tests-gpu_provider test-tests-shm_out test-tests-gpu_peer
-  test-tests-gpu_ros2 ros2_image_pub ros2_image_sub ros2_tensor_pub ros2_tensor_sub)
+tests_2=(test-tests-crash_matrix test-tests-provider test-tests-shm_out test-tests-gpu_peer
+  test-tests-ros2_stream ros2_image_pub ros2_image_sub ros2_tensor_pub ros2_tensor_sub)
 (cd "$out" && tar -cf - --ignore-failed-read "${bench_bins[@]}" 2>/dev/null) | xz -T2 -6 > .gpu-pack/bench.tar.xz
 (cd "$out" && tar -cf - $(printf -- "--exclude=./%s " "${bench_bins[@]}" "${tests_2[@]}") .) | xz -T2 -6 > .gpu-pack/tests-1.tar.xz
 (cd "$out" && tar -cf - --ignore-failed-read "${tests_2[@]}" 2>/dev/null) | xz -T2 -6 > .gpu-pack/tests-2.tar.xz

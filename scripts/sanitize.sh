@@ -64,13 +64,13 @@ done
 # publishers and subscribers across processes, DLPack exports to C.
 # All packages in one invocation, so that features are unified as in the ordinary
 # workspace build and Zenoh is compiled once. (`--lib` also selects zcs-tests' library,
-# which has no tests.)
+# whose tests check its medium helpers on host memory.)
 tests=(
   -p zcs-memory -p zcs-pool -p zcs-wire -p zcs-provider -p zcs-transport -p zenoh-cuda-shm
   -p zenoh-cuda-shm-ros2 -p zcs-tests --lib
   --test ipc_channel --test ipc_hostile --test ipc_process --test ipc_refusal_log --test pool_leaks
-  --test control_hostile --test crash_matrix --test drop_order --test provider --test pubsub
-  --test ros2 --test shutdown --test tensor_host
+  --test control_hostile --test crash_matrix --test drop_order --test provider --test pubsub --test pubsub_fanout
+  --test ros2 --test shutdown --test tensor
 )
 echo "== $mode: RUSTFLAGS=$RUSTFLAGS ${ASAN_OPTIONS:+ASAN_OPTIONS=$ASAN_OPTIONS }${TSAN_OPTIONS:+TSAN_OPTIONS=$TSAN_OPTIONS }CARGO_TARGET_DIR=$CARGO_TARGET_DIR"
 exec cargo +nightly test --locked -j "${JOBS:-2}" "${extra[@]}" --target x86_64-unknown-linux-gnu \

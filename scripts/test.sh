@@ -28,6 +28,9 @@ export ZCS_ZENOHD_DIR
 echo "== cmake for the C and C++ examples' build (tests of zenoh-cuda-shm-c; pip)"
 command -v cmake >/dev/null || python3 -m pip install -q --disable-pip-version-check "cmake>=3.16"
 
+echo "== the ROS 2 peer's Python packages (tests/ros2_stream.rs runs it on host memory; pip)"
+python3 -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
+
 echo "== cargo test"
 # Build first: the mismatched plugin is built from what this build leaves in target/debug.
 cargo test --workspace --locked --no-run
@@ -45,7 +48,6 @@ python3 -m pip install -q --disable-pip-version-check -r tensor-codec/python/req
 python3 -m pytest -q tensor-codec/python 2>&1 | tee -a "$log"
 
 echo "== ROS 2 over rmw_zenoh against an independent peer (eclipse-zenoh + rosbags)"
-python3 -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
 python3 -m pytest -q tests/python 2>&1 | tee -a "$log"
 
 echo "== Python package (build, install into target/py-venv, pytest)"

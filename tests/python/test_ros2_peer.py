@@ -1,7 +1,7 @@
 """zenoh-cuda-shm's ROS 2 examples against an independent rmw_zenoh peer (ros2_peer.py,
 eclipse-zenoh + rosbags + xxhash), over loopback TCP on a free port, no multicast
 scouting, with host-memory blocks (the same protocol as on a GPU; see
-tests/tests/gpu_ros2.rs there).
+tests/tests/ros2_stream.rs, which runs the same stream on host memory and on a GPU).
 
 Every message is checked by whoever receives it (pixels, fields, attachment sequence
 numbers / timestamps / GID, CDR byte-exact against rosbags); each test then checks the

@@ -6,6 +6,11 @@
 //! [`gpu_or_skip`] returns the GPU, or prints `SKIPPED <test>: <reason>` and returns
 //! `None` so the test returns early. With `ZCS_REQUIRE_GPU=1` a missing GPU is a
 //! failure instead (set it on GPU machines, so a broken driver cannot pass as a skip).
+//!
+//! # One body, two media
+//! [`medium`]: a test body generic over [`Medium`] runs on host memory ([`Host`], CI)
+//! and on CUDA ([`Cuda`], the GPU machine), filling and checking payloads with
+//! [`Pattern`].
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,40 +19,8 @@ use serde::{Serialize, de::DeserializeOwned};
 use zcs_wire::ipc::{ControlConn, Frame};
 use zenoh_cuda_shm::cuda::Gpu;
 
-/// Which memory a multi-process test runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Sealed memfd blocks (CI).
-    Host,
-    /// CUDA VMM blocks (the GPU machine).
-    Cuda,
-}
-
-impl Mode {
-    /// `host` or `cuda`, as a child process reads it back with [`Mode::from_env`].
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Host => "host",
-            Mode::Cuda => "cuda",
-        }
-    }
-
-    /// The session's device choice.
-    pub fn device(self) -> zenoh_cuda_shm::config::DeviceChoice {
-        match self {
-            Mode::Host => zenoh_cuda_shm::config::DeviceChoice::Host,
-            Mode::Cuda => zenoh_cuda_shm::config::DeviceChoice::Cuda,
-        }
-    }
-
-    /// The mode a parent named in environment variable `var` (host when unset).
-    pub fn from_env(var: &str) -> Self {
-        match std::env::var(var).as_deref() {
-            Ok("cuda") => Mode::Cuda,
-            _ => Mode::Host,
-        }
-    }
-}
+pub mod medium;
+pub use medium::{Cuda, Host, Medium, MediumKind, Pattern};
 
 /// Environment variable that turns a missing GPU into a test failure.
 pub const REQUIRE_GPU_ENV: &str = "ZCS_REQUIRE_GPU";

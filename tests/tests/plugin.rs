@@ -33,8 +33,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use zcs_memory::cuda::kernels::Kernels;
-use zcs_tests::{free_tcp_port, watchdog_guard};
+use zcs_tests::{Medium, MediumKind, free_tcp_port, watchdog_guard};
 
 #[path = "support/provider.rs"]
 mod provider;
@@ -491,7 +490,7 @@ fn bridge_links_the_plugin_and_lists_pubsub() {
 
 /// The provider's state for `mode`'s device, from the admin space; waits while the
 /// router does not answer.
-fn provider_view(router: &mut Proc, http_port: u16, mode: provider::Mode) -> provider::View {
+fn provider_view(router: &mut Proc, http_port: u16, mode: MediumKind) -> provider::View {
     let admin = wait_admin(router, http_port, "the provider's entries", |a| {
         get(a, "provider").is_some() && a.iter().any(|(k, _)| k.starts_with("provider/devices/"))
     });
@@ -499,7 +498,7 @@ fn provider_view(router: &mut Proc, http_port: u16, mode: provider::Mode) -> pro
         .iter()
         .find(|(k, _)| {
             k.strip_prefix("provider/devices/")
-                .is_some_and(|d| if mode == provider::Mode::Host { d == "host" } else { d.starts_with("cuda-") })
+                .is_some_and(|d| if mode == MediumKind::Host { d == "host" } else { d.starts_with("cuda-") })
         })
         .map(|(_, v)| v)
         .unwrap_or_else(|| panic!("the provider lends no {mode:?} blocks: {admin:#?}"));
@@ -520,7 +519,10 @@ fn provider_view(router: &mut Proc, http_port: u16, mode: provider::Mode) -> pro
 /// zenohd with the plugin as the host's provider: a borrowing publisher SIGKILLed while
 /// two subscribers hold its blocks (`support/provider.rs`), every state read from the
 /// admin space over REST.
-fn zenohd_provider_scenario(test: &str, mode: provider::Mode, kernels: Option<Kernels>) {
+fn zenohd_provider_scenario<M: Medium>(test: &str) {
+    if !M::available(test) {
+        return;
+    }
     let Some(zenohd) = zenohd_dir(test) else { return };
     let _watchdog = watchdog_guard("zenohd provider scenario", TEST_LIMIT);
     let scratch = Scratch::new(test);
@@ -533,26 +535,17 @@ fn zenohd_provider_scenario(test: &str, mode: provider::Mode, kernels: Option<Ke
         let id = get(&admin, "provider").unwrap()["id"].as_str().unwrap_or_default().to_owned();
         u64::from_str_radix(&id, 16).unwrap_or_else(|e| panic!("provider id {id:?}: {e}"))
     };
-    let view = || provider_view(&mut router.borrow_mut(), http_port, mode);
-    provider::publisher_killed_at(mode, kernels, test, &provider::ProviderHost { port: zenoh_port, id, view: &view });
+    let view = || provider_view(&mut router.borrow_mut(), http_port, M::KIND);
+    provider::publisher_killed_at::<M>(test, &provider::ProviderHost { port: zenoh_port, id, view: &view });
     let mut router = router.into_inner();
     assert!(router.exited().is_none(), "zenohd exited\n{}", router.dump());
 }
 
-#[test]
-fn zenohd_provider_publisher_killed_two_readers() {
-    let test = "zenohd_provider_publisher_killed_two_readers";
-    zenohd_provider_scenario(test, provider::Mode::Host, None);
-}
-
-/// The same on CUDA VMM blocks of the router's provider, filled and checked by kernels.
-#[test]
-fn gpu_zenohd_provider_publisher_killed_two_readers() {
-    let test = "gpu_zenohd_provider_publisher_killed_two_readers";
-    if let Some(gpu) = zcs_tests::gpu_or_skip(test) {
-        let kernels = Kernels::load(&gpu).expect("load kernels");
-        zenohd_provider_scenario(test, provider::Mode::Cuda, Some(kernels));
-    }
+zcs_tests::medium_tests! {
+    /// On host memfd blocks of the router's provider, and on its CUDA VMM blocks (filled
+    /// by the fill kernel).
+    zenohd_provider_scenario => zenohd_provider_publisher_killed_two_readers,
+        gpu_zenohd_provider_publisher_killed_two_readers;
 }
 
 /// Entry point of the re-executed test binary (the provider scenario's publisher); a

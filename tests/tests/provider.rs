@@ -1,20 +1,21 @@
-//! Blocks lent by a host provider on the CPU path (host memfd blocks, real processes,
-//! real Zenoh on loopback TCP); the scenario is described in `support/provider.rs`.
-//! The GPU version is `gpu_provider.rs`.
+//! Blocks lent by a host provider, one body on host memfd blocks (CI) and on CUDA VMM
+//! blocks allocated in the provider's process (the GPU machine; filled by the fill
+//! kernel), with real processes and real Zenoh on loopback TCP; the scenario is
+//! described in `support/provider.rs`. Without a usable GPU the CUDA test prints
+//! `SKIPPED <name>: <reason>` (a failure under `ZCS_REQUIRE_GPU=1`).
 
 #[path = "support/provider.rs"]
 mod provider;
 
-/// A publisher that borrows from the provider is SIGKILLed mid-stream while two
-/// subscribers hold its blocks.
-#[test]
-fn provider_publisher_killed_two_readers() {
-    provider::publisher_killed(provider::Mode::Host, None, "provider_publisher_killed_two_readers");
+zcs_tests::medium_tests! {
+    /// A publisher that borrows from the provider is SIGKILLed mid-stream while two
+    /// subscribers hold its blocks.
+    provider::publisher_killed => provider_publisher_killed_two_readers, gpu_provider_publisher_killed_two_readers;
 }
 
 /// Entry point of the re-executed test binary (the publisher); a no-op in a normal run.
 #[test]
-#[ignore = "child-process entry, run by provider_publisher_killed_two_readers"]
+#[ignore = "child-process entry, run by the *provider_publisher_killed_two_readers tests"]
 fn child_entry() {
     provider::child_entry();
 }

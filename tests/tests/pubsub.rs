@@ -2,12 +2,11 @@
 //! FD handout, leases, bytes fallbacks) between real processes, over real Zenoh
 //! sessions on loopback TCP, with sealed memfd ("host") blocks.
 //!
-//! The `pubsub_*` tests are the bodies of `gpu_pubsub.rs` (fan-out and fan-in, aware
-//! and plain subscribers on one key, a relay chain, a subscriber or a publisher
-//! SIGKILLed), from `support/fanout.rs`, run on host memory: there every publisher and
-//! subscriber is a child process (see `fanout_child`) and the parent only orchestrates.
+//! Fan-out and fan-in, aware and plain subscribers on one key, a relay chain, a
+//! subscriber or a publisher SIGKILLed, with every participant a process of its own, are
+//! in `pubsub_fanout.rs` (one body on host memory and on CUDA).
 //!
-//! In the other tests the parent process opens the Zenoh session that listens on
+//! Here the parent process opens the Zenoh session that listens on
 //! `tcp/127.0.0.1:<free port>` (peer mode, no multicast scouting) and plays one side;
 //! the other sides are this test binary re-run as children (see `child_entry`), which
 //! connect to it (as does the raw session that injects bad input). Parent and children
@@ -42,11 +41,6 @@ use zenoh::Wait;
 use zenoh::qos::CongestionControl;
 use zenoh_cuda_shm::config::{DeviceChoice, HostId};
 use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, GpuSubscriber, Path, PutReport, RecvError, ZcsConfig};
-
-#[path = "support/fanout.rs"]
-mod fanout;
-
-use fanout::Mode;
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -503,65 +497,6 @@ impl Drop for Kids {
             }
         }
     }
-}
-
-// ---------------------------------------------------------------------------------
-// The bodies of gpu_pubsub.rs on host memory (support/fanout.rs): every publisher and
-// subscriber a child process; this process only orchestrates.
-// ---------------------------------------------------------------------------------
-
-#[test]
-fn pubsub_1_to_1_zero_copy() {
-    fanout::one_to_one(Mode::Host, "pubsub_1_to_1_zero_copy");
-}
-
-#[test]
-fn pubsub_1_to_3() {
-    fanout::one_to_three(Mode::Host, "pubsub_1_to_3");
-}
-
-#[test]
-fn pubsub_3_to_1() {
-    fanout::three_to_one(Mode::Host, "pubsub_3_to_1");
-}
-
-#[test]
-fn pubsub_mixed_gpu_and_plain_subscribers_one_copy_per_message() {
-    fanout::mixed_aware_and_plain_subscribers(
-        Mode::Host,
-        "pubsub_mixed_gpu_and_plain_subscribers_one_copy_per_message",
-    );
-}
-
-#[test]
-fn pubsub_relay_chain_of_three() {
-    fanout::relay_chain_of_three(Mode::Host, "pubsub_relay_chain_of_three");
-}
-
-// gpu_pubsub_volume_10k_messages_1_to_64_mib stays GPU only: on host memory its 10,000
-// messages of 1–64 MiB, each checked on the CPU, would take minutes of CI's two cores.
-
-#[test]
-fn pubsub_subscriber_killed_holding_blocks_returns_them() {
-    fanout::subscriber_killed_holding_blocks_returns_them(
-        Mode::Host,
-        "pubsub_subscriber_killed_holding_blocks_returns_them",
-    );
-}
-
-#[test]
-fn pubsub_publisher_killed_subscriber_reads_held_samples() {
-    fanout::publisher_killed_subscriber_reads_held_samples(
-        Mode::Host,
-        "pubsub_publisher_killed_subscriber_reads_held_samples",
-    );
-}
-
-/// Entry point of the fan-out tests' child processes; a no-op in a normal run.
-#[test]
-#[ignore = "child-process entry, run by the pubsub_* tests above"]
-fn fanout_child() {
-    fanout::child_entry();
 }
 
 // ---------------------------------------------------------------------------------

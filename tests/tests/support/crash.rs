@@ -1,6 +1,6 @@
-//! The crash matrix, shared by `crash_matrix.rs` (host memfd blocks, CI) and
-//! `gpu_crash_matrix.rs` (CUDA VMM blocks, the GPU machine); included with `#[path]`
-//! so each test binary compiles its own copy.
+//! The crash matrix, run by `crash_matrix.rs` on host memfd blocks (CI) and on CUDA VMM
+//! blocks (the GPU machine); included with `#[path]`. Each cell is one body, generic
+//! over the medium.
 //!
 //! A victim process is SIGKILLed at a random moment, re-spawned, and killed again,
 //! `ZCS_CRASH_ITERS` times per cell (default 200), with real Zenoh sessions on loopback
@@ -74,10 +74,10 @@ const TARGET: Duration = Duration::from_millis(100);
 
 /// The bound a dead subscriber's blocks are asserted back within: the target on the
 /// GPU machine (16 cores, nothing else running), [`RECLAIM_LIMIT`] in CI.
-fn reclaim_limit(mode: Mode) -> Duration {
+fn reclaim_limit(mode: MediumKind) -> Duration {
     match mode {
-        Mode::Cuda => TARGET,
-        Mode::Host => RECLAIM_LIMIT,
+        MediumKind::Cuda => TARGET,
+        MediumKind::Host => RECLAIM_LIMIT,
     }
 }
 
@@ -98,19 +98,19 @@ fn iterations() -> usize {
     std::env::var(ITERS_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(200)
 }
 
-pub use zcs_tests::Mode;
+use zcs_tests::{Medium, MediumKind};
 
 /// Descriptors this process keeps per block it publishes and per block it imported: the
 /// memfd or the exported VMM handle; a host mapping keeps its memfd, a CUDA import
 /// closes its fd right after `cuMemImportFromShareableHandle`.
-fn fds_per_block(mode: Mode) -> u64 {
+fn fds_per_block(mode: MediumKind) -> u64 {
     match mode {
-        Mode::Host => 2,
-        Mode::Cuda => 1,
+        MediumKind::Host => 2,
+        MediumKind::Cuda => 1,
     }
 }
 
-fn session(mode: Mode, port: u16, listen: bool) -> GpuSession {
+fn session(mode: MediumKind, port: u16, listen: bool) -> GpuSession {
     let (l, c) = if listen { (Some(port), None) } else { (None, Some(port)) };
     let device = mode.device();
     let gpu_ordinal = std::env::var(GPU_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
@@ -172,8 +172,8 @@ struct VictimGpu {
 }
 
 impl VictimGpu {
-    fn open(mode: Mode, ordinal: usize) -> Option<Self> {
-        (mode == Mode::Cuda && ordinal != 0).then(|| {
+    fn open(mode: MediumKind, ordinal: usize) -> Option<Self> {
+        (mode == MediumKind::Cuda && ordinal != 0).then(|| {
             let gpu = zenoh_cuda_shm::cuda::Gpu::open(ordinal).expect("the victims' GPU");
             let base_free = gpu.mem_info().expect("cuMemGetInfo").0;
             Self { gpu, base_free, settle: Duration::ZERO }
@@ -462,13 +462,15 @@ fn drain_holding(
 /// The cell where subscribers die: this process publishes continuously; a victim
 /// subscriber process is killed at random moments; a second subscriber in this
 /// process must see every message, intact and in order.
-pub fn subscriber_killed(mode: Mode, test: &'static str) {
-    subscriber_killed_on(mode, test, 0);
+pub fn subscriber_killed<M: Medium>(test: &'static str) {
+    if let Some(kind) = M::gate(test) {
+        subscriber_killed_on(kind, test, 0);
+    }
 }
 
 /// [`subscriber_killed`] with the victims on GPU `victim_gpu` (CUDA): on another GPU than
 /// the publisher's (0), they map its blocks over NVLink or PCIe (`zero-copy-peer`).
-pub fn subscriber_killed_on(mode: Mode, test: &'static str, victim_gpu: usize) {
+pub fn subscriber_killed_on(mode: MediumKind, test: &'static str, victim_gpu: usize) {
     const TEST: &str = "subscriber killed";
     let _l = serial();
     // Before any baseline: a context of this process on that GPU opens descriptors and
@@ -625,13 +627,15 @@ pub fn subscriber_killed_on(mode: Mode, test: &'static str, victim_gpu: usize) {
 /// The cell where publishers die: a victim publisher process loans, writes (in
 /// pieces) and puts continuously and is killed at random moments; this process
 /// subscribes, checks every sample, and must drop each dead publisher's imports.
-pub fn publisher_killed(mode: Mode, test: &'static str) {
-    publisher_killed_on(mode, test, 0);
+pub fn publisher_killed<M: Medium>(test: &'static str) {
+    if let Some(kind) = M::gate(test) {
+        publisher_killed_on(kind, test, 0);
+    }
 }
 
 /// [`publisher_killed`] with the victims on GPU `victim_gpu` (CUDA): on another GPU than
 /// this subscriber's (0), it maps their blocks over NVLink or PCIe (`zero-copy-peer`).
-pub fn publisher_killed_on(mode: Mode, test: &'static str, victim_gpu: usize) {
+pub fn publisher_killed_on(mode: MediumKind, test: &'static str, victim_gpu: usize) {
     const TEST: &str = "publisher killed";
     let _l = serial();
     // Before any baseline: a context of this process on that GPU opens descriptors and
@@ -887,7 +891,8 @@ impl PlainWatch {
 /// one handshake, for the whole cell); samples it holds across a death keep their
 /// bytes; the pool is whole once it lets go; the plain subscriber gets only intact,
 /// increasing messages and resumes after each re-spawn; resources stay at the baseline.
-pub fn relay_killed(mode: Mode, test: &'static str) {
+pub fn relay_killed<M: Medium>(test: &'static str) {
+    let Some(mode) = M::gate(test) else { return };
     const TEST: &str = "relay killed";
     let _l = serial();
     let n = iterations();
@@ -1080,7 +1085,7 @@ pub fn relay_killed(mode: Mode, test: &'static str) {
 /// The victims' side: call from the test binary's `child_entry` (an ignored test).
 pub fn child_entry() {
     let Some(role) = child_role() else { return };
-    let mode = Mode::from_env(MODE_ENV);
+    let mode = MediumKind::from_env(MODE_ENV);
     // Killed long before; never outlive a parent that died.
     let _w = watchdog_guard("crash victim", Duration::from_secs(30));
     let port: u16 = std::env::var(PORT_ENV).expect("port").parse().expect("port number");

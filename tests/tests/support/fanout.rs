@@ -1,7 +1,7 @@
 //! Pub/sub between processes where every publisher and subscriber is its own process,
-//! shared by `gpu_pubsub.rs` (CUDA VMM blocks, the GPU machine) and `pubsub.rs` (host
-//! memfd blocks, CI); included with `#[path]` so each test binary compiles its own copy.
-//! Each public function is one test's body, run on the backend its caller names.
+//! run by `pubsub_fanout.rs` on CUDA VMM blocks (the GPU machine) and on host memfd
+//! blocks (CI); included with `#[path]`. Each public function is one test's body,
+//! generic over the medium it runs on (it returns early where that medium is missing).
 //!
 //! Each participant is the including test binary re-run as a child (entry test
 //! [`ENTRY`], see [`child_entry`]), with its own Zenoh session and, on CUDA, its own
@@ -18,7 +18,6 @@
 
 #![allow(dead_code)] // each including binary uses its own subset
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::process::Child;
 use std::sync::{Mutex, MutexGuard};
@@ -27,15 +26,14 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use zcs_memory::cuda::kernels::check_pattern;
-use zcs_memory::cuda::{DeviceBlock, Gpu, Kernels, Stream, sys};
 use zcs_tests::{
     child_role, free_tcp_port, from_hex, loopback_zenoh_config, spawn_child, to_hex, wait_child, watchdog_guard,
 };
 use zcs_wire::ipc::{ControlConn, ControlListener, SocketName};
 use zenoh::Wait;
-use zenoh_cuda_shm::{GpuLoan, GpuPublisher, GpuSample, GpuSession, Path, ZcsConfig};
+use zenoh_cuda_shm::{GpuPublisher, GpuSample, GpuSession, Path, ZcsConfig};
 
-pub use zcs_tests::Mode;
+use zcs_tests::{Cuda, Medium, MediumKind, Pattern};
 
 /// The `#[ignore]`d test of the including binary that calls [`child_entry`].
 pub const ENTRY: &str = "fanout_child";
@@ -62,7 +60,7 @@ const WINDOW: usize = 16;
 /// The bound a SIGKILLed subscriber's blocks are asserted back within: the target on
 /// the GPU machine, 1 s in CI, whose two cores are shared with the build (as in
 /// `support/crash.rs`).
-fn reclaim_limit(mode: Mode) -> Duration {
+fn reclaim_limit(mode: MediumKind) -> Duration {
     pick(mode, Duration::from_millis(100), Duration::from_secs(1))
 }
 
@@ -86,10 +84,10 @@ fn msg_len(sizes: &[usize], idx: u8, seq: u64) -> usize {
     sizes[((seq - 1) % sizes.len() as u64) as usize] + usize::from(idx) * 4096
 }
 
-fn pick<T>(mode: Mode, cuda: T, host: T) -> T {
+fn pick<T>(mode: MediumKind, cuda: T, host: T) -> T {
     match mode {
-        Mode::Cuda => cuda,
-        Mode::Host => host,
+        MediumKind::Cuda => cuda,
+        MediumKind::Host => host,
     }
 }
 
@@ -269,7 +267,7 @@ fn recv(conn: &ControlConn, who: &str, timeout: Duration) -> Ctl {
 /// The parent of one test: its control socket, its children and their connections.
 struct Harness {
     test: &'static str,
-    mode: Mode,
+    mode: MediumKind,
     port: u16,
     listener: ControlListener,
     sock: String,
@@ -278,7 +276,7 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(test: &'static str, mode: Mode) -> Self {
+    fn new(test: &'static str, mode: MediumKind) -> Self {
         let name = SocketName::random_abstract();
         let listener = ControlListener::bind(&name).expect("bind the test control socket");
         Self {
@@ -405,7 +403,7 @@ impl Drop for Harness {
 
 struct ChildEnv {
     name: String,
-    mode: Mode,
+    mode: MediumKind,
     port: u16,
     listen: bool,
 }
@@ -415,7 +413,7 @@ impl ChildEnv {
         let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} not set in the child"));
         Self {
             name: var(NAME_ENV),
-            mode: Mode::from_env(MODE_ENV),
+            mode: MediumKind::from_env(MODE_ENV),
             port: var(PORT_ENV).parse().expect("port"),
             listen: var(LISTEN_ENV) == "1",
         }
@@ -465,130 +463,6 @@ impl Ctl2 {
     fn expect_finish(&self) {
         let m = self.recv(IO);
         assert!(matches!(m, Ctl::Finish), "{}: expected Finish, got {m:?}", self.name);
-    }
-}
-
-/// Where a child's checks and fills run: the GPU (kernels on one stream, a device
-/// error counter), or the CPU for host-memory sessions.
-enum Dev {
-    Cuda { gpu: Gpu, kernels: Kernels, stream: Stream, counter: DeviceBlock },
-    Host { errors: Cell<u64> },
-}
-
-impl Dev {
-    fn new(session: &GpuSession) -> Self {
-        match session.gpu() {
-            Some(gpu) => {
-                let kernels = Kernels::load(gpu).expect("load kernels");
-                let stream = gpu.new_stream().expect("stream");
-                let counter = DeviceBlock::allocate(gpu, 4).expect("counter block");
-                gpu.bind().expect("bind");
-                // SAFETY: the counter block is mapped with ≥ 4 bytes on this device.
-                unsafe { sys::memset_d8_async(counter.device_ptr(), 0, 4, stream.cu_stream()) }.expect("memset");
-                Self::Cuda { gpu: gpu.clone(), kernels, stream, counter }
-            }
-            None => Self::Host { errors: Cell::new(0) },
-        }
-    }
-
-    /// A loan bound to this device's stream (so work on it orders after our reads).
-    fn loan(&self, p: &GpuPublisher, len: usize) -> GpuLoan {
-        match self {
-            Self::Cuda { stream, .. } => p.loan_on(len, stream),
-            Self::Host { .. } => p.loan(len),
-        }
-        .expect("loan")
-    }
-
-    /// Fills the whole loan with the pattern of `seed`.
-    fn fill(&self, loan: &mut GpuLoan, seed: u64) {
-        match self {
-            Self::Cuda { kernels, .. } => {
-                let (ptr, len) = (loan.device_ptr().expect("CUDA loan"), loan.len() as u64);
-                let stream = loan.stream().expect("CUDA loan");
-                // SAFETY: the loan owns ≥ len mapped bytes until `put`, which orders
-                // the ready signal after this launch on the loan's stream.
-                unsafe { kernels.fill(stream, ptr, len, seed) }.expect("fill");
-            }
-            Self::Host { .. } => {
-                zcs_memory::cuda::kernels::fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seed)
-            }
-        }
-    }
-
-    /// Checks every byte of `s` against `seed`: the check kernel on our stream, after
-    /// the publisher's ready signal (errors go to the device counter; see
-    /// [`Dev::take_errors`]), or the CPU on a host sample.
-    fn check(&self, s: &GpuSample, seed: u64) {
-        match self {
-            Self::Cuda { kernels, stream, counter, .. } => {
-                let read = s.read(stream).expect("read the sample on our stream");
-                assert_eq!(read.len(), s.len());
-                // SAFETY: the read range is mapped and held by `s` until the fence that
-                // `end` records after this launch; the counter is a mapped u32 owned by
-                // `self`, which outlives the launch (take_errors synchronises).
-                unsafe { kernels.check(stream, read.device_ptr(), read.len() as u64, seed, counter.device_ptr()) }
-                    .expect("check kernel");
-                read.end().expect("end the read");
-            }
-            Self::Host { errors } => {
-                let bytes = s.host_bytes().expect("host bytes of a host sample");
-                errors.set(errors.get() + check_pattern(&bytes, 0, seed).map_or(0, |(_, bad)| bad));
-            }
-        }
-    }
-
-    /// A relay step: checks the input against `in_seed` and fills `out` with
-    /// `out_seed`, both on our stream, the fill after the check.
-    fn relay(&self, s: &GpuSample, in_seed: u64, out: &mut GpuLoan, out_seed: u64) {
-        match self {
-            Self::Cuda { kernels, stream, counter, .. } => {
-                let read = s.read(stream).expect("read the input on our stream");
-                // SAFETY: as in `check`.
-                unsafe { kernels.check(stream, read.device_ptr(), read.len() as u64, in_seed, counter.device_ptr()) }
-                    .expect("check kernel");
-                let out_stream = out.stream().expect("CUDA loan");
-                assert!(Stream::ptr_eq(out_stream, stream), "the output loan is bound to our stream");
-                let (ptr, len) = (out.device_ptr().expect("CUDA loan"), out.len() as u64);
-                // SAFETY: the loan owns ≥ len mapped bytes until `put`, which orders the
-                // ready signal after this launch (same stream as the check above).
-                unsafe { kernels.fill(out_stream, ptr, len, out_seed) }.expect("fill");
-                read.end().expect("end the read");
-            }
-            Self::Host { .. } => {
-                self.check(s, in_seed);
-                self.fill(out, out_seed);
-            }
-        }
-    }
-
-    /// Waits for everything enqueued on our stream (fills and ready signals included).
-    fn synchronize(&self) {
-        if let Self::Cuda { gpu, stream, .. } = self {
-            gpu.bind().expect("bind");
-            // SAFETY: a stream of the current context, owned by `self`.
-            unsafe { sys::stream_synchronize(stream.cu_stream()) }.expect("synchronize");
-        }
-    }
-
-    /// Mismatches counted since the last call (waits for the checks enqueued so far).
-    fn take_errors(&self) -> u64 {
-        match self {
-            Self::Cuda { gpu, stream, counter, .. } => {
-                let mut v = [0u8; 4];
-                gpu.bind().expect("bind");
-                // SAFETY: the counter is mapped with ≥ 4 bytes; `v` lives until the
-                // synchronize below returns.
-                unsafe { sys::memcpy_dtoh_async(v.as_mut_ptr(), counter.device_ptr(), 4, stream.cu_stream()) }
-                    .expect("read the counter");
-                // SAFETY: the counter is mapped with ≥ 4 bytes; ordered after the copy.
-                unsafe { sys::memset_d8_async(counter.device_ptr(), 0, 4, stream.cu_stream()) }.expect("reset");
-                // SAFETY: a stream of the current context.
-                unsafe { sys::stream_synchronize(stream.cu_stream()) }.expect("synchronize");
-                u64::from(u32::from_le_bytes(v))
-            }
-            Self::Host { errors } => errors.replace(0),
-        }
     }
 }
 
@@ -730,7 +604,7 @@ fn wait_window(who: &str, p: &GpuPublisher, window: usize) {
 }
 
 /// Publishes `seqs` with the pattern of (`idx`, seq, 0).
-fn publish(who: &str, dev: &Dev, p: &GpuPublisher, pp: &PubParams, seqs: std::ops::RangeInclusive<u64>) -> u64 {
+fn publish(who: &str, dev: &Pattern, p: &GpuPublisher, pp: &PubParams, seqs: std::ops::RangeInclusive<u64>) -> u64 {
     let mut bytes = 0u64;
     for seq in seqs {
         let len = msg_len(&pp.sizes, pp.idx, seq);
@@ -796,7 +670,7 @@ impl Receiver {
         idx
     }
 
-    fn check(&mut self, who: &str, dev: &Dev, s: &GpuSample, seed: u64, batch: u64) {
+    fn check(&mut self, who: &str, dev: &Pattern, s: &GpuSample, seed: u64, batch: u64) {
         dev.check(s, seed);
         self.unread += 1;
         if self.unread >= batch.max(1) {
@@ -804,7 +678,7 @@ impl Receiver {
         }
     }
 
-    fn flush(&mut self, who: &str, dev: &Dev) {
+    fn flush(&mut self, who: &str, dev: &Pattern) {
         let e = dev.take_errors();
         self.check_errors += e;
         self.unread = 0;
@@ -820,7 +694,7 @@ fn role_pub(env: &ChildEnv) {
     let pp: PubParams = child_params();
     let who = env.name.as_str();
     let session = env.gpu_session();
-    let dev = Dev::new(&session);
+    let dev = Pattern::new(&session);
     let p = session.declare_publisher(pp.key.clone()).wait().expect("declare publisher");
     let ctl = env.connect();
     wait_routes(who, &p, pp.wait_zero_copy, pp.plain_token.as_deref());
@@ -839,7 +713,7 @@ fn role_sub(env: &ChildEnv) {
     let sp: SubParams = child_params();
     let who = env.name.as_str();
     let session = env.gpu_session();
-    let dev = Dev::new(&session);
+    let dev = Pattern::new(&session);
     let sub = session.declare_subscriber(sp.key.clone()).wait().expect("declare subscriber");
     let ctl = env.connect();
     // CPU checks run on their own thread, so they do not slow the receive loop.
@@ -936,7 +810,7 @@ fn role_relay(env: &ChildEnv) {
     let rp: RelayParams = child_params();
     let who = env.name.as_str();
     let session = env.gpu_session();
-    let dev = Dev::new(&session);
+    let dev = Pattern::new(&session);
     let sub = session.declare_subscriber(rp.input.clone()).wait().expect("declare subscriber");
     let p = session.declare_publisher(rp.output.clone()).wait().expect("declare publisher");
     let ctl = env.connect();
@@ -987,7 +861,7 @@ fn role_kill_sub_pub(env: &ChildEnv) {
     let kp: KillParams = child_params();
     let who = env.name.as_str();
     let session = env.gpu_session();
-    let dev = Dev::new(&session);
+    let dev = Pattern::new(&session);
     let p = session.declare_publisher(kp.key.clone()).wait().expect("declare publisher");
     let ctl = env.connect();
     wait_routes(who, &p, 2, None);
@@ -1042,7 +916,7 @@ fn role_kill_sub_victim(env: &ChildEnv) {
     let kp: KillParams = child_params();
     let who = env.name.as_str();
     let session = env.gpu_session();
-    let dev = Dev::new(&session);
+    let dev = Pattern::new(&session);
     let sub = session.declare_subscriber(kp.key.clone()).wait().expect("declare subscriber");
     let ctl = env.connect();
     let mut rx = Receiver::new(&[kp.size]);
@@ -1067,7 +941,7 @@ fn role_kill_pub_pub(env: &ChildEnv) {
     let kp: KillParams = child_params();
     let who = env.name.as_str();
     let session = env.gpu_session();
-    let dev = Dev::new(&session);
+    let dev = Pattern::new(&session);
     let p = session.declare_publisher(kp.key.clone()).wait().expect("declare publisher");
     let ctl = env.connect();
     wait_routes(who, &p, 1, None);
@@ -1094,7 +968,7 @@ fn role_kill_pub_sub(env: &ChildEnv) {
     let kp: KillParams = child_params();
     let who = env.name.as_str();
     let session = env.gpu_session();
-    let dev = Dev::new(&session);
+    let dev = Pattern::new(&session);
     let sub = session.declare_subscriber(kp.key.clone()).wait().expect("declare subscriber");
     let ctl = env.connect();
     let mut rx = Receiver::new(&[kp.size]);
@@ -1178,7 +1052,7 @@ struct FanoutResult {
 
 /// Runs a fan-out case, alone and under a watchdog of `limit`, and asserts that every
 /// subscriber received every message zero-copy.
-fn fanout(test: &'static str, mode: Mode, f: &Fanout, limit: Duration) -> FanoutResult {
+fn fanout(test: &'static str, mode: MediumKind, f: &Fanout, limit: Duration) -> FanoutResult {
     let _serial = serial();
     let _wd = watchdog_guard(test, limit);
     let r = run_fanout(test, mode, f);
@@ -1187,7 +1061,7 @@ fn fanout(test: &'static str, mode: Mode, f: &Fanout, limit: Duration) -> Fanout
 }
 
 /// `pubs` publishers to `subs` subscribers on one key, all zero-copy.
-fn run_fanout(test: &'static str, mode: Mode, f: &Fanout) -> FanoutResult {
+fn run_fanout(test: &'static str, mode: MediumKind, f: &Fanout) -> FanoutResult {
     let key = test_key(test);
     let mut h = Harness::new(test, mode);
     let pub_names: Vec<String> = (0..f.pubs).map(|i| format!("pub{i}")).collect();
@@ -1279,7 +1153,8 @@ fn assert_fanout(test: &str, f: &Fanout, r: &FanoutResult) {
 }
 
 /// One publisher, one subscriber, sizes that change from message to message.
-pub fn one_to_one(mode: Mode, test: &'static str) {
+pub fn one_to_one<M: Medium>(test: &'static str) {
+    let Some(mode) = M::gate(test) else { return };
     let f = Fanout {
         pubs: 1,
         subs: 1,
@@ -1293,7 +1168,8 @@ pub fn one_to_one(mode: Mode, test: &'static str) {
 }
 
 /// One publisher, three subscribers: one lease per subscriber per message.
-pub fn one_to_three(mode: Mode, test: &'static str) {
+pub fn one_to_three<M: Medium>(test: &'static str) {
+    let Some(mode) = M::gate(test) else { return };
     let f = Fanout {
         pubs: 1,
         subs: 3,
@@ -1307,7 +1183,8 @@ pub fn one_to_three(mode: Mode, test: &'static str) {
 
 /// Three publishers publishing at once, one subscriber: each publisher's sequence
 /// complete and in order, each with its own lengths.
-pub fn three_to_one(mode: Mode, test: &'static str) {
+pub fn three_to_one<M: Medium>(test: &'static str) {
+    let Some(mode) = M::gate(test) else { return };
     let f = Fanout {
         pubs: 3,
         subs: 1,
@@ -1322,7 +1199,8 @@ pub fn three_to_one(mode: Mode, test: &'static str) {
 /// Two GPU-aware subscribers and a plain Zenoh subscriber on one key: the aware ones
 /// read in place, the plain one gets bytes, and the publisher copies each message out
 /// once (for the plain subscriber), not once per subscriber.
-pub fn mixed_aware_and_plain_subscribers(mode: Mode, test: &'static str) {
+pub fn mixed_aware_and_plain_subscribers<M: Medium>(test: &'static str) {
+    let Some(mode) = M::gate(test) else { return };
     let _serial = serial();
     let _wd = watchdog_guard(test, Duration::from_secs(120));
     let key = test_key("mixed");
@@ -1377,7 +1255,8 @@ pub fn mixed_aware_and_plain_subscribers(mode: Mode, test: &'static str) {
 
 /// A source, three relays (each checks its input and writes its own block for the
 /// next stage) and a final subscriber: every hop zero-copy, every byte checked.
-pub fn relay_chain_of_three(mode: Mode, test: &'static str) {
+pub fn relay_chain_of_three<M: Medium>(test: &'static str) {
+    let Some(mode) = M::gate(test) else { return };
     let _serial = serial();
     let _wd = watchdog_guard(test, Duration::from_secs(120));
     let n = pick(mode, 200, 30);
@@ -1451,6 +1330,9 @@ pub fn relay_chain_of_three(mode: Mode, test: &'static str) {
 /// one checked by the check kernel. CUDA only: on host memory the CPU checks alone
 /// would take minutes of CI's two cores, and the host fan-out tests cover that path.
 pub fn volume_10k_messages_1_to_64_mib(test: &'static str) {
+    if !Cuda::available(test) {
+        return;
+    }
     let f = Fanout {
         pubs: 1,
         subs: 1,
@@ -1460,7 +1342,7 @@ pub fn volume_10k_messages_1_to_64_mib(test: &'static str) {
         cpu_every: 625,
         gpu_batch: 32,
     };
-    let r = fanout(test, Mode::Cuda, &f, Duration::from_secs(170));
+    let r = fanout(test, MediumKind::Cuda, &f, Duration::from_secs(170));
     let (s, p) = (&r.subs[0], &r.published[0]);
     println!(
         "{test}: {} messages, {:.1} GB: subscriber {:.0} msgs/s ({:.1} GB/s), publisher {:.0} msgs/s; every message checked on the GPU, {} on the CPU",
@@ -1476,7 +1358,8 @@ pub fn volume_10k_messages_1_to_64_mib(test: &'static str) {
 /// A subscriber holding samples is SIGKILLed: every block it held returns to the
 /// publisher's pool at once (its connection's holder released), and the publisher and
 /// another subscriber carry on.
-pub fn subscriber_killed_holding_blocks_returns_them(mode: Mode, test: &'static str) {
+pub fn subscriber_killed_holding_blocks_returns_them<M: Medium>(test: &'static str) {
+    let Some(mode) = M::gate(test) else { return };
     use std::os::unix::process::ExitStatusExt;
     let _serial = serial();
     let _wd = watchdog_guard(test, Duration::from_secs(120));
@@ -1540,7 +1423,8 @@ pub fn subscriber_killed_holding_blocks_returns_them(mode: Mode, test: &'static 
 
 /// A publisher is SIGKILLed while a subscriber holds samples it has not read yet: the
 /// subscriber evicts the dead publisher and still reads every held sample, intact.
-pub fn publisher_killed_subscriber_reads_held_samples(mode: Mode, test: &'static str) {
+pub fn publisher_killed_subscriber_reads_held_samples<M: Medium>(test: &'static str) {
+    let Some(mode) = M::gate(test) else { return };
     let _serial = serial();
     let _wd = watchdog_guard(test, Duration::from_secs(120));
     let kp = KillParams { key: test_key("kill_pub"), n1: 3, n2: 0, hold: 3, size: pick(mode, 8 * MIB, MIB + 5) };

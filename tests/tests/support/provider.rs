@@ -1,8 +1,8 @@
 //! Pub/sub with blocks lent by a host provider, and a publisher killed mid-stream;
-//! shared by `provider.rs` (host memfd blocks, CI) and `gpu_provider.rs` (CUDA VMM
-//! blocks, the GPU machine); included with `#[path]`.
+//! run by `provider.rs` on host memfd blocks (CI) and on CUDA VMM blocks (the GPU
+//! machine), one body generic over the medium; included with `#[path]`.
 //!
-//! The provider runs in the test process (`provider.rs`, `gpu_provider.rs`) or in zenohd
+//! The provider runs in the test process (`provider.rs`) or in zenohd
 //! through the plugin (`plugin.rs`, which reads its state from the admin space); a
 //! publisher in a child process borrows its blocks (`provider: required`), and two subscriber
 //! sessions (two provider clients) read them zero-copy. Each subscriber keeps the first
@@ -19,12 +19,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use zcs_memory::cuda::kernels::{Kernels, check_pattern, fill_pattern};
-use zcs_tests::{child_role, free_tcp_port, loopback_zenoh_config, spawn_child, watchdog_guard};
+use zcs_memory::cuda::kernels::check_pattern;
+use zcs_tests::{
+    Medium, MediumKind, Pattern, child_role, free_tcp_port, loopback_zenoh_config, spawn_child, watchdog_guard,
+};
 use zenoh::Wait;
 use zenoh_cuda_shm::config::ProviderMode;
 use zenoh_cuda_shm::provider::{GpuSelection, Provider, ProviderConfig, ProviderSnapshot};
-use zenoh_cuda_shm::{GpuLoan, GpuSample, GpuSession, GpuSubscriber, Path, ZcsConfig};
+use zenoh_cuda_shm::{GpuSample, GpuSession, GpuSubscriber, Path, ZcsConfig};
 
 const MODE_ENV: &str = "ZCS_PROVIDER_TEST_MODE";
 const PORT_ENV: &str = "ZCS_PROVIDER_TEST_PORT";
@@ -38,23 +40,9 @@ const IO: Duration = Duration::from_secs(20);
 
 type Sub = GpuSubscriber<flume::Receiver<GpuSample>>;
 
-pub use zcs_tests::Mode;
-
-fn session(mode: Mode, port: u16, provider: ProviderMode) -> GpuSession {
+fn session(mode: MediumKind, port: u16, provider: ProviderMode) -> GpuSession {
     let cfg = ZcsConfig { device: mode.device(), provider, provider_discovery_ms: 2000, ..Default::default() };
     GpuSession::open(loopback_zenoh_config(None, Some(port), Some(KEY_ROOT)), cfg).wait().expect("open session")
-}
-
-fn fill(kernels: Option<&Kernels>, loan: &mut GpuLoan, seed: u64) {
-    match kernels {
-        Some(k) => {
-            let (ptr, len) = (loan.device_ptr().expect("CUDA loan"), loan.len() as u64);
-            // SAFETY: the loan owns ≥ len mapped bytes until `put`, which orders the
-            // ready signal after this launch on the loan's stream.
-            unsafe { k.fill(loan.stream().expect("CUDA loan"), ptr, len, seed) }.expect("fill kernel");
-        }
-        None => fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seed),
-    }
 }
 
 fn check(s: &GpuSample, what: &str) {
@@ -95,11 +83,11 @@ pub struct View {
 
 impl View {
     /// From a snapshot of a provider in this process.
-    pub fn of(snap: &ProviderSnapshot, mode: Mode) -> Self {
+    pub fn of(snap: &ProviderSnapshot, mode: MediumKind) -> Self {
         let dev = snap
             .devices
             .iter()
-            .find(|d| (mode == Mode::Host) == (d.device == "host"))
+            .find(|d| (mode == MediumKind::Host) == (d.device == "host"))
             .expect("the provider lends this mode's device");
         Self {
             loans: dev.loans as u64,
@@ -163,23 +151,25 @@ impl Reader {
     }
 }
 
-/// The scenario in the module docs, with the provider in this process.
-pub fn publisher_killed(mode: Mode, kernels: Option<Kernels>, test: &str) {
+/// The scenario in the module docs, with the provider in this process, on `M`'s memory.
+pub fn publisher_killed<M: Medium>(test: &str) {
+    let Some(mode) = M::gate(test) else { return };
     let port = free_tcp_port();
     let router = zenoh::open(loopback_zenoh_config(Some(port), None, Some(KEY_ROOT))).wait().expect("provider session");
     let cfg = ProviderConfig {
-        gpus: if mode == Mode::Cuda { GpuSelection::Ordinals(vec![0]) } else { GpuSelection::None },
-        host: mode == Mode::Host,
+        gpus: if mode == MediumKind::Cuda { GpuSelection::Ordinals(vec![0]) } else { GpuSelection::None },
+        host: mode == MediumKind::Host,
         ..ProviderConfig::default()
     };
     let provider = Provider::start(&cfg, &router).expect("start the provider");
     let view = || View::of(&provider.snapshot(), mode);
-    publisher_killed_at(mode, kernels, test, &ProviderHost { port, id: provider.provider().id, view: &view });
+    publisher_killed_at::<M>(test, &ProviderHost { port, id: provider.provider().id, view: &view });
 }
 
 /// The scenario in the module docs, against the provider of `host` (in this process or
-/// in a router).
-pub fn publisher_killed_at(mode: Mode, kernels: Option<Kernels>, test: &str, host: &ProviderHost<'_>) {
+/// in a router), on `M`'s memory (the caller has checked [`Medium::available`]).
+pub fn publisher_killed_at<M: Medium>(test: &str, host: &ProviderHost<'_>) {
+    let mode = M::KIND;
     let _w = watchdog_guard("provider test", Duration::from_secs(120));
     let port = host.port;
     let key = format!("{KEY_ROOT}/{}/{}", std::process::id(), mode.name());
@@ -254,10 +244,10 @@ pub fn publisher_killed_at(mode: Mode, kernels: Option<Kernels>, test: &str, hos
     let s3 = session(mode, port, ProviderMode::Required);
     let p = s3.declare_publisher(key.clone()).wait().expect("publisher");
     wait_until("both subscribers to be zero-copy", || p.zero_copy_subscribers() == 2);
-    let k3 = kernels.as_ref();
+    let pattern = Pattern::new(&s3);
     for seq in 1..=4 {
         let mut loan = p.loan(LEN).expect("loan");
-        fill(k3, &mut loan, seq);
+        pattern.fill(&mut loan, seq);
         assert_eq!(p.put(loan).expect("put").zero_copy, 2);
     }
     for r in &readers {
@@ -277,18 +267,18 @@ pub fn child_entry() {
     let Some(role) = child_role() else { return };
     assert_eq!(role, "provider-pub");
     let _w = watchdog_guard("provider test publisher", Duration::from_secs(60));
-    let mode = Mode::from_env(MODE_ENV);
+    let mode = MediumKind::from_env(MODE_ENV);
     let port: u16 = std::env::var(PORT_ENV).expect("port").parse().expect("port number");
     let key = std::env::var(KEY_ENV).expect("key");
     let s = session(mode, port, ProviderMode::Required);
-    let kernels = s.gpu().map(|g| Kernels::load(g).expect("load kernels"));
+    let pattern = Pattern::new(&s);
     let p = s.declare_publisher(key).wait().expect("publisher");
     while p.zero_copy_subscribers() < 2 {
         std::thread::sleep(Duration::from_millis(5));
     }
     for seq in 1.. {
         let mut loan = p.loan(LEN).expect("loan");
-        fill(kernels.as_ref(), &mut loan, seq);
+        pattern.fill(&mut loan, seq);
         p.put(loan).expect("put");
         std::thread::sleep(Duration::from_millis(2));
     }

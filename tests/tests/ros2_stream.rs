@@ -1,22 +1,23 @@
-//! ROS 2 over rmw_zenoh on the GPU: 1080p and 4K `sensor_msgs/msg/Image` streams from
-//! one process of ours to another on the zero-copy path, first alone, then while the
-//! independent Python ROS peer (`tests/python/ros2_peer.py`: eclipse-zenoh + rosbags)
-//! receives the same topic as CDR on the base key.
+//! ROS 2 over rmw_zenoh, one body on host memory (CI) and on the GPU: 1080p and 4K
+//! `sensor_msgs/msg/Image` streams from one process of ours to another on the zero-copy
+//! path, first alone, then while the independent Python ROS peer
+//! (`tests/python/ros2_peer.py`: eclipse-zenoh + rosbags) receives the same topic as CDR
+//! on the base key.
 //!
 //! Publisher and subscriber are this test binary re-run as children (each with its own
-//! CUDA context and Zenoh session); the Python peer is a third process. The publisher
-//! fills every frame with a kernel (pattern seeded by the ROS sequence number); our
-//! subscriber checks every byte of every frame on the GPU with the check kernel, and
-//! that every frame came zero-copy, once, in order; the peer checks every byte, the
-//! attachment and the CDR (byte-exact against rosbags) of every frame. Frame rates of
-//! both paths are printed (`ROS2 <w>x<h> ...` lines) for the run's record (docs/runs/).
+//! Zenoh session and, on CUDA, its own context); the Python peer is a third process. The
+//! publisher fills every frame with the pattern seeded by the ROS sequence number (the
+//! fill kernel on the GPU); our subscriber checks every byte of every frame (on the GPU
+//! with the check kernel), and that every frame came zero-copy, once, in order; the peer
+//! checks every byte, the attachment and the CDR (byte-exact against rosbags) of every
+//! frame. Frame rates of both paths are printed for the run's record (docs/runs/):
+//! `ROS2 <w>x<h> ...` lines on the GPU, `ROS2-host <w>x<h> ...` on host memory (fewer
+//! frames, checked on the CPU).
 //!
-//! Without a GPU: `SKIPPED gpu_ros2_...`. The same flow on host-memory blocks (our
-//! publisher, our subscriber and the Python peer on one topic) runs in CI as
-//! `tests/python/test_ros2_peer.py::test_image_from_us_to_peer_and_our_subscriber`.
-//! With `ZCS_REQUIRE_GPU=1`, a missing GPU *or* a Python without `zenoh`, `rosbags` and
-//! `numpy` fails (set `ZCS_ROS2_PYTHON` to the interpreter to use; scripts/gpu-run.sh
-//! puts the carried wheels on PYTHONPATH).
+//! Without a GPU the CUDA tests print `SKIPPED gpu_ros2_...`; without a Python that has
+//! `zenoh`, `rosbags` and `numpy` every test prints `SKIPPED` (set `ZCS_ROS2_PYTHON` to
+//! the interpreter to use; scripts/gpu-run.sh puts the carried wheels on PYTHONPATH).
+//! With `ZCS_REQUIRE_GPU=1`, a missing GPU *or* such a Python fails.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -24,15 +25,14 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tensor_codec::cdr::{Header, Image, Time};
-use zcs_memory::cuda::{DeviceBlock, Kernels, sys};
-use zcs_tests::{CHILD_ROLE_ENV, child_role, free_tcp_port, gpu_or_skip, gpu_required, watchdog_guard};
-use zenoh_cuda_shm::config::DeviceChoice;
+use zcs_tests::{CHILD_ROLE_ENV, Medium, MediumKind, Pattern, child_role, free_tcp_port, gpu_required, watchdog_guard};
 use zenoh_cuda_shm::{GpuSession, Path, ZcsConfig, tensor_codec};
 use zenoh_cuda_shm_ros2::attachment::now_ns;
 use zenoh_cuda_shm_ros2::names::gid_hex;
 use zenoh_cuda_shm_ros2::{NodeOptions, Qos, RosNode};
 
 const PARAMS_ENV: &str = "ZCS_ROS2_PARAMS";
+const MEDIUM_ENV: &str = "ZCS_ROS2_MEDIUM";
 const ENTRY: &str = "ros2_child";
 const TOPIC: &str = "/camera/image";
 const SETUP: Duration = Duration::from_secs(60);
@@ -77,7 +77,7 @@ fn session(p: &Params, listen: bool) -> GpuSession {
     }
     // Fewer blocks than a subscriber's lease limit (64): a subscriber that falls behind
     // slows the publisher down instead of being sent bytes past its limit.
-    let mut cfg = ZcsConfig { device: DeviceChoice::Cuda, ..ZcsConfig::default() };
+    let mut cfg = ZcsConfig { device: MediumKind::from_env(MEDIUM_ENV).device(), ..ZcsConfig::default() };
     cfg.pool.max_blocks = 32;
     GpuSession::open(c, cfg).wait().expect("open")
 }
@@ -113,7 +113,8 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 
 fn run_pub(p: Params) {
     let s = session(&p, false);
-    let kernels = Kernels::load(s.gpu().expect("CUDA session")).expect("kernels");
+    let pattern = Pattern::new(&s);
+    let on_gpu = s.gpu().is_some();
     let node = RosNode::new(&s, NodeOptions::new("gpu_camera").domain(0)).expect("node");
     let publisher = node.publisher::<Image<()>>(TOPIC, qos()).expect("publisher");
     wait_until("our subscriber on the zero-copy path", || publisher.channel().zero_copy_subscribers() >= 1);
@@ -124,11 +125,8 @@ fn run_pub(p: Params) {
     let t = Instant::now();
     for _ in 0..p.frames {
         let seq = publisher.next_seq();
-        let loan = publisher.loan(len).expect("loan");
-        let ptr = loan.device_ptr().expect("CUDA loan");
-        // SAFETY: the loan owns ≥ len mapped bytes until `publish`, which orders the ready
-        // signal after this launch on the loan's stream.
-        unsafe { kernels.fill(loan.stream().expect("stream"), ptr, len as u64, seq as u64) }.expect("fill");
+        let mut loan = publisher.loan(len).expect("loan");
+        pattern.fill(&mut loan, seq as u64);
         let r = publisher.publish(&image(&p), loan).expect("publish");
         assert_eq!(r.seq, seq);
         assert_eq!(r.base, p.with_peer, "base-key copy only while the peer subscribes");
@@ -136,7 +134,8 @@ fn run_pub(p: Params) {
     let secs = t.elapsed().as_secs_f64();
     let st = publisher.stats();
     let expected = if p.with_peer { p.frames } else { 0 };
-    assert_eq!((st.base_puts, st.device_to_host), (expected, expected));
+    // A GPU frame for the base key is copied device→host; a host frame is read in place.
+    assert_eq!((st.base_puts, st.device_to_host), (expected, if on_gpu { expected } else { 0 }));
     println!(
         "{{\"role\":\"pub\",\"frames\":{},\"fps\":{:.1},\"gid\":\"{}\"}}",
         p.frames,
@@ -154,7 +153,7 @@ fn run_sub(p: Params) {
     println!("{{\"role\":\"sub_ready\"}}");
     let mut first = None;
     let mut last_seq = 0i64;
-    let mut dev = None;
+    let pattern = Pattern::new(&s);
     for _ in 0..p.frames {
         let sample = sub.recv_timeout(SETUP).expect("frame");
         first.get_or_insert_with(Instant::now);
@@ -165,26 +164,7 @@ fn run_sub(p: Params) {
         assert_eq!(sample.msg(), &Image { header: sample.msg().header.clone(), ..image(&p) });
         assert_eq!(sample.data_len(), p.len());
         let g = sample.gpu_sample().expect("channel sample");
-        let gpu = s.gpu().expect("CUDA session");
-        let (kernels, stream, counter) = dev.get_or_insert_with(|| {
-            let k = Kernels::load(gpu).expect("kernels");
-            (k, gpu.new_stream().expect("stream"), DeviceBlock::allocate(gpu, 4).expect("counter"))
-        });
-        let read = g.read(stream).expect("read");
-        gpu.bind().expect("bind");
-        // SAFETY: the counter block is mapped (≥ 4 bytes) and outlives the synchronize.
-        unsafe { sys::memset_d8_async(counter.device_ptr(), 0, 4, stream.cu_stream()) }.expect("memset");
-        // SAFETY: the read range is mapped and held by the sample until `end`'s fence.
-        unsafe { kernels.check(stream, read.device_ptr(), read.len() as u64, a.seq as u64, counter.device_ptr()) }
-            .expect("check");
-        read.end().expect("end");
-        let mut errs = [0u8; 4];
-        // SAFETY: `errs` has 4 bytes and lives until the synchronize.
-        unsafe { sys::memcpy_dtoh_async(errs.as_mut_ptr(), counter.device_ptr(), 4, stream.cu_stream()) }
-            .expect("copy");
-        // SAFETY: a stream of the current context.
-        unsafe { sys::stream_synchronize(stream.cu_stream()) }.expect("sync");
-        assert_eq!(u32::from_le_bytes(errs), 0, "frame {}: bytes differ", a.seq);
+        assert_eq!(pattern.mismatches(g, a.seq as u64), 0, "frame {}: bytes differ", a.seq);
     }
     let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
     std::thread::sleep(Duration::from_millis(500));
@@ -221,12 +201,13 @@ fn spawn(cmd: &mut Command) -> Proc {
     Proc { child, out }
 }
 
-fn child(role: &str, p: &Params) -> Proc {
+fn child(role: &str, medium: MediumKind, p: &Params) -> Proc {
     let exe = std::env::current_exe().expect("current_exe");
     spawn(
         Command::new(exe)
             .args(["--exact", ENTRY, "--include-ignored", "--nocapture", "--test-threads=1"])
             .env(CHILD_ROLE_ENV, role)
+            .env(MEDIUM_ENV, medium.name())
             .env(PARAMS_ENV, p.encode()),
     )
 }
@@ -293,11 +274,9 @@ fn python_peer() -> Result<(String, PathBuf), String> {
     Ok((py, script))
 }
 
-fn stream(test: &str, width: u32, height: u32, alone: u64, with_peer: u64) {
-    let _w = watchdog_guard("gpu_ros2 stream", Duration::from_secs(540));
-    if gpu_or_skip(test).is_none() {
-        return;
-    }
+fn stream<M: Medium>(test: &str, width: u32, height: u32, alone: u64, with_peer: u64) {
+    let _w = watchdog_guard("ros2 stream", Duration::from_secs(540));
+    let Some(medium) = M::gate(test) else { return };
     let (py, script) = match python_peer() {
         Ok(v) => v,
         Err(why) if gpu_required() => panic!("{test}: ZCS_REQUIRE_GPU is set but the ROS peer cannot run: {why}"),
@@ -310,9 +289,9 @@ fn stream(test: &str, width: u32, height: u32, alone: u64, with_peer: u64) {
     // The subscriber listens, the publisher connects.
     let port = free_tcp_port();
     let p = Params { port, width, height, frames: alone, with_peer: false };
-    let mut sub = child("sub", &p);
+    let mut sub = child("sub", medium, &p);
     json_line(&mut sub, "sub_ready");
-    let mut publ = child("pub", &p);
+    let mut publ = child("pub", medium, &p);
     let pub_alone = json_line(&mut publ, "pub");
     let sub_alone = json_line(&mut sub, "sub");
     finish(publ, "publisher", SETUP);
@@ -328,9 +307,9 @@ fn stream(test: &str, width: u32, height: u32, alone: u64, with_peer: u64) {
             .args(["receive", "-l", &format!("tcp/127.0.0.1:{port}"), "-n", &with_peer.to_string()])
             .args(["--width", &width.to_string(), "--height", &height.to_string(), "--timeout", "300"]),
     );
-    let mut sub = child("sub", &p);
+    let mut sub = child("sub", medium, &p);
     json_line(&mut sub, "sub_ready");
-    let mut publ = child("pub", &p);
+    let mut publ = child("pub", medium, &p);
     let pub_mixed = json_line(&mut publ, "pub");
     let sub_mixed = json_line(&mut sub, "sub");
     let peer_mixed = json_line(&mut peer, "peer_receive");
@@ -342,25 +321,38 @@ fn stream(test: &str, width: u32, height: u32, alone: u64, with_peer: u64) {
     assert_eq!(field(&peer_mixed, "cdr_exact") as u64, with_peer, "{peer_mixed}");
     let gid = pub_mixed.split("\"gid\":\"").nth(1).and_then(|s| s.get(..32)).expect("gid");
     assert!(peer_mixed.contains(&format!("\"gids\": [\"{gid}\"]")), "{peer_mixed} vs {pub_mixed}");
+    // `ROS2 ` lines are the GPU's (scripts/gpu-run.sh collects them).
+    let tag = if medium == MediumKind::Cuda { "ROS2" } else { "ROS2-host" };
     eprintln!(
-        "ROS2 {width}x{height}: zero-copy alone {alone} frames: publisher {:.1} fps, subscriber {:.1} fps",
+        "{tag} {width}x{height}: zero-copy alone {alone} frames: publisher {:.1} fps, subscriber {:.1} fps",
         field(&pub_alone, "fps"),
         field(&sub_alone, "fps")
     );
     eprintln!(
-        "ROS2 {width}x{height}: with the ROS peer {with_peer} frames: publisher {:.1} fps, zero-copy subscriber {:.1} fps, ROS peer (CDR) {:.1} fps",
+        "{tag} {width}x{height}: with the ROS peer {with_peer} frames: publisher {:.1} fps, zero-copy subscriber {:.1} fps, ROS peer (CDR) {:.1} fps",
         field(&pub_mixed, "fps"),
         field(&sub_mixed, "fps"),
         field(&peer_mixed, "fps")
     );
 }
 
-#[test]
-fn gpu_ros2_image_1080p_zero_copy_and_ros_peer() {
-    stream("gpu_ros2_image_1080p_zero_copy_and_ros_peer", 1920, 1080, 600, 120);
+/// Frames sent alone and with the peer: fewer on host memory, where every byte is
+/// checked on the CPU.
+fn frames<M: Medium>(cuda: (u64, u64), host: (u64, u64)) -> (u64, u64) {
+    if M::KIND == MediumKind::Cuda { cuda } else { host }
 }
 
-#[test]
-fn gpu_ros2_image_4k_zero_copy_and_ros_peer() {
-    stream("gpu_ros2_image_4k_zero_copy_and_ros_peer", 3840, 2160, 300, 40);
+fn image_1080p<M: Medium>(test: &str) {
+    let (alone, with_peer) = frames::<M>((600, 120), (40, 12));
+    stream::<M>(test, 1920, 1080, alone, with_peer);
+}
+
+fn image_4k<M: Medium>(test: &str) {
+    let (alone, with_peer) = frames::<M>((300, 40), (20, 6));
+    stream::<M>(test, 3840, 2160, alone, with_peer);
+}
+
+zcs_tests::medium_tests! {
+    image_1080p => ros2_image_1080p_zero_copy_and_ros_peer, gpu_ros2_image_1080p_zero_copy_and_ros_peer;
+    image_4k => ros2_image_4k_zero_copy_and_ros_peer, gpu_ros2_image_4k_zero_copy_and_ros_peer;
 }
