@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use zcs_memory::cuda::kernels::{Kernels, check_pattern, fill_pattern};
 use zcs_tests::{
-    Mode, child_role, free_tcp_port, gpu_or_skip, loopback_shm_zenoh_config, spawn_child, wait_child, wait_until,
+    MediumKind, child_role, free_tcp_port, gpu_or_skip, loopback_shm_zenoh_config, spawn_child, wait_child, wait_until,
     watchdog_guard,
 };
 use zenoh::Wait;
@@ -59,7 +59,7 @@ fn publish(p: &GpuPublisher, kernels: Option<&Kernels>, seq: u64) {
     assert!(r.plain, "message {seq}: no plain subscriber matched");
 }
 
-fn run(mode: Mode, test: &'static str) {
+fn run(mode: MediumKind, test: &'static str) {
     let _w = watchdog_guard(test, Duration::from_secs(120));
     let (port, key) = (free_tcp_port(), format!("{PREFIX}/{}/{}", mode.name(), std::process::id()));
     let cfg = ZcsConfig { device: mode.device(), zenoh_shm_out_bytes: POOL, ..ZcsConfig::default() };
@@ -79,14 +79,14 @@ fn run(mode: Mode, test: &'static str) {
 
 #[test]
 fn zenoh_shm_out_host_blocks_reach_a_plain_subscriber_by_reference() {
-    run(Mode::Host, "zenoh_shm_out_host_blocks_reach_a_plain_subscriber_by_reference");
+    run(MediumKind::Host, "zenoh_shm_out_host_blocks_reach_a_plain_subscriber_by_reference");
 }
 
 #[test]
 fn gpu_zenoh_shm_out_reaches_a_plain_subscriber_by_reference() {
     const TEST: &str = "gpu_zenoh_shm_out_reaches_a_plain_subscriber_by_reference";
     if gpu_or_skip(TEST).is_some() {
-        run(Mode::Cuda, TEST);
+        run(MediumKind::Cuda, TEST);
     }
 }
 
@@ -104,7 +104,7 @@ fn image(width: u32, height: u32) -> Image<()> {
 
 /// A ROS 2 publisher's CDR copy for an ordinary ROS subscription (another process, raw
 /// Zenoh, shared memory on) lands in the pool: received by reference, every byte checked.
-fn run_ros2(mode: Mode, test: &'static str) {
+fn run_ros2(mode: MediumKind, test: &'static str) {
     let _w = watchdog_guard(test, Duration::from_secs(120));
     let port = free_tcp_port();
     let cfg = ZcsConfig { device: mode.device(), zenoh_shm_out_bytes: POOL, ..ZcsConfig::default() };
@@ -132,20 +132,20 @@ fn run_ros2(mode: Mode, test: &'static str) {
 
 #[test]
 fn zenoh_shm_out_ros2_cdr_reaches_an_ordinary_subscription_by_reference() {
-    run_ros2(Mode::Host, "zenoh_shm_out_ros2_cdr_reaches_an_ordinary_subscription_by_reference");
+    run_ros2(MediumKind::Host, "zenoh_shm_out_ros2_cdr_reaches_an_ordinary_subscription_by_reference");
 }
 
 #[test]
 fn gpu_zenoh_shm_out_ros2_cdr_reaches_an_ordinary_subscription_by_reference() {
     const TEST: &str = "gpu_zenoh_shm_out_ros2_cdr_reaches_an_ordinary_subscription_by_reference";
     if gpu_or_skip(TEST).is_some() {
-        run_ros2(Mode::Cuda, TEST);
+        run_ros2(MediumKind::Cuda, TEST);
     }
 }
 
 #[test]
 fn a_pool_that_cannot_be_made_fails_the_open_with_its_reason() {
-    let cfg = ZcsConfig { device: Mode::Host.device(), zenoh_shm_out_bytes: u64::MAX, ..ZcsConfig::default() };
+    let cfg = ZcsConfig { device: MediumKind::Host.device(), zenoh_shm_out_bytes: u64::MAX, ..ZcsConfig::default() };
     let err = GpuSession::open(zenoh_config(None, None), cfg).wait().expect_err("an impossible pool");
     let source = std::error::Error::source(&err).and_then(|e| e.downcast_ref::<ShmOutError>());
     assert!(matches!(source, Some(ShmOutError::Segment { .. })), "{err:?}");
