@@ -22,7 +22,7 @@
 //! let pool = Pool::new(CudaBackend::new(gpu.clone()), PoolConfig::default())?;
 //! let signals = Arc::new(ReadySignals::create(&gpu)?);
 //! let stream = gpu.new_stream()?;
-//! let guard = WriteGuard::new(pool.loan(8 << 20)?, Arc::clone(&stream), Arc::clone(&signals));
+//! let guard = WriteGuard::new(pool.loan(8 << 20)?, stream.clone(), Arc::clone(&signals));
 //! // … enqueue kernels writing guard.device_ptr() .. + guard.len() on `stream` …
 //! let published = guard.finish()?; // the ready signal follows the writes on `stream`
 //! # drop(published); Ok(()) }
