@@ -7,6 +7,7 @@
 //! |---|---|
 //! | [`fd_socket`] | a block's FD: one byte and one `SCM_RIGHTS` FD per connection to its socket |
 //! | [`block_meta`] | a block's 24 shared bytes in `/dev/shm`: subscribers' count and the reuse id |
+//! | [`registry`] | the host endpoint registry: each endpoint's GID, device ordinal and uid, read by publishers |
 //!
 //! What upstream does not check and we do: the socket's peer is the descriptor's
 //! process and our user (`SO_PEERCRED`), the shared file is a regular file of our user
@@ -14,7 +15,9 @@
 
 pub mod block_meta;
 pub mod fd_socket;
+pub mod registry;
 mod sys;
 
 pub use block_meta::{BlockMeta, BlockMetaError, CountHold};
 pub use fd_socket::{BlockFdError, receive_block_fd, serve_block_fd};
+pub use registry::{EndpointKind, HostRegistry, RegistryError};

@@ -34,3 +34,62 @@ pub(super) unsafe fn unmap(p: NonNull<u8>, len: usize) {
         tracing::warn!(error = %io::Error::last_os_error(), "munmap of a block's shared bytes failed");
     }
 }
+
+/// A POSIX named semaphore, opened (and created at 1, for our user only, if absent).
+pub(super) struct NamedSemaphore(NonNull<libc::sem_t>);
+
+impl NamedSemaphore {
+    /// Opens `name` (`/…`), creating it with value 1 and mode 0600 if it does not exist.
+    pub(super) fn open(name: &str) -> io::Result<Self> {
+        let c = std::ffi::CString::new(name).map_err(io::Error::other)?;
+        // SAFETY: `c` is a NUL-terminated name; the variadic mode and value are passed as
+        // the C types sem_open reads (mode_t promoted to c_uint, unsigned int).
+        let p = unsafe { libc::sem_open(c.as_ptr(), libc::O_CREAT, 0o600 as libc::c_uint, 1 as libc::c_uint) };
+        if p == libc::SEM_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        NonNull::new(p).map(Self).ok_or_else(|| io::Error::other("sem_open returned null"))
+    }
+
+    /// Takes the semaphore, waiting at most `limit`; whether it was taken.
+    pub(super) fn wait(&self, limit: std::time::Duration) -> bool {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid timespec to write.
+        unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+        let nanos = ts.tv_nsec as u64 + u64::from(limit.subsec_nanos());
+        ts.tv_sec += limit.as_secs() as libc::time_t + (nanos / 1_000_000_000) as libc::time_t;
+        ts.tv_nsec = (nanos % 1_000_000_000) as _;
+        loop {
+            // SAFETY: the semaphore is open while `self` lives; `ts` is valid.
+            if unsafe { libc::sem_timedwait(self.0.as_ptr(), &ts) } == 0 {
+                return true;
+            }
+            if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                return false;
+            }
+        }
+    }
+
+    /// Gives the semaphore back.
+    pub(super) fn post(&self) {
+        // SAFETY: the semaphore is open while `self` lives.
+        if unsafe { libc::sem_post(self.0.as_ptr()) } != 0 {
+            tracing::warn!(error = %io::Error::last_os_error(), "sem_post failed");
+        }
+    }
+
+    /// Removes the name `name` (its users keep their handles).
+    pub(super) fn unlink(name: &str) {
+        if let Ok(c) = std::ffi::CString::new(name) {
+            // SAFETY: a NUL-terminated name.
+            unsafe { libc::sem_unlink(c.as_ptr()) };
+        }
+    }
+}
+
+impl Drop for NamedSemaphore {
+    fn drop(&mut self) {
+        // SAFETY: opened by `open`, closed once, not used after this.
+        unsafe { libc::sem_close(self.0.as_ptr()) };
+    }
+}
