@@ -392,9 +392,12 @@ fn sub_loop<M: RosDataMessage>(
         .count();
     let st = s.stats();
     report_silent(s);
+    if let Some(why) = s.backend_refusal() {
+        eprintln!("{} CUDA buffer descriptors refused, their messages lost; the last because: {why}", st.backend_refused);
+    }
     let fps = if n > 1 && secs > 0.0 { (n - 1) as f64 / secs } else { 0.0 };
     println!(
-        "{{\"role\":\"ros2_sub\",\"frames\":{n},\"bad\":{bad},\"gaps\":{},\"disorder\":{},\"extra\":{extra},\"fps\":{fps:.2},\"paths\":{:?},\"path_reasons\":{:?},\"channel\":{},\"base\":{},\"buf_cpu\":{},\"lost\":{},\"silent\":{},\"duplicates\":{},\"bad_attachment\":{},\"bad_cdr\":{},\"bad_envelope\":{}}}",
+        "{{\"role\":\"ros2_sub\",\"frames\":{n},\"bad\":{bad},\"gaps\":{},\"disorder\":{},\"extra\":{extra},\"fps\":{fps:.2},\"paths\":{:?},\"path_reasons\":{:?},\"channel\":{},\"base\":{},\"buf_cpu\":{},\"cuda_buffers\":{},\"buf_gid\":{},\"backend_refused\":{},\"lost\":{},\"silent\":{},\"duplicates\":{},\"bad_attachment\":{},\"bad_cdr\":{},\"bad_envelope\":{}}}",
         checks.gaps,
         checks.disorder,
         paths,
@@ -402,6 +405,9 @@ fn sub_loop<M: RosDataMessage>(
         st.channel,
         st.base,
         st.buf_cpu,
+        st.cuda_buffers,
+        st.buf_gid,
+        st.backend_refused,
         st.lost,
         st.silent_publishers,
         st.duplicates,

@@ -195,3 +195,203 @@ fn writer_entry() {
     let _ = std::fs::remove_file(BlockMeta::path_of(pid, BLOCK_ID));
     let _ = std::fs::remove_file(&socket);
 }
+
+const SUB_NAME: &str = "gpu_rosidl_cuda_publisher_to_our_subscription_in_place";
+const PORT_ENV: &str = "ZCS_ROSIDL_CUDA_PORT";
+const KEY_ENV: &str = "ZCS_ROSIDL_CUDA_KEY";
+const DOMAIN_ENV: &str = "ZCS_ROSIDL_CUDA_DOMAIN";
+/// Frames the publisher sends, in order: 1080p and 4K rgba8, each in a block of its own.
+const FRAMES: [(u32, u32); 2] = [(1920, 1080), (3840, 2160)];
+
+fn seed_of(i: usize) -> u64 {
+    1000 + i as u64
+}
+
+/// An rmw_zenoh 0.12.0 CUDA publisher (written from its sources) → our subscription on
+/// a GPU session: the subscription lists `cuda`, is in the host registry with our
+/// device and uid (so the publisher chooses descriptors), and delivers each frame as a
+/// sample read in place on our stream after the publisher's event, every byte checked
+/// on the GPU; a descriptor of a reused block is refused and counted; the publisher's
+/// pool is whole again once our samples are gone.
+#[test]
+fn gpu_rosidl_cuda_publisher_to_our_subscription_in_place() {
+    use zcs_tests::loopback_zenoh_config;
+    use zcs_tests::medium::Pattern;
+    use zenoh_cuda_shm::config::DeviceChoice;
+    use zenoh_cuda_shm::{GpuSession, Path as SamplePath, ZcsConfig};
+    use zenoh_cuda_shm_ros2::{NodeOptions, Qos, RmwWire, RosNode};
+
+    let Some(_gpu) = gpu_or_skip(SUB_NAME) else { return };
+    let _watchdog = watchdog_guard(SUB_NAME, Duration::from_secs(150));
+    let port = zcs_tests::free_tcp_port();
+    let domain = 60 + std::process::id() % 100;
+    let session = GpuSession::open(
+        loopback_zenoh_config(Some(port), None, None),
+        ZcsConfig { device: DeviceChoice::Cuda, ..ZcsConfig::default() },
+    )
+    .wait()
+    .unwrap();
+    let node = RosNode::new(&session, NodeOptions::new("cuda_sub").domain(domain).rmw_wire(RmwWire::BufferAware)).unwrap();
+    let sub = node.subscriber::<Image<()>>("/camera/image", Qos::reliable(10)).unwrap();
+    assert!(sub.takes_cuda_buffers());
+    assert!(sub.token().ends_with("/backends:cuda:"), "{}", sub.token());
+    assert_eq!(sub.registry_error(), None);
+
+    let dir = std::env::temp_dir().join(format!("zcs-rosidl-cuda-pub-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let child = spawn_child(
+        "cuda_publisher_entry",
+        "rosidl-cuda-publisher",
+        &[
+            (DIR_ENV, dir.display().to_string()),
+            (PORT_ENV, port.to_string()),
+            (KEY_ENV, sub.key().to_owned()),
+            (DOMAIN_ENV, domain.to_string()),
+        ],
+    );
+    // Written when our samples are gone (also when an assertion fails first).
+    let released = Done(dir.join("released"));
+
+    let pattern = Pattern::new(&session);
+    let mut held = Vec::new();
+    for (i, (w, h)) in FRAMES.iter().enumerate() {
+        let msg = sub.recv_timeout(Duration::from_secs(60)).expect("a frame from the CUDA publisher");
+        assert_eq!((msg.msg().width, msg.msg().height), (*w, *h));
+        assert_eq!(msg.path(), SamplePath::ZeroCopy);
+        assert_eq!(sub.path_reason(&msg), None);
+        let sample = msg.gpu_sample().expect("in place on the GPU");
+        assert!(sample.host_bytes().is_none(), "device memory, never copied to the host");
+        assert_eq!(sample.len(), (*w * *h * 4) as usize);
+        assert_eq!(pattern.mismatches(sample, seed_of(i)), 0, "every byte of frame {i}, read after the writer's event");
+        held.push(msg);
+    }
+    wait_until("the stale descriptor refused", Duration::from_secs(30), || sub.stats().backend_refused == 1);
+    let refusal = sub.backend_refusal().expect("a reason");
+    assert!(refusal.contains("reused"), "{refusal}");
+    let stats = sub.stats();
+    assert_eq!((stats.cuda_buffers, stats.buf_gid, stats.buf_cpu, stats.base), (2, 0, 0, 0), "{stats:?}");
+    // The publisher checks that its pool is whole again once we let go.
+    drop(held);
+    drop(released);
+    wait_child(child, "the CUDA publisher", Duration::from_secs(60));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The publisher: what rmw_zenoh 0.12.0 with `cuda_buffer_backend` 0.1.2 does for one
+/// CUDA-capable subscription (docs/cuda-buffer-backend.md): discover its `MS` token
+/// (`rmw_publisher_data.cpp:766-896`), take its GID as XXH3-128 of the token as
+/// rebuilt (`liveliness_utils.cpp:536-585`, `628`), look it up in the host registry and send a descriptor
+/// only for the same device and uid (`cuda_buffer_backend_plugin.cpp:82-129`), put the
+/// message on `<data key>/_buf/<GID>` with the usual attachment, sequence numbers per
+/// put (`rmw_publisher_data.cpp:373-477`).
+#[test]
+#[ignore = "entry point of the child process started by the test above"]
+fn cuda_publisher_entry() {
+    use zcs_wire::rosidl_cuda::HostRegistry;
+    use zenoh::Wait;
+    use zenoh_cuda_shm_ros2::Attachment;
+
+    if child_role().as_deref() != Some("rosidl-cuda-publisher") {
+        return;
+    }
+    let _watchdog = watchdog_guard("rosidl-cuda publisher", Duration::from_secs(140));
+    let env = |k: &str| std::env::var(k).unwrap();
+    let dir = PathBuf::from(env(DIR_ENV));
+    let port: u16 = env(PORT_ENV).parse().unwrap();
+    let gpu = Gpu::probe().unwrap();
+    let pid = std::process::id() as i32;
+    let z = zenoh::open(zcs_tests::loopback_zenoh_config(None, Some(port), None)).wait().unwrap();
+
+    // Discovery: the subscription's token, its backends chunk, its GID.
+    let mut token = None;
+    let t0 = Instant::now();
+    while token.is_none() && t0.elapsed() < Duration::from_secs(30) {
+        let replies = z.liveliness().get(format!("@ros2_lv/{}/**", env(DOMAIN_ENV))).wait().unwrap();
+        while let Ok(reply) = replies.recv() {
+            let Ok(s) = reply.result() else { continue };
+            let k = s.key_expr().as_str();
+            if k.split('/').nth(5) == Some("MS") && k.rsplit('/').next().is_some_and(|c| c.starts_with("backends:")) {
+                token = Some(k.to_owned());
+            }
+        }
+        if token.is_none() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let token = token.expect("the subscription's MS token");
+    assert!(token.ends_with("/backends:cuda:"), "a subscription accepting CUDA: {token}");
+    // XXH3-128 of the token as rmw_zenoh rebuilds it (QoS in compact form): our
+    // `gid_of`, whose results are checked against real rmw_zenoh GIDs in ros2_wire.rs.
+    let gid = zenoh_cuda_shm_ros2::names::gid_of(&token);
+    let gid_hex: String = gid.iter().map(|b| format!("{b:02x}")).collect();
+
+    // The plugin's choice: descriptors only for an entry with our ordinal and uid.
+    let registry = HostRegistry::open(0).unwrap();
+    let entry = registry.lookup(gid).unwrap().expect("the subscription registered itself before its token");
+    assert_eq!(entry.kind, 1);
+    assert_eq!((entry.device_id, entry.uid), (gpu.ordinal() as i32, nix::unistd::getuid().as_raw()));
+
+    let key = format!("{}/_buf/{gid_hex}", env(KEY_ENV));
+    let publisher_gid: [u8; 16] = rand::random();
+    let kernels = Kernels::load(&gpu).unwrap();
+    let stream = gpu.new_stream().unwrap();
+    let mut kept = Vec::new();
+    let put = |seq: i64, bytes: Vec<u8>| {
+        let att = Attachment { seq, timestamp_ns: 1, gid: publisher_gid };
+        z.put(&key, bytes).attachment(att.encode().to_vec()).wait().unwrap();
+    };
+    let mut last = None;
+    for (i, (w, h)) in FRAMES.iter().enumerate() {
+        let len = (*w * *h * 4) as usize;
+        let block_id = i as u32 + 1;
+        let block = DeviceBlock::allocate(&gpu, len).unwrap();
+        let meta = BlockMeta::create_at(&BlockMeta::path_of(pid, block_id)).unwrap();
+        let socket = PathBuf::from(format!("/tmp/cuda_vmm_{pid}_{block_id}.sock"));
+        let _ = std::fs::remove_file(&socket);
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let fd = block.fd().try_clone_to_owned().unwrap();
+        std::thread::spawn(move || while serve_block_fd(&listener, std::os::fd::AsFd::as_fd(&fd)).is_ok() {});
+        // The write is still running when the descriptor goes out: the reader must order
+        // itself after the event.
+        kernels.spin(&stream, 500_000_000).unwrap();
+        // SAFETY: the block has ≥ len mapped bytes and is kept until this process exits,
+        // after the stream is done.
+        unsafe { kernels.fill(&stream, block.device_ptr(), len as u64, seed_of(i)) }.unwrap();
+        let event = IpcEvent::create(&gpu).unwrap();
+        event.record(&stream).unwrap();
+        let uid = rand::random::<u64>() | 1;
+        meta.publish(uid, 1);
+        let d = CudaBufferDescriptor {
+            size: len as u64,
+            element_type_name: "h".into(),
+            device_id: gpu.ordinal() as i32,
+            use_ipc: true,
+            vmm_pid: pid,
+            vmm_block_id: block_id,
+            vmm_block_size: block.size() as u64,
+            vmm_socket_path: socket.display().to_string(),
+            ipc_uid: uid,
+            ipc_event_handle: event.handle().unwrap(),
+            layout: CudaDescriptorLayout::V0_1_2,
+        };
+        let image = Image { width: *w, height: *h, step: w * 4, ..frame() };
+        put(i as i64 + 1, image.encode_cdr_cuda(&d).unwrap());
+        last = Some((image, d.clone()));
+        kept.push((block, meta, socket, event));
+    }
+    // A descriptor of the last block with another reuse id: refused by the subscriber.
+    let (image, mut stale) = last.unwrap();
+    stale.ipc_uid ^= 2;
+    put(FRAMES.len() as i64 + 1, image.encode_cdr_cuda(&stale).unwrap());
+
+    wait_file(&dir.join("released"), Duration::from_secs(120));
+    for (_, meta, _, _) in &kept {
+        wait_until("the subscriber's count given back", Duration::from_secs(10), || meta.count() == 0);
+    }
+    copy::wait(&stream).unwrap();
+    for (i, (_, meta, socket, _)) in kept.into_iter().enumerate() {
+        drop(meta);
+        let _ = std::fs::remove_file(BlockMeta::path_of(pid, i as u32 + 1));
+        let _ = std::fs::remove_file(socket);
+    }
+}

@@ -26,6 +26,9 @@ pub const MAX_ENTRIES: usize = 64;
 pub const MAX_FIELD_LEN: usize = 1024;
 /// The name of the host-memory backend every buffer-aware endpoint lists.
 pub const CPU: &str = "cpu";
+/// The name of ROS 2's CUDA buffer backend (`cuda_buffer_backend`, its plugin class
+/// `cuda`): its metadata is empty.
+pub const CUDA: &str = "cuda";
 
 /// Why a `backends:` chunk was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

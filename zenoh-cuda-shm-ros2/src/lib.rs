@@ -71,7 +71,7 @@ pub use attachment::{ATTACHMENT_LEN, Attachment, AttachmentError};
 pub use backends::{Backends, BackendsError};
 pub use distro::{RmwWire, UnknownDistro};
 pub use graph::{MARKER_PREFIX, marker_token, publisher_marker_token};
-pub use message::{EnvelopeError, RosDataMessage};
+pub use message::{DataField, EnvelopeError, RosDataMessage};
 pub use names::{Entity, EntityKind, NameError, TopicInfo};
 pub use node::{DEFAULT_SILENCE_WINDOW, GraphView, NodeOptions, RosDeclareError, RosNode};
 pub use publisher::{RosPublishError, RosPublisher, RosPublisherStats, RosPutReport};

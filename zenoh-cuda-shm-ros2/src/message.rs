@@ -12,7 +12,7 @@
 
 use std::ops::Range;
 
-use tensor_codec::cdr::{CdrDecodeError, CdrEncodeError, ExperimentalTensor, Image};
+use tensor_codec::cdr::{BufferData, CdrDecodeError, CdrEncodeError, CudaBufferDescriptor, ExperimentalTensor, Image};
 use tensor_codec::type_hash::{RosMessage, TypeHash};
 
 use super::attachment::{ATTACHMENT_LEN, Attachment, AttachmentError};
@@ -46,8 +46,31 @@ pub trait RosDataMessage: Clone + Send + Sync + 'static {
     /// [`CdrDecodeError`] when `bytes` is not a CDR message of this type (truncated, an
     /// unknown encapsulation, a length past the end, a string that is not UTF-8).
     fn decode_cdr(bytes: &[u8]) -> Result<(Self, Range<usize>), CdrDecodeError>;
+    /// Decodes a whole CDR message whose `data` is a `rosidl::Buffer` field: where the
+    /// bytes lie in `bytes`, or the CUDA buffer backend's descriptor in their place.
+    ///
+    /// # Errors
+    /// As [`RosDataMessage::decode_cdr`], and [`CdrDecodeError`]'s buffer variants for a
+    /// descriptor that does not decode or names another backend.
+    fn decode_cdr_buffer(bytes: &[u8]) -> Result<(Self, DataField), CdrDecodeError>;
     /// The message with `data` filled in.
     fn with_data(&self, data: Vec<u8>) -> Self::Owned;
+}
+
+/// Where a message's `data` is, as [`RosDataMessage::decode_cdr_buffer`] found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataField {
+    /// The bytes, at this range of the message.
+    Bytes(Range<usize>),
+    /// A descriptor of a buffer of ROS 2's CUDA buffer backend.
+    Cuda(Box<CudaBufferDescriptor>),
+}
+
+fn data_field(outer: &[u8], data: BufferData<'_>) -> DataField {
+    match data {
+        BufferData::Bytes(b) => DataField::Bytes(range_in(outer, b)),
+        BufferData::Cuda(d) => DataField::Cuda(Box::new(d)),
+    }
 }
 
 fn range_in(outer: &[u8], inner: &[u8]) -> Range<usize> {
@@ -76,6 +99,12 @@ impl RosDataMessage for Image<()> {
         Ok((m.map_data(|_| ()), range))
     }
 
+    fn decode_cdr_buffer(bytes: &[u8]) -> Result<(Self, DataField), CdrDecodeError> {
+        let m = Image::decode_cdr_buffer(bytes)?;
+        let field = data_field(bytes, m.data.clone());
+        Ok((m.map_data(|_| ()), field))
+    }
+
     fn with_data(&self, data: Vec<u8>) -> Image<Vec<u8>> {
         self.clone().map_data(|()| data)
     }
@@ -99,6 +128,12 @@ impl RosDataMessage for ExperimentalTensor<()> {
         let m = ExperimentalTensor::decode_cdr_borrowed(bytes)?;
         let range = range_in(bytes, m.data);
         Ok((m.map_data(|_| ()), range))
+    }
+
+    fn decode_cdr_buffer(bytes: &[u8]) -> Result<(Self, DataField), CdrDecodeError> {
+        let m = ExperimentalTensor::decode_cdr_buffer(bytes)?;
+        let field = data_field(bytes, m.data.clone());
+        Ok((m.map_data(|_| ()), field))
     }
 
     fn with_data(&self, data: Vec<u8>) -> ExperimentalTensor<Vec<u8>> {

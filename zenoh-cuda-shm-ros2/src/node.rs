@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use zenoh::Wait;
 
-use super::backends::Backends;
+use super::backends::{Backends, CUDA};
 use super::distro::{RmwWire, UnknownDistro};
 use super::graph::Graph;
 use super::message::RosDataMessage;
@@ -45,6 +45,13 @@ pub struct NodeOptions {
     /// The rmw_zenoh wire of its endpoints' tokens (and so their GIDs); `None`: from
     /// `ROS_DISTRO` ([`RmwWire::from_env`]).
     pub rmw_wire: Option<RmwWire>,
+    /// Whether its subscriptions take buffers of ROS 2's CUDA buffer backend in place
+    /// (default `true`). It applies on the buffer-aware wire, in a session on a GPU, to
+    /// volatile subscriptions of types with a `uint8[]` field: they list the `cuda`
+    /// backend, register in the backend's host registry, and import the descriptors
+    /// that publishers of the backend send them. `false`: they list `cpu` only and such
+    /// publishers send them CDR bytes.
+    pub cuda_buffers: bool,
 }
 
 /// The default [`NodeOptions::silence_window`].
@@ -60,7 +67,15 @@ impl NodeOptions {
             enclave: "/".into(),
             silence_window: Some(DEFAULT_SILENCE_WINDOW),
             rmw_wire: None,
+            cuda_buffers: true,
         }
+    }
+
+    /// Sets whether subscriptions take buffers of ROS 2's CUDA buffer backend in place
+    /// ([`NodeOptions::cuda_buffers`]).
+    pub fn cuda_buffers(mut self, on: bool) -> Self {
+        self.cuda_buffers = on;
+        self
     }
 
     /// Sets the rmw_zenoh wire instead of taking it from `ROS_DISTRO`.
@@ -97,6 +112,8 @@ pub(crate) struct Endpoint {
     pub(crate) gid: [u8; 16],
     /// Its token lists backends.
     pub(crate) buffer_aware: bool,
+    /// It is a subscription that lists the `cuda` backend (and so takes descriptors).
+    pub(crate) cuda: bool,
 }
 
 /// The graph of a node's domain, as [`RosNode::graph`] sees it.
@@ -145,6 +162,7 @@ pub(crate) struct NodeInner {
     pub(crate) name: NodeName,
     pub(crate) graph: Graph,
     wire: RmwWire,
+    cuda_buffers: bool,
     silence_window: Option<Duration>,
     watches: Mutex<Vec<Weak<Watch>>>,
     checker_started: AtomicBool,
@@ -237,6 +255,7 @@ impl RosNode {
             name,
             graph,
             wire,
+            cuda_buffers: options.cuda_buffers,
             silence_window: options.silence_window,
             watches: Mutex::new(Vec::new()),
             checker_started: AtomicBool::new(false),
@@ -283,10 +302,14 @@ impl RosNode {
 
     /// Names a new publisher or subscription of `M` on `topic`: the resolved topic, its
     /// data key, its token and GID. On the buffer-aware wire, a volatile endpoint of a
-    /// type with a top-level `uint8[]` lists the `cpu` backend, as rmw_zenoh's
-    /// buffer-aware endpoints do by default: buffer-aware publishers then serve our
-    /// subscriptions plain CDR on `_buf_cpu`, never a descriptor; our GPU data travels
-    /// on our channel. On the classic wire no token lists backends.
+    /// type with a top-level `uint8[]` lists backends, as rmw_zenoh's buffer-aware
+    /// endpoints do. A subscription in a session on a GPU (unless
+    /// [`NodeOptions::cuda_buffers`] is off) lists `cuda` only, as an rmw_zenoh
+    /// subscription accepting `cpu,cuda` does: buffer-aware publishers then serve it on
+    /// `_buf/<its GID>`, descriptors from CUDA publishers and CDR from the others. Every
+    /// other endpoint lists `cpu`: publishers serve such a subscription plain CDR on
+    /// `_buf_cpu`. Our own GPU data travels on our channel either way. On the classic
+    /// wire no token lists backends.
     pub(crate) fn endpoint<M: RosDataMessage>(
         &self,
         kind: EntityKind,
@@ -298,11 +321,19 @@ impl RosNode {
         let hash = M::type_hash();
         let key = topic_key(n.domain, &topic, M::DDS_TYPE_NAME, &hash);
         let listed = self.0.wire.lists_backends() && M::HAS_BUFFER_FIELDS && qos.durability == Durability::Volatile;
-        let backends = listed.then(Backends::cpu_only);
+        let cuda = listed
+            && kind == EntityKind::Subscription
+            && self.0.cuda_buffers
+            && self.0.session.gpu().is_some();
+        let backends = match (listed, cuda) {
+            (true, true) => Some(Backends::default().with(CUDA, "")),
+            (true, false) => Some(Backends::cpu_only()),
+            (false, _) => None,
+        };
         let token =
             n.endpoint_token(next_id(), kind, &topic, M::DDS_TYPE_NAME, &hash, &qos.to_keyexpr(), backends.as_ref());
         let gid = gid_of(&token);
-        Ok(Endpoint { topic, key, hash: hash.to_string(), token, gid, buffer_aware: backends.is_some() })
+        Ok(Endpoint { topic, key, hash: hash.to_string(), token, gid, buffer_aware: backends.is_some(), cuda })
     }
 
     /// The session.

@@ -10,6 +10,16 @@
 //! serve ordinary subscribers the zero-copy copy is the one kept. No switch-over can
 //! lose a message: nothing is dropped that was not delivered already.
 //!
+//! A volatile subscription of a `uint8[]` type in a session on a GPU, on the
+//! buffer-aware wire, lists ROS 2's CUDA buffer backend instead (see
+//! [`NodeOptions::cuda_buffers`](crate::NodeOptions::cuda_buffers)): buffer-aware
+//! publishers then serve it on `<base key>/_buf/<its GID>`, not `_buf_cpu`. There a
+//! CUDA publisher's descriptor is imported (on a thread of the subscription, off
+//! Zenoh's) and delivered as a sample of our channel read in place; CDR is delivered as
+//! from the base key; a descriptor that cannot be imported is counted
+//! ([`RosSubscriberStats::backend_refused`]) with its reason
+//! ([`RosSubscriber::backend_refusal`]).
+//!
 //! Losses: a gap in a publisher's sequence numbers after its first delivered message
 //! counts as lost, and a late message that fills a gap takes it back. Buffer-aware
 //! rmw_zenoh publishers number each *put* (one message to `_buf_cpu` and to N other
@@ -27,6 +37,9 @@ use zenoh::Wait;
 use zenoh::bytes::ZBytes;
 
 use super::attachment::{Attachment, AttachmentError};
+use super::cuda_backend::{BackendBuffer, BackendImportError, ImportQueue, Registration, imports_for, spawn_importer};
+use super::message::DataField;
+use super::names::gid_hex;
 use std::time::Instant;
 
 use super::graph::marker_token;
@@ -37,7 +50,7 @@ use super::silence::{SilentPublisher, Subject, Watch};
 use super::{buf_cpu_key, channel_key};
 use crate::api::{GpuSubscriber, RecvError};
 use crate::config::PlainListen;
-use crate::sample::{GpuSample, Path, ReadError};
+use crate::sample::{GpuSample, Path, ReadError, SampleInfo};
 use crate::sync::Unpoisoned;
 use crate::transport::subscriber::spin::{SpinWindow, count_polled, recv_queue};
 
@@ -55,6 +68,15 @@ pub struct RosSubscriberStats {
     pub base: u64,
     /// Messages delivered from `<base key>/_buf_cpu` (buffer-aware rmw_zenoh publishers).
     pub buf_cpu: u64,
+    /// Buffers of ROS 2's CUDA buffer backend delivered in place (descriptors on
+    /// `<base key>/_buf/<our GID>`, imported): no copy was made.
+    pub cuda_buffers: u64,
+    /// CDR messages delivered from `<base key>/_buf/<our GID>` (a buffer-aware publisher
+    /// without a CUDA buffer for us: host data, or a GPU we cannot map).
+    pub buf_gid: u64,
+    /// Descriptors that could not be imported (their messages are lost; see
+    /// [`RosSubscriber::backend_refusal`]).
+    pub backend_refused: u64,
     /// Messages missing from publishers that number their messages one by one (gaps
     /// after a publisher's first delivered message, less those filled late).
     pub lost: u64,
@@ -78,6 +100,9 @@ struct Counters {
     channel: AtomicU64,
     base: AtomicU64,
     buf_cpu: AtomicU64,
+    cuda_buffers: AtomicU64,
+    buf_gid: AtomicU64,
+    backend_refused: AtomicU64,
     duplicates: AtomicU64,
     bad_attachment: AtomicU64,
     bad_cdr: AtomicU64,
@@ -154,6 +179,8 @@ impl Dedup {
 struct Core {
     dedup: Mutex<Dedup>,
     counters: Counters,
+    /// Why the last descriptor was not imported.
+    last_refusal: Mutex<Option<String>>,
 }
 
 impl Core {
@@ -193,29 +220,95 @@ impl<M: RosDataMessage> Shared<M> {
         }
     }
 
-    /// A sample of the base key, or of `_buf_cpu` when `via_buf_cpu`: the same CDR.
-    fn on_base(&self, sample: zenoh::sample::Sample, via_buf_cpu: bool) {
+    /// The sample's rmw_zenoh attachment; `None` (counted) when it has no valid one.
+    fn attachment(&self, sample: &zenoh::sample::Sample) -> Option<Attachment> {
         let attachment = match sample.attachment().map(|a| a.to_bytes()) {
             None => Err(AttachmentError::Missing),
             Some(a) => Attachment::decode(&a),
         };
-        let attachment = match attachment {
-            Ok(a) => a,
+        match attachment {
+            Ok(a) => Some(a),
             Err(e) => {
                 self.core.counters.bad_attachment.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(error = %crate::error::Chain(&e), key = %sample.key_expr(), "dropping a sample without a valid attachment");
-                return;
+                None
             }
+        }
+    }
+
+    fn bad_cdr(&self, e: &tensor_codec::cdr::CdrDecodeError, sample: &zenoh::sample::Sample) {
+        self.core.counters.bad_cdr.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(error = %crate::error::Chain(e), key = %sample.key_expr(), "dropping a sample whose CDR does not decode");
+    }
+
+    /// A sample of `<base key>/_buf/<our GID>`: CDR in either form of a buffer field.
+    /// Descriptors go to `queue` to be imported; CDR bytes are delivered as from the
+    /// base key.
+    fn on_buf_gid(&self, sample: zenoh::sample::Sample, queue: &ImportQueue<(M, Attachment, bool)>) {
+        let Some(attachment) = self.attachment(&sample) else { return };
+        let payload = sample.payload().clone();
+        let (msg, field) = match M::decode_cdr_buffer(&payload.to_bytes()) {
+            Ok(v) => v,
+            Err(e) => return self.bad_cdr(&e, &sample),
         };
+        // The publisher numbers each put (one per subscription key): gaps are not losses.
+        let Some(seq_per_put) = self.first(&attachment, true) else { return };
+        match field {
+            DataField::Bytes(range) => {
+                self.core.counters.buf_gid.fetch_add(1, Ordering::Relaxed);
+                let _ = self.tx.send(RosSample { msg, attachment, seq_per_put, body: Body::Base { payload, range } });
+            }
+            DataField::Cuda(d) => {
+                if !queue.push(d, (msg, attachment, seq_per_put)) {
+                    self.refused("the import thread has ended".into());
+                }
+            }
+        }
+    }
+
+    /// The end of an import: the buffer delivered as a sample of `channel`, or the
+    /// refusal counted.
+    fn on_imported(
+        &self,
+        channel: &std::sync::Weak<GpuSubscriber<()>>,
+        key: &str,
+        (msg, attachment, seq_per_put): (M, Attachment, bool),
+        imported: Result<BackendBuffer, BackendImportError>,
+    ) {
+        let buffer = match imported {
+            Ok(b) => b,
+            Err(e) => return self.refused(crate::error::Chain(&e).to_string()),
+        };
+        let info = SampleInfo {
+            key: key.to_owned(),
+            publisher: 0,
+            seq: attachment.seq as u64,
+            timestamp_ns: attachment.timestamp_ns.max(0) as u64,
+            path: Path::ZeroCopy,
+            meta: None,
+        };
+        let Some(sample) = channel.upgrade().and_then(|c| c.foreign_sample(info, Box::new(buffer))) else { return };
+        self.core.counters.cuda_buffers.fetch_add(1, Ordering::Relaxed);
+        let _ = self.tx.send(RosSample { msg, attachment, seq_per_put, body: Body::Channel(sample) });
+    }
+
+    fn refused(&self, why: String) {
+        if self.core.counters.backend_refused.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::warn!(reason = %why, "a CUDA buffer descriptor was refused; its message is lost (RosSubscriber::backend_refusal)");
+        } else {
+            tracing::debug!(reason = %why, "a CUDA buffer descriptor was refused");
+        }
+        *self.core.last_refusal.locked() = Some(why);
+    }
+
+    /// A sample of the base key, or of `_buf_cpu` when `via_buf_cpu`: the same CDR.
+    fn on_base(&self, sample: zenoh::sample::Sample, via_buf_cpu: bool) {
+        let Some(attachment) = self.attachment(&sample) else { return };
         let payload = sample.payload().clone();
         let decoded = M::decode_cdr(&payload.to_bytes());
         let (msg, range) = match decoded {
             Ok(v) => v,
-            Err(e) => {
-                self.core.counters.bad_cdr.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(error = %crate::error::Chain(&e), key = %sample.key_expr(), "dropping a sample whose CDR does not decode");
-                return;
-            }
+            Err(e) => return self.bad_cdr(&e, &sample),
         };
         if let Some(seq_per_put) = self.first(&attachment, via_buf_cpu) {
             let c = &self.core.counters;
@@ -231,7 +324,7 @@ enum Body {
 }
 
 /// A received ROS message: its fields, its attachment, and its data where it arrived
-/// (a GPU sample from our channel, or the CDR bytes of the base key).
+/// (a GPU sample from our channel or of a CUDA buffer backend's block, or CDR bytes).
 pub struct RosSample<M> {
     msg: M,
     attachment: Attachment,
@@ -285,7 +378,8 @@ impl<M: RosDataMessage> RosSample<M> {
         }
     }
 
-    /// The sample from our channel (read it on a CUDA stream in place), if it came that way.
+    /// The message's data as a sample read in place on a CUDA stream: from our channel,
+    /// or a buffer of ROS 2's CUDA buffer backend mapped here. `None` for CDR bytes.
     pub fn gpu_sample(&self) -> Option<&GpuSample> {
         match &self.body {
             Body::Channel(s) => Some(s),
@@ -362,9 +456,16 @@ enum BaseSub {
 pub struct RosSubscriber<M: RosDataMessage> {
     _token: zenoh::liveliness::LivelinessToken,
     _marker: zenoh::liveliness::LivelinessToken,
+    /// Our entry in the CUDA backend's host registry (subscriptions listing `cuda`).
+    _registration: Option<Registration>,
     _base: BaseSub,
     _buf_cpu: Option<zenoh::pubsub::Subscriber<()>>,
-    channel: GpuSubscriber<()>,
+    /// `<base key>/_buf/<our GID>` (subscriptions listing `cuda`); its callback owns the
+    /// import queue, whose thread ends once it is undeclared.
+    _buf_gid: Option<zenoh::pubsub::Subscriber<()>>,
+    /// Why this subscription is not in the registry, if registering failed.
+    registry_error: Option<String>,
+    channel: Arc<GpuSubscriber<()>>,
     rx: flume::Receiver<RosSample<M>>,
     /// The polling window of `recv` on `rx`.
     spin: SpinWindow,
@@ -385,7 +486,7 @@ impl<M: RosDataMessage> std::fmt::Debug for RosSubscriber<M> {
 
 impl<M: RosDataMessage> RosSubscriber<M> {
     pub(crate) fn new(node: RosNode, topic: &str, qos: Qos) -> Result<Self, RosDeclareError> {
-        let Endpoint { topic, key, hash, token, gid, buffer_aware } =
+        let Endpoint { topic, key, hash, token, gid, buffer_aware, cuda } =
             node.endpoint::<M>(EntityKind::Subscription, topic, &qos)?;
         let domain = node.0.name.domain;
         let (tx, rx) = flume::bounded(qos.depth().max(1) as usize);
@@ -401,6 +502,7 @@ impl<M: RosDataMessage> RosSubscriber<M> {
             .declare_subscriber(channel_key(&key))
             .callback(move |s| sh.on_channel(s))
             .wait()?;
+        let channel = Arc::new(channel);
 
         let z = node.0.session.zenoh().clone();
         let sh = Arc::clone(&shared);
@@ -423,13 +525,35 @@ impl<M: RosDataMessage> RosSubscriber<M> {
                 BaseSub::Advanced(b.callback(move |s| sh.on_base(s, false)).wait()?)
             }
         };
-        let buf_cpu = match buffer_aware {
+        let buf_cpu = match buffer_aware && !cuda {
             true => {
                 let sh = Arc::clone(&shared);
                 Some(z.declare_subscriber(buf_cpu_key(&key)).callback(move |s| sh.on_base(s, true)).wait()?)
             }
             false => None,
         };
+        let (mut registration, mut registry_error, mut buf_gid) = (None, None, None);
+        if let (true, Some(gpu)) = (cuda, node.0.session.gpu()) {
+            // Registered before the token, as the backend's endpoints are: a publisher
+            // that discovers us reads our device and uid there.
+            match Registration::subscription(gid, gpu, M::TYPE_NAME) {
+                Ok(r) => registration = Some(r),
+                Err(e) => {
+                    let why = crate::error::Chain(&e).to_string();
+                    tracing::warn!(reason = %why, topic = %topic, "not in the CUDA buffer backend's host registry: publishers on another GPU or of another user will send descriptors this subscription must refuse");
+                    registry_error = Some(why);
+                }
+            }
+            let imports = imports_for(gpu).map_err(RosDeclareError::Thread)?;
+            let buf_key = format!("{key}/_buf/{}", gid_hex(&gid));
+            let (sh, weak, k) = (Arc::clone(&shared), Arc::downgrade(&channel), buf_key.clone());
+            let queue = spawn_importer(format!("zcs-cuda-import-{}", gid_hex(&gid)), imports, move |with, r| {
+                sh.on_imported(&weak, &k, with, r)
+            })
+            .map_err(RosDeclareError::Thread)?;
+            let sh = Arc::clone(&shared);
+            buf_gid = Some(z.declare_subscriber(buf_key).callback(move |s| sh.on_buf_gid(s, &queue)).wait()?);
+        }
         let heard_by = Arc::clone(&core);
         let watch = Arc::new(Watch {
             subject: Subject {
@@ -456,8 +580,11 @@ impl<M: RosDataMessage> RosSubscriber<M> {
         Ok(Self {
             _token: tok,
             _marker: marker,
+            _registration: registration,
             _base: base,
             _buf_cpu: buf_cpu,
+            _buf_gid: buf_gid,
+            registry_error,
             channel,
             rx,
             spin: SpinWindow::new(Duration::from_micros(node.0.session.config().spin_us)),
@@ -511,6 +638,26 @@ impl<M: RosDataMessage> RosSubscriber<M> {
         }
     }
 
+    /// Whether this subscription takes buffers of ROS 2's CUDA buffer backend in place
+    /// (its token lists `cuda`; see [`NodeOptions::cuda_buffers`](crate::NodeOptions::cuda_buffers)).
+    pub fn takes_cuda_buffers(&self) -> bool {
+        self._buf_gid.is_some()
+    }
+
+    /// Why the last descriptor of ROS 2's CUDA buffer backend could not be imported
+    /// (another device, a reused block, a socket of another user, a publisher gone…);
+    /// each such message is lost and counted in [`RosSubscriberStats::backend_refused`].
+    pub fn backend_refusal(&self) -> Option<String> {
+        self.core.last_refusal.locked().clone()
+    }
+
+    /// Why this subscription, though it takes CUDA buffers, is not in the backend's host
+    /// registry (publishers then cannot tell that it is on another GPU or of another
+    /// user, and send it descriptors it must refuse).
+    pub fn registry_error(&self) -> Option<&str> {
+        self.registry_error.as_deref()
+    }
+
     /// Our channel's subscriber (its publishers and counters).
     pub fn channel(&self) -> &GpuSubscriber<()> {
         &self.channel
@@ -523,6 +670,9 @@ impl<M: RosDataMessage> RosSubscriber<M> {
             channel: c.channel.load(Ordering::Relaxed),
             base: c.base.load(Ordering::Relaxed),
             buf_cpu: c.buf_cpu.load(Ordering::Relaxed),
+            cuda_buffers: c.cuda_buffers.load(Ordering::Relaxed),
+            buf_gid: c.buf_gid.load(Ordering::Relaxed),
+            backend_refused: c.backend_refused.load(Ordering::Relaxed),
             lost: self.core.dedup().lost(),
             silent_publishers: self.watch.reports.load(Ordering::Relaxed),
             duplicates: c.duplicates.load(Ordering::Relaxed),

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 pub use zcs_transport::sample::{Path, SampleInfo};
 use zcs_transport::subscriber::Delivery;
-pub use zcs_transport::subscriber::{DeviceRead, ReadError};
+pub use zcs_transport::subscriber::{DeviceRead, ForeignBlock, ReadError};
 
 use crate::cuda::Stream;
 

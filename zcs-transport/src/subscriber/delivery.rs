@@ -87,10 +87,51 @@ impl Drop for Copied {
     }
 }
 
+/// A block of another transport (ROS 2's CUDA buffer backend), mapped on this
+/// subscriber's GPU and read in place. Its owner gives it back when it is dropped; the
+/// sample drops it only once every read made through the sample has completed.
+pub trait ForeignBlock: Send + Sync {
+    /// The message's length in bytes.
+    fn len(&self) -> usize;
+    /// Whether the message is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Makes work enqueued on `stream` after this call wait for the block's writer (no
+    /// host wait); the device address of the message's first byte.
+    ///
+    /// # Errors
+    /// Ordering `stream` after the writer failed.
+    fn begin(&self, stream: &Stream) -> Result<u64, CudaError>;
+}
+
+/// A [`ForeignBlock`] in a sample, with the fences of the reads made of it.
+pub(crate) struct Foreign {
+    /// `None` only inside `drop`, which takes it.
+    block: Option<Box<dyn ForeignBlock>>,
+    fences: Mutex<Vec<Box<dyn PoolFence>>>,
+    releases: Arc<Releases>,
+}
+
+impl Foreign {
+    pub(crate) fn new(block: Box<dyn ForeignBlock>, releases: Arc<Releases>) -> Self {
+        Self { block: Some(block), fences: Mutex::new(Vec::new()), releases }
+    }
+}
+
+impl Drop for Foreign {
+    fn drop(&mut self) {
+        let fences = std::mem::take(self.fences.get_mut().unwrap_or_else(|p| p.into_inner()));
+        let block = self.block.take();
+        self.releases.defer(fences, Box::new(move || drop(block)));
+    }
+}
+
 pub(crate) enum Body {
     ZeroCopy(ZeroCopy),
     Copied(Copied),
     Bytes(zenoh::bytes::ZBytes),
+    Foreign(Foreign),
 }
 
 struct Inner {
@@ -160,6 +201,7 @@ impl Delivery {
             Body::ZeroCopy(z) => z.len,
             Body::Copied(c) => c.len,
             Body::Bytes(b) => b.len(),
+            Body::Foreign(f) => f.block.as_ref().map_or(0, |b| b.len()),
         }
     }
 
@@ -184,7 +226,7 @@ impl Delivery {
                 }
                 Imported::Cuda(_) => None,
             },
-            Body::Copied(_) => None,
+            Body::Copied(_) | Body::Foreign(_) => None,
         }
     }
 
@@ -244,6 +286,7 @@ impl Delivery {
         match &self.0.body {
             Body::ZeroCopy(z) => Some(&z.fences),
             Body::Copied(c) => Some(&c.fences),
+            Body::Foreign(f) => Some(&f.fences),
             Body::Bytes(_) => None,
         }
     }
@@ -355,6 +398,7 @@ impl Delivery {
                 Imported::Host(_) => Ok(None),
             },
             Body::Copied(c) => c.begin(stream).map(Some),
+            Body::Foreign(f) => Ok(f.block.as_ref().map(|b| b.begin(stream)).transpose()?),
             Body::Bytes(_) => Ok(None),
         }
     }

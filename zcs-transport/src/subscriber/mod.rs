@@ -46,7 +46,7 @@ use crate::cuda::Gpu;
 use crate::pool::recycler::Recycler;
 use crate::protocol::{self, Group, Request, Role, Token};
 use crate::sync::Unpoisoned;
-pub use delivery::{Delivery, DeviceRead, ReadError};
+pub use delivery::{Delivery, DeviceRead, ForeignBlock, ReadError};
 
 use dedup::Dedup;
 use discovery::{publisher_appeared, publisher_vanished};
@@ -343,6 +343,14 @@ impl SubscriberCore {
         got
     }
 
+    /// A sample of this subscriber carrying `block`, a block of another transport mapped
+    /// on this subscriber's GPU (the ROS 2 layer's CUDA buffer backend imports): read
+    /// like a zero-copy sample, and `block` dropped once the sample and every read of it
+    /// are done. `None` for a host-memory subscriber.
+    pub fn foreign_sample(&self, info: crate::sample::SampleInfo, block: Box<dyn ForeignBlock>) -> Option<Delivery> {
+        self.shared.foreign(info, block)
+    }
+
     /// Counters of this subscriber.
     pub fn stats(&self) -> SubscriberStats {
         let c = &self.shared.counters;
@@ -483,6 +491,14 @@ impl Shared {
     fn via_host(&self, theirs: &Group) -> bool {
         super::locality::decide(&self.group, theirs, self.peer.as_ref(), self.host_blocks)
             == super::locality::Locality::HostBlock
+    }
+
+    /// A sample of this subscriber whose data is `block`, a block of another transport
+    /// mapped on this subscriber's GPU; `None` (and `block` dropped) for a host-memory
+    /// subscriber, which cannot read device memory in place.
+    fn foreign(&self, info: crate::sample::SampleInfo, block: Box<dyn ForeignBlock>) -> Option<Delivery> {
+        matches!(self.medium, SubMedium::Cuda(_))
+            .then(|| self.sample(info, delivery::Body::Foreign(delivery::Foreign::new(block, Arc::clone(&self.releases)))))
     }
 
     /// A sample of this subscriber.

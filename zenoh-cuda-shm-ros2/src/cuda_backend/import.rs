@@ -229,6 +229,20 @@ impl Drop for BackendBuffer {
     }
 }
 
+/// How a subscription delivers the buffer: as a sample of its channel, read in place.
+impl zenoh_cuda_shm::sample::ForeignBlock for BackendBuffer {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn begin(&self, stream: &Stream) -> Result<u64, CudaError> {
+        if let Some(ev) = &self.event {
+            ev.wait_on(stream)?;
+        }
+        Ok(self.block.mapping.device_ptr())
+    }
+}
+
 /// A read of a [`BackendBuffer`] on a stream; a fence is recorded when it ends, and the
 /// buffer's count goes back only once the GPU has passed it.
 pub struct BackendRead<'a> {

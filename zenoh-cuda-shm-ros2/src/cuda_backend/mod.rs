@@ -4,6 +4,17 @@
 //! given back to its pool as its own subscribers give them back. The facts this relies
 //! on, with their sources: `docs/cuda-buffer-backend.md`.
 
+//!
+//! | file | what |
+//! |---|---|
+//! | `import.rs` | a descriptor's block imported, counted and read ([`BackendImports`]) |
+//! | `process.rs` | the import cache per GPU and the registry handle this process shares |
+//! | `queue.rs` | the thread that imports a subscription's descriptors off Zenoh's threads |
+
 mod import;
+mod process;
+mod queue;
 
 pub use import::{BackendBuffer, BackendImportError, BackendImports, BackendRead};
+pub(crate) use process::{Registration, imports_for};
+pub(crate) use queue::{ImportQueue, spawn_importer};

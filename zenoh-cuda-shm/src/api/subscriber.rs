@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::config::PeerGpus;
 use crate::cuda::Topology;
-use crate::sample::{GpuSample, Path, SampleInfo};
+use crate::sample::{ForeignBlock, GpuSample, Path, SampleInfo};
 use crate::transport::locality::PeerView;
 use crate::transport::publisher::DeclareError;
 use crate::transport::subscriber::spin::QueueEnd;
@@ -209,6 +209,15 @@ impl<H> GpuSubscriber<H> {
             Path::CpuBytes => self.bytes_reason(info.publisher).or_else(|| info.path.reason().map(str::to_owned)),
             path => path.reason().map(str::to_owned),
         }
+    }
+
+    /// A sample of this subscriber whose data is `block`, a block of another transport
+    /// mapped on this subscriber's GPU (how the ROS 2 layer delivers buffers of ROS 2's
+    /// CUDA buffer backend): read in place like a zero-copy sample, `block` dropped once
+    /// the sample and every read of it are done. `None` (and `block` dropped) for a
+    /// host-memory subscriber.
+    pub fn foreign_sample(&self, info: SampleInfo, block: Box<dyn ForeignBlock>) -> Option<GpuSample> {
+        self.core.foreign_sample(info, block).map(GpuSample::new)
     }
 
     /// The handler (the channel receiver for FIFO subscribers).
