@@ -197,14 +197,85 @@ fn writer_entry() {
 }
 
 const SUB_NAME: &str = "gpu_rosidl_cuda_publisher_to_our_subscription_in_place";
+const PUB_KILLED: &str = "gpu_rosidl_cuda_publisher_killed_while_we_hold_its_blocks";
+const SUB_KILLED: &str = "gpu_rosidl_cuda_our_subscriber_killed_holding_their_blocks";
 const PORT_ENV: &str = "ZCS_ROSIDL_CUDA_PORT";
 const KEY_ENV: &str = "ZCS_ROSIDL_CUDA_KEY";
 const DOMAIN_ENV: &str = "ZCS_ROSIDL_CUDA_DOMAIN";
 /// Frames the publisher sends, in order: 1080p and 4K rgba8, each in a block of its own.
 const FRAMES: [(u32, u32); 2] = [(1920, 1080), (3840, 2160)];
+const TOPIC: &str = "/camera/image";
 
 fn seed_of(i: usize) -> u64 {
     1000 + i as u64
+}
+
+/// A GPU session listening on (or connecting to) a loopback port.
+fn cuda_session(listen: Option<u16>, connect: Option<u16>) -> zenoh_cuda_shm::GpuSession {
+    use zenoh_cuda_shm::config::DeviceChoice;
+    use zenoh_cuda_shm::{GpuSession, ZcsConfig};
+    GpuSession::open(
+        zcs_tests::loopback_zenoh_config(listen, connect, None),
+        ZcsConfig { device: DeviceChoice::Cuda, ..ZcsConfig::default() },
+    )
+    .wait()
+    .unwrap()
+}
+
+/// Our subscription of the topic on the buffer-aware wire: it takes CUDA buffers.
+fn cuda_subscription(
+    session: &zenoh_cuda_shm::GpuSession,
+    domain: u32,
+) -> zenoh_cuda_shm_ros2::RosSubscriber<Image<()>> {
+    use zenoh_cuda_shm_ros2::{NodeOptions, Qos, RmwWire, RosNode};
+    let node = RosNode::new(session, NodeOptions::new("cuda_sub").domain(domain).rmw_wire(RmwWire::BufferAware)).unwrap();
+    let sub = node.subscriber::<Image<()>>(TOPIC, Qos::reliable(10)).unwrap();
+    assert!(sub.takes_cuda_buffers());
+    assert!(sub.token().ends_with("/backends:cuda:"), "{}", sub.token());
+    assert_eq!(sub.registry_error(), None);
+    sub
+}
+
+/// The publisher child, connecting to `port`; `key`: the data key it must derive.
+fn spawn_publisher(dir: &Path, port: u16, domain: u32, key: Option<&str>) -> std::process::Child {
+    let mut env =
+        vec![(DIR_ENV, dir.display().to_string()), (PORT_ENV, port.to_string()), (DOMAIN_ENV, domain.to_string())];
+    env.extend(key.map(|k| (KEY_ENV, k.to_owned())));
+    spawn_child("cuda_publisher_entry", "rosidl-cuda-publisher", &env)
+}
+
+/// Receives the publisher's frames: each in place on the GPU, every byte checked there.
+fn receive_frames(
+    sub: &zenoh_cuda_shm_ros2::RosSubscriber<Image<()>>,
+    pattern: &zcs_tests::medium::Pattern,
+) -> Vec<zenoh_cuda_shm_ros2::RosSample<Image<()>>> {
+    let mut held = Vec::new();
+    for (i, (w, h)) in FRAMES.iter().enumerate() {
+        let msg = sub.recv_timeout(Duration::from_secs(60)).expect("a frame from the CUDA publisher");
+        assert_eq!((msg.msg().width, msg.msg().height), (*w, *h));
+        assert_eq!(msg.path(), zenoh_cuda_shm::Path::ZeroCopy);
+        assert_eq!(sub.path_reason(&msg), None);
+        let sample = msg.gpu_sample().expect("in place on the GPU");
+        assert!(sample.host_bytes().is_none(), "device memory, never copied to the host");
+        assert_eq!(sample.len(), (*w * *h * 4) as usize);
+        assert_eq!(pattern.mismatches(sample, seed_of(i)), 0, "every byte of frame {i}, read after the writer's event");
+        held.push(msg);
+    }
+    held
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("zcs-rosidl-cuda-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Removes what a killed publisher leaves in /dev/shm and /tmp.
+fn remove_leftovers(pid: u32) {
+    for block in 1..=FRAMES.len() as u32 {
+        let _ = std::fs::remove_file(BlockMeta::path_of(pid as i32, block));
+        let _ = std::fs::remove_file(format!("/tmp/cuda_vmm_{pid}_{block}.sock"));
+    }
 }
 
 /// An rmw_zenoh 0.12.0 CUDA publisher (written from its sources) → our subscription on
@@ -215,56 +286,18 @@ fn seed_of(i: usize) -> u64 {
 /// pool is whole again once our samples are gone.
 #[test]
 fn gpu_rosidl_cuda_publisher_to_our_subscription_in_place() {
-    use zcs_tests::loopback_zenoh_config;
-    use zcs_tests::medium::Pattern;
-    use zenoh_cuda_shm::config::DeviceChoice;
-    use zenoh_cuda_shm::{GpuSession, Path as SamplePath, ZcsConfig};
-    use zenoh_cuda_shm_ros2::{NodeOptions, Qos, RmwWire, RosNode};
-
     let Some(_gpu) = gpu_or_skip(SUB_NAME) else { return };
     let _watchdog = watchdog_guard(SUB_NAME, Duration::from_secs(150));
     let port = zcs_tests::free_tcp_port();
     let domain = 60 + std::process::id() % 100;
-    let session = GpuSession::open(
-        loopback_zenoh_config(Some(port), None, None),
-        ZcsConfig { device: DeviceChoice::Cuda, ..ZcsConfig::default() },
-    )
-    .wait()
-    .unwrap();
-    let node = RosNode::new(&session, NodeOptions::new("cuda_sub").domain(domain).rmw_wire(RmwWire::BufferAware)).unwrap();
-    let sub = node.subscriber::<Image<()>>("/camera/image", Qos::reliable(10)).unwrap();
-    assert!(sub.takes_cuda_buffers());
-    assert!(sub.token().ends_with("/backends:cuda:"), "{}", sub.token());
-    assert_eq!(sub.registry_error(), None);
-
-    let dir = std::env::temp_dir().join(format!("zcs-rosidl-cuda-pub-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let child = spawn_child(
-        "cuda_publisher_entry",
-        "rosidl-cuda-publisher",
-        &[
-            (DIR_ENV, dir.display().to_string()),
-            (PORT_ENV, port.to_string()),
-            (KEY_ENV, sub.key().to_owned()),
-            (DOMAIN_ENV, domain.to_string()),
-        ],
-    );
+    let session = cuda_session(Some(port), None);
+    let sub = cuda_subscription(&session, domain);
+    let dir = temp_dir("pub");
+    let child = spawn_publisher(&dir, port, domain, Some(sub.key()));
     // Written when our samples are gone (also when an assertion fails first).
     let released = Done(dir.join("released"));
 
-    let pattern = Pattern::new(&session);
-    let mut held = Vec::new();
-    for (i, (w, h)) in FRAMES.iter().enumerate() {
-        let msg = sub.recv_timeout(Duration::from_secs(60)).expect("a frame from the CUDA publisher");
-        assert_eq!((msg.msg().width, msg.msg().height), (*w, *h));
-        assert_eq!(msg.path(), SamplePath::ZeroCopy);
-        assert_eq!(sub.path_reason(&msg), None);
-        let sample = msg.gpu_sample().expect("in place on the GPU");
-        assert!(sample.host_bytes().is_none(), "device memory, never copied to the host");
-        assert_eq!(sample.len(), (*w * *h * 4) as usize);
-        assert_eq!(pattern.mismatches(sample, seed_of(i)), 0, "every byte of frame {i}, read after the writer's event");
-        held.push(msg);
-    }
+    let held = receive_frames(&sub, &zcs_tests::medium::Pattern::new(&session));
     wait_until("the stale descriptor refused", Duration::from_secs(30), || sub.stats().backend_refused == 1);
     let refusal = sub.backend_refusal().expect("a reason");
     assert!(refusal.contains("reused"), "{refusal}");
@@ -275,6 +308,89 @@ fn gpu_rosidl_cuda_publisher_to_our_subscription_in_place() {
     drop(released);
     wait_child(child, "the CUDA publisher", Duration::from_secs(60));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Their publisher killed (SIGKILL) while we hold two of its blocks: our samples stay
+/// readable, every byte as it was (the mapping holds the memory), and letting go of
+/// them afterwards is quiet.
+#[test]
+fn gpu_rosidl_cuda_publisher_killed_while_we_hold_its_blocks() {
+    let Some(_gpu) = gpu_or_skip(PUB_KILLED) else { return };
+    let _watchdog = watchdog_guard(PUB_KILLED, Duration::from_secs(150));
+    let port = zcs_tests::free_tcp_port();
+    let domain = 60 + (std::process::id() + 1) % 100;
+    let session = cuda_session(Some(port), None);
+    let sub = cuda_subscription(&session, domain);
+    let dir = temp_dir("pub-killed");
+    let mut child = spawn_publisher(&dir, port, domain, None);
+    let pattern = zcs_tests::medium::Pattern::new(&session);
+    let held = receive_frames(&sub, &pattern);
+
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for (i, msg) in held.iter().enumerate() {
+        let sample = msg.gpu_sample().unwrap();
+        assert_eq!(pattern.mismatches(sample, seed_of(i)), 0, "frame {i} after its publisher died");
+    }
+    drop(held);
+    drop(sub);
+    remove_leftovers(child.id());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Our subscriber killed (SIGKILL) while it holds two of their blocks: the backend's
+/// protocol leaves its counts up for good (checked: the negative control), and the
+/// next subscription of ours on the host gives them back from the dead process's hold
+/// journal, so their pool is whole again.
+#[test]
+fn gpu_rosidl_cuda_our_subscriber_killed_holding_their_blocks() {
+    let Some(_gpu) = gpu_or_skip(SUB_KILLED) else { return };
+    let _watchdog = watchdog_guard(SUB_KILLED, Duration::from_secs(150));
+    let port = zcs_tests::free_tcp_port();
+    let domain = 60 + (std::process::id() + 2) % 100;
+    let session = cuda_session(Some(port), None);
+    let dir = temp_dir("sub-killed");
+    let env = [(DIR_ENV, dir.display().to_string()), (PORT_ENV, port.to_string()), (DOMAIN_ENV, domain.to_string())];
+    let mut ours = spawn_child("our_subscriber_entry", "rosidl-cuda-our-subscriber", &env);
+    wait_file(&dir.join("subscribed"), Duration::from_secs(60));
+    let publisher = spawn_publisher(&dir, port, domain, None);
+    let released = Done(dir.join("released"));
+    wait_file(&dir.join("holding"), Duration::from_secs(90));
+    ours.kill().unwrap();
+    ours.wait().unwrap();
+
+    let counts = |pid: u32| {
+        (1..=FRAMES.len() as u32).map(|b| BlockMeta::open(pid as i32, b).unwrap().count()).collect::<Vec<_>>()
+    };
+    assert_eq!(counts(publisher.id()), vec![1, 1], "the dead subscriber's counts stay up without a reaper");
+    let _reaper = cuda_subscription(&session, domain + 100);
+    wait_until("the dead subscriber's counts given back", Duration::from_secs(20), || {
+        counts(publisher.id()) == vec![0, 0]
+    });
+    drop(released);
+    wait_child(publisher, "the CUDA publisher", Duration::from_secs(60));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Our subscriber for the cell above: takes both frames, checks them, holds them.
+#[test]
+#[ignore = "entry point of the child process started by the test above"]
+fn our_subscriber_entry() {
+    if child_role().as_deref() != Some("rosidl-cuda-our-subscriber") {
+        return;
+    }
+    let _watchdog = watchdog_guard("our rosidl-cuda subscriber", Duration::from_secs(140));
+    let env = |k: &str| std::env::var(k).unwrap();
+    let dir = PathBuf::from(env(DIR_ENV));
+    let session = cuda_session(None, Some(env(PORT_ENV).parse().unwrap()));
+    let sub = cuda_subscription(&session, env(DOMAIN_ENV).parse().unwrap());
+    std::fs::write(dir.join("subscribed"), b"").unwrap();
+    let held = receive_frames(&sub, &zcs_tests::medium::Pattern::new(&session));
+    // The stale descriptor, too, is done with: no count is in flight when we are killed.
+    wait_until("the stale descriptor refused", Duration::from_secs(30), || sub.stats().backend_refused == 1);
+    std::fs::write(dir.join("holding"), b"").unwrap();
+    std::thread::sleep(Duration::from_secs(120)); // killed long before
+    drop(held);
 }
 
 /// The publisher: what rmw_zenoh 0.12.0 with `cuda_buffer_backend` 0.1.2 does for one
@@ -294,7 +410,7 @@ fn cuda_publisher_entry() {
     if child_role().as_deref() != Some("rosidl-cuda-publisher") {
         return;
     }
-    let _watchdog = watchdog_guard("rosidl-cuda publisher", Duration::from_secs(140));
+    let _watchdog = watchdog_guard("rosidl-cuda publisher", Duration::from_secs(145));
     let env = |k: &str| std::env::var(k).unwrap();
     let dir = PathBuf::from(env(DIR_ENV));
     let port: u16 = env(PORT_ENV).parse().unwrap();
@@ -331,7 +447,14 @@ fn cuda_publisher_entry() {
     assert_eq!(entry.kind, 1);
     assert_eq!((entry.device_id, entry.uid), (gpu.ordinal() as i32, nix::unistd::getuid().as_raw()));
 
-    let key = format!("{}/_buf/{gid_hex}", env(KEY_ENV));
+    // The data key from the token's chunks (`<domain>/<topic>/<type>/<hash>`, the
+    // topic's `/` mangled as `%` in the token): rmw_zenoh's `liveliness_utils.cpp`.
+    let parts: Vec<&str> = token.split('/').collect();
+    let data_key = format!("{}/{}/{}/{}", parts[1], parts[9].trim_start_matches('%').replace('%', "/"), parts[10], parts[11]);
+    if let Ok(expected) = std::env::var(KEY_ENV) {
+        assert_eq!(data_key, expected, "the data key rmw_zenoh derives is our subscription's");
+    }
+    let key = format!("{data_key}/_buf/{gid_hex}");
     let publisher_gid: [u8; 16] = rand::random();
     let kernels = Kernels::load(&gpu).unwrap();
     let stream = gpu.new_stream().unwrap();

@@ -23,6 +23,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::SeqCst};
 
+use super::holds::{BlockFile, Journaled, record_hold, record_release};
 use super::sys;
 
 /// Where the backend's shared memory lives.
@@ -78,6 +79,8 @@ pub enum BlockMetaError {
 pub struct BlockMeta {
     shared: NonNull<Shared>,
     path: PathBuf,
+    /// The block's identity, for the hold journal (files opened by pid and block).
+    file: Option<BlockFile>,
     /// Kept open with the mapping (closing it would not unmap; kept for `fstat`-free
     /// identity in logs and so the file's lifetime is plain).
     _file: File,
@@ -100,7 +103,19 @@ impl BlockMeta {
     /// # Errors
     /// As [`BlockMeta::open_at`].
     pub fn open(pid: i32, block: u32) -> Result<Self, BlockMetaError> {
-        Self::open_at(&Self::path_of(pid, block))
+        let mut meta = Self::open_at(&Self::path_of(pid, block))?;
+        let stat = meta._file.metadata().map_err(|source| BlockMetaError::Io {
+            what: "stat",
+            path: meta.path.display().to_string(),
+            source,
+        })?;
+        meta.file = Some(BlockFile { pid, block, dev: stat.dev(), ino: stat.ino() });
+        Ok(meta)
+    }
+
+    /// The block file's identity when opened with [`BlockMeta::open`].
+    pub fn file(&self) -> Option<BlockFile> {
+        self.file
     }
 
     /// Opens the shared bytes at `path`: a regular file (no symbolic link followed) of
@@ -153,7 +168,7 @@ impl BlockMeta {
 
     fn map(file: File, path: &Path) -> io::Result<Self> {
         let p = sys::map_shared(file.as_fd(), SIZE)?;
-        Ok(Self { shared: p.cast(), path: path.to_owned(), _file: file })
+        Ok(Self { shared: p.cast(), path: path.to_owned(), file: None, _file: file })
     }
 
     fn shared(&self) -> &Shared {
@@ -179,7 +194,9 @@ impl BlockMeta {
     }
 
     /// Counts us as holding the block if its reuse id is still `uid`, as the backend's
-    /// own subscribers do: add first, then compare, and take it back on a mismatch.
+    /// own subscribers do: add first, then compare, and take it back on a mismatch. A
+    /// block opened with [`BlockMeta::open`] has the count journaled, so that it goes
+    /// back if this process dies holding it ([`super::holds`]).
     ///
     /// # Errors
     /// [`BlockMetaError::Stale`]: the block was reused since the descriptor was made.
@@ -191,7 +208,13 @@ impl BlockMeta {
             s.refcount.fetch_sub(1, SeqCst);
             return Err(BlockMetaError::Stale { expected: uid, found });
         }
-        Ok(CountHold { meta: Arc::clone(self) })
+        let journaled = self.file.as_ref().and_then(record_hold);
+        Ok(CountHold { meta: Arc::clone(self), journaled })
+    }
+
+    /// Gives back `n` counts a dead process held (its hold journal's).
+    pub(crate) fn give_back(&self, n: i32) {
+        self.shared().refcount.fetch_sub(n, SeqCst);
     }
 
     /// Marks the block published under reuse id `uid` at `timestamp_us` of the
@@ -221,10 +244,15 @@ impl std::fmt::Debug for BlockMeta {
 #[derive(Debug)]
 pub struct CountHold {
     meta: Arc<BlockMeta>,
+    journaled: Option<Journaled>,
 }
 
 impl Drop for CountHold {
     fn drop(&mut self) {
+        // The journal first: it must never say less is held than really is.
+        if let Some(j) = &self.journaled {
+            record_release(j);
+        }
         self.meta.shared().refcount.fetch_sub(1, SeqCst);
     }
 }

@@ -7,6 +7,7 @@
 //! |---|---|
 //! | [`fd_socket`] | a block's FD: one byte and one `SCM_RIGHTS` FD per connection to its socket |
 //! | [`block_meta`] | a block's 24 shared bytes in `/dev/shm`: subscribers' count and the reuse id |
+//! | [`holds`] | our counts on those blocks, journaled so that a dead process's go back |
 //! | [`registry`] | the host endpoint registry: each endpoint's GID, device ordinal and uid, read by publishers |
 //!
 //! What upstream does not check and we do: the socket's peer is the descriptor's
@@ -15,9 +16,11 @@
 
 pub mod block_meta;
 pub mod fd_socket;
+pub mod holds;
 pub mod registry;
 mod sys;
 
 pub use block_meta::{BlockMeta, BlockMetaError, CountHold};
 pub use fd_socket::{BlockFdError, receive_block_fd, serve_block_fd};
+pub use holds::{Reaped, reap_dead_holders};
 pub use registry::{EndpointKind, HostRegistry, RegistryError};
