@@ -303,6 +303,20 @@ fn gpu_rosidl_cuda_publisher_to_our_subscription_in_place() {
     assert!(refusal.contains("reused"), "{refusal}");
     let stats = sub.stats();
     assert_eq!((stats.cuda_buffers, stats.buf_gid, stats.buf_cpu, stats.base), (2, 0, 0, 0), "{stats:?}");
+
+    // Forged descriptors (another element type, a buffer past its block, another
+    // device, a socket not served by the named process) and a truncated message: each
+    // refused and counted by reason, nothing delivered, no FD kept.
+    let fds = zcs_tests::open_fd_count().unwrap();
+    std::fs::write(dir.join("forge"), b"").unwrap();
+    wait_until("the forged input counted", Duration::from_secs(30), || {
+        let s = sub.stats();
+        s.backend_refused == 5 && s.bad_cdr == 1
+    });
+    let by_kind: Vec<_> = sub.backend_refusals().into_iter().collect();
+    assert_eq!(by_kind, vec![("descriptor", 2), ("other-device", 1), ("reused", 1), ("wrong-peer", 1)]);
+    assert!(sub.try_recv().is_none(), "nothing forged was delivered");
+    assert_eq!(zcs_tests::open_fd_count().unwrap(), fds, "no FD kept from a refused import");
     // The publisher checks that its pool is whole again once we let go.
     drop(held);
     drop(released);
@@ -503,11 +517,44 @@ fn cuda_publisher_entry() {
         kept.push((block, meta, socket, event));
     }
     // A descriptor of the last block with another reuse id: refused by the subscriber.
-    let (image, mut stale) = last.unwrap();
+    let (image, good) = last.unwrap();
+    let mut stale = good.clone();
     stale.ipc_uid ^= 2;
-    put(FRAMES.len() as i64 + 1, image.encode_cdr_cuda(&stale).unwrap());
+    let mut seq = FRAMES.len() as i64 + 1;
+    put(seq, image.encode_cdr_cuda(&stale).unwrap());
 
-    wait_file(&dir.join("released"), Duration::from_secs(120));
+    // Hostile input, when the subscriber asks for it (it counts its FDs first).
+    let (forge, released) = (dir.join("forge"), dir.join("released"));
+    wait_until("forge or released", Duration::from_secs(120), || forge.exists() || released.exists());
+    let mut forged_meta = None;
+    if forge.exists() {
+        let ours = gpu.ordinal() as i32;
+        let mut forged = Vec::new();
+        forged.push(CudaBufferDescriptor { element_type_name: "f".into(), ..good.clone() });
+        forged.push(CudaBufferDescriptor { size: good.vmm_block_size + 1, ..good.clone() });
+        forged.push(CudaBufferDescriptor { device_id: ours + 1, ..good.clone() });
+        // Names a process that does not serve the socket: a block file of the
+        // subscriber's pid exists and matches, but the socket is ours.
+        let victim = std::os::unix::process::parent_id() as i32;
+        let meta = BlockMeta::create_at(&BlockMeta::path_of(victim, 77)).unwrap();
+        meta.publish(good.ipc_uid, 1);
+        forged.push(CudaBufferDescriptor { vmm_pid: victim, vmm_block_id: 77, ..good.clone() });
+        forged_meta = Some((meta, BlockMeta::path_of(victim, 77)));
+        for d in &forged {
+            seq += 1;
+            put(seq, image.encode_cdr_cuda(d).unwrap());
+        }
+        let whole = image.encode_cdr_cuda(&good).unwrap();
+        seq += 1;
+        put(seq, whole[..whole.len() / 2].to_vec());
+    }
+
+    wait_file(&released, Duration::from_secs(120));
+    if let Some((meta, path)) = forged_meta {
+        assert_eq!(meta.count(), 0, "the refused import gave its count back");
+        drop(meta);
+        let _ = std::fs::remove_file(path);
+    }
     for (_, meta, _, _) in &kept {
         wait_until("the subscriber's count given back", Duration::from_secs(10), || meta.count() == 0);
     }

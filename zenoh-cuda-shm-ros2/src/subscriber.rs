@@ -181,6 +181,8 @@ struct Core {
     counters: Counters,
     /// Why the last descriptor was not imported.
     last_refusal: Mutex<Option<String>>,
+    /// Refusals by kind ([`BackendImportError::kind`]).
+    refusals: Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
 impl Core {
@@ -260,7 +262,7 @@ impl<M: RosDataMessage> Shared<M> {
             }
             DataField::Cuda(d) => {
                 if !queue.push(d, (msg, attachment, seq_per_put)) {
-                    self.refused("the import thread has ended".into());
+                    self.refused("import-thread", "the import thread has ended".into());
                 }
             }
         }
@@ -277,7 +279,7 @@ impl<M: RosDataMessage> Shared<M> {
     ) {
         let buffer = match imported {
             Ok(b) => b,
-            Err(e) => return self.refused(crate::error::Chain(&e).to_string()),
+            Err(e) => return self.refused(e.kind(), crate::error::Chain(&e).to_string()),
         };
         let info = SampleInfo {
             key: key.to_owned(),
@@ -292,7 +294,8 @@ impl<M: RosDataMessage> Shared<M> {
         let _ = self.tx.send(RosSample { msg, attachment, seq_per_put, body: Body::Channel(sample) });
     }
 
-    fn refused(&self, why: String) {
+    fn refused(&self, kind: &'static str, why: String) {
+        *self.core.refusals.locked().entry(kind).or_default() += 1;
         if self.core.counters.backend_refused.fetch_add(1, Ordering::Relaxed) == 0 {
             tracing::warn!(reason = %why, "a CUDA buffer descriptor was refused; its message is lost (RosSubscriber::backend_refusal)");
         } else {
@@ -649,6 +652,14 @@ impl<M: RosDataMessage> RosSubscriber<M> {
     /// each such message is lost and counted in [`RosSubscriberStats::backend_refused`].
     pub fn backend_refusal(&self) -> Option<String> {
         self.core.last_refusal.locked().clone()
+    }
+
+    /// Descriptors refused so far, by kind of reason (`reused`, `other-device`,
+    /// `wrong-peer`, `descriptor`… see [`BackendImportError::kind`]; `import-thread`
+    /// if the subscription's import thread has ended); they add up to
+    /// [`RosSubscriberStats::backend_refused`].
+    pub fn backend_refusals(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        self.core.refusals.locked().clone()
     }
 
     /// Why this subscription, though it takes CUDA buffers, is not in the backend's host

@@ -60,6 +60,25 @@ pub enum BackendImportError {
     },
 }
 
+impl BackendImportError {
+    /// A short name of the reason, to count refusals by: `descriptor`, `other-device`,
+    /// `reused` (the block's reuse id moved on), `block-file` (its shared count missing
+    /// or not ours), `wrong-peer` (the socket's process or user is not the
+    /// descriptor's), `socket`, `cuda`, `size-changed`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Descriptor(_) => "descriptor",
+            Self::OtherDevice { .. } => "other-device",
+            Self::Meta(BlockMetaError::Stale { .. }) => "reused",
+            Self::Meta(_) => "block-file",
+            Self::Fd(BlockFdError::WrongPeer { .. }) => "wrong-peer",
+            Self::Fd(_) => "socket",
+            Self::Cuda(_) => "cuda",
+            Self::SizeChanged { .. } => "size-changed",
+        }
+    }
+}
+
 /// One block of a publisher, mapped here, with its shared count.
 struct Block {
     mapping: ImportedBlock,
