@@ -1,0 +1,416 @@
+//! ROS 2 frames from a publisher of the CUDA buffer backend (`rosidl::Buffer`, as
+//! rmw_zenoh 0.12.0 with `cuda_buffer_backend` 0.1.2 sends them) to our subscription on
+//! the same GPU: the descriptor path (the publisher's block imported and read in place)
+//! against the same publisher's CPU path (its buffer copied device→host and sent as CDR,
+//! uploaded host→device by the consumer, which wants it on the GPU).
+//!
+//! The publisher runs in a second process (this program re-run), written from the
+//! backend's sources as the GPU test's is: its own VMM blocks exported as POSIX FDs and
+//! served on a socket each, the 24 shared bytes per block, a fresh interprocess event
+//! per frame recorded after the frame's fill kernel, and its pool's reuse rule (a block
+//! whose count is back to 0 and whose last publish is 100 ms old, else a new block).
+//! The subscription is ours (`zenoh-cuda-shm-ros2`), on a GPU session, over loopback TCP.
+//!
+//! Rows (JSON lines), per `--frames` size, each path:
+//! - `latency`: one frame in flight; the publisher's put (after its fill is queued) →
+//!   the frame received by the consumer, on the host's monotonic clock, p50 / p99 over
+//!   `--iters`;
+//! - `rate`: the publisher as fast as it can, the consumer reading every frame (its
+//!   check kernel on the GPU); frames per second at the consumer.
+//!
+//! Every frame is checked on the GPU against the pattern its publish filled in; a row
+//! with a wrong byte is an error.
+//!
+//! ```text
+//! zcs_rosidl_bench --frames 3840x2160 --iters 200
+//! ```
+
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde_json::json;
+use zcs_memory::cuda::kernels::Kernels;
+use zcs_tests::percentile;
+use zcs_wire::rosidl_cuda::{BlockMeta, serve_block_fd};
+use zenoh::Wait;
+use zenoh_cuda_shm::config::DeviceChoice;
+use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, IpcEvent, Stream, copy};
+use zenoh_cuda_shm::tensor_codec::cdr::{CudaBufferDescriptor, CudaDescriptorLayout, Header, Image, Time};
+use zenoh_cuda_shm::{GpuSession, ZcsConfig};
+use zenoh_cuda_shm_ros2::{Attachment, NodeOptions, Qos, RmwWire, RosNode, RosSample, RosSubscriber};
+
+#[derive(Parser, Debug)]
+#[command(about = "ROS 2 CUDA buffer backend publisher → our subscription: latency and frame rate (JSON lines)")]
+struct Args {
+    /// Frame sizes, WIDTHxHEIGHT of rgba8.
+    #[arg(long, value_delimiter = ',', default_value = "1920x1080,3840x2160")]
+    frames: Vec<String>,
+    /// Timed frames per latency row (after `--warmup`).
+    #[arg(long, default_value_t = 200)]
+    iters: usize,
+    /// Frames per rate row.
+    #[arg(long, default_value_t = 300)]
+    rate_frames: usize,
+    /// Untimed frames first.
+    #[arg(long, default_value_t = 10)]
+    warmup: usize,
+    /// Accepted for the benchmark loop of scripts/gpu-run.sh (this one is CUDA only).
+    #[arg(long, default_value = "cuda")]
+    backend: String,
+}
+
+/// The backend's reuse grace (`grace_period_us_`, `cuda_memory_pool.hpp:147`).
+const GRACE: Duration = Duration::from_millis(100);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    /// A descriptor of the publisher's block.
+    Cuda,
+    /// The CPU form: the buffer copied to host and sent as CDR.
+    Cpu,
+}
+
+struct TheirBlock {
+    block: DeviceBlock,
+    meta: BlockMeta,
+    socket: PathBuf,
+    id: u32,
+    published: Option<Instant>,
+    /// The event of its last frame, alive until the block is reused.
+    _event: Option<IpcEvent>,
+}
+
+/// The backend's publisher, as its sources describe it.
+struct Theirs {
+    gpu: Gpu,
+    kernels: Kernels,
+    stream: Stream,
+    publisher: zenoh::pubsub::Publisher<'static>,
+    gid: [u8; 16],
+    seq: i64,
+    blocks: Vec<TheirBlock>,
+    host: Vec<u8>,
+}
+
+impl Theirs {
+    /// A block with nobody counted on it and its last publish `GRACE` old, else a new one.
+    fn acquire(&mut self, len: usize) -> usize {
+        let ready = self.blocks.iter().position(|b| {
+            b.block.size() >= len && b.meta.count() <= 0 && b.published.is_none_or(|t| t.elapsed() >= GRACE)
+        });
+        if let Some(i) = ready {
+            return i;
+        }
+        let pid = std::process::id() as i32;
+        let id = self.blocks.len() as u32 + 1;
+        let block = DeviceBlock::allocate(&self.gpu, len).expect("a block");
+        let path = BlockMeta::path_of(pid, id);
+        let _ = std::fs::remove_file(&path);
+        let meta = BlockMeta::create_at(&path).expect("the block's shared bytes");
+        let socket = PathBuf::from(format!("/tmp/cuda_vmm_{pid}_{id}.sock"));
+        let _ = std::fs::remove_file(&socket);
+        let listener = std::os::unix::net::UnixListener::bind(&socket).expect("the block's socket");
+        let fd = block.fd().try_clone_to_owned().expect("dup the block's FD");
+        std::thread::spawn(move || while serve_block_fd(&listener, fd.as_fd()).is_ok() {});
+        self.blocks.push(TheirBlock { block, meta, socket, id, published: None, _event: None });
+        self.blocks.len() - 1
+    }
+
+    /// Fills a frame with `seed`'s pattern and publishes it, stamped with the monotonic
+    /// clock at its put.
+    fn publish(&mut self, fields: &Image<()>, len: usize, seed: u64, wire: Wire) {
+        let i = self.acquire(len);
+        let (ptr, size, id) = (self.blocks[i].block.device_ptr(), self.blocks[i].block.size(), self.blocks[i].id);
+        // SAFETY: the block has ≥ len mapped bytes and lives as long as `self`.
+        unsafe { self.kernels.fill(&self.stream, ptr, len as u64, seed) }.expect("fill");
+        let bytes = match wire {
+            Wire::Cuda => {
+                let event = IpcEvent::create(&self.gpu).expect("an interprocess event");
+                event.record(&self.stream).expect("record");
+                let uid = (seed << 1) | 1; // one id per allocation, never 0
+                self.blocks[i].meta.publish(uid, 1);
+                let d = CudaBufferDescriptor {
+                    size: len as u64,
+                    element_type_name: "h".into(),
+                    device_id: self.gpu.ordinal() as i32,
+                    use_ipc: true,
+                    vmm_pid: std::process::id() as i32,
+                    vmm_block_id: id,
+                    vmm_block_size: size as u64,
+                    vmm_socket_path: self.blocks[i].socket.display().to_string(),
+                    ipc_uid: uid,
+                    ipc_event_handle: event.handle().expect("event handle"),
+                    layout: CudaDescriptorLayout::V0_1_2,
+                };
+                self.blocks[i]._event = Some(event);
+                fields.encode_cdr_cuda(&d).expect("encode")
+            }
+            Wire::Cpu => {
+                // The CPU form: the serializer copies the buffer to host (a synchronous
+                // copy: it waits for the fill), then writes ordinary CDR.
+                self.host.resize(len, 0);
+                // SAFETY: the block has ≥ len mapped bytes; `host` has len bytes; the call
+                // returns once the copy is done.
+                unsafe { copy::device_to_host(&self.stream, ptr, &mut self.host) }.expect("device→host");
+                let mut m = fields.encode_cdr_prefix(len).expect("encode");
+                m.extend_from_slice(&self.host);
+                m
+            }
+        };
+        self.blocks[i].published = Some(Instant::now());
+        self.seq += 1;
+        let att = Attachment { seq: self.seq, timestamp_ns: monotonic_ns(), gid: self.gid };
+        self.publisher.put(bytes).attachment(att.encode().to_vec()).wait().expect("put");
+    }
+}
+
+impl Drop for Theirs {
+    fn drop(&mut self) {
+        let _ = copy::wait(&self.stream);
+        for b in &self.blocks {
+            let _ = std::fs::remove_file(BlockMeta::path_of(std::process::id() as i32, b.id));
+            let _ = std::fs::remove_file(&b.socket);
+        }
+    }
+}
+
+/// The consumer: the frame on the GPU, ordered on `stream`, checked there (errors
+/// accumulate in `counter`); a bytes frame is uploaded first into `upload`.
+struct Consumer {
+    kernels: Kernels,
+    stream: Stream,
+    counter: DeviceBlock,
+    upload: DeviceBlock,
+}
+
+impl Consumer {
+    fn consume(&self, msg: &RosSample<Image<()>>, seed: u64) {
+        let len = msg.data_len() as u64;
+        match msg.gpu_sample() {
+            Some(sample) => {
+                let read = sample.read(&self.stream).expect("read in place");
+                // SAFETY: the read range is mapped and held by the sample until the fence
+                // `end` records after this launch; the counter lives as long as `self`.
+                unsafe { self.kernels.check(&self.stream, read.device_ptr(), len, seed, self.counter.device_ptr()) }
+                    .expect("check");
+                read.end().expect("end the read");
+            }
+            None => {
+                let bytes = msg.host_data().expect("host bytes");
+                // SAFETY: `upload` has ≥ len mapped bytes; the call returns once `bytes`
+                // has been read.
+                unsafe { copy::host_to_device(&self.stream, self.upload.device_ptr(), &bytes) }.expect("upload");
+                // SAFETY: as above, the upload block; the counter as above.
+                unsafe { self.kernels.check(&self.stream, self.upload.device_ptr(), len, seed, self.counter.device_ptr()) }
+                    .expect("check");
+            }
+        }
+    }
+
+    /// Bytes that differed from their patterns since the last call (waits).
+    fn errors(&self) -> u32 {
+        let mut v = [0u8; 4];
+        // SAFETY: the counter has ≥ 4 mapped bytes; the call returns after the copy.
+        unsafe { copy::device_to_host(&self.stream, self.counter.device_ptr(), &mut v) }.expect("read the counter");
+        // SAFETY: as above.
+        unsafe { copy::fill(&self.stream, self.counter.device_ptr(), 0, 4) }.expect("reset");
+        copy::wait(&self.stream).expect("wait");
+        u32::from_le_bytes(v)
+    }
+}
+
+fn recv(sub: &RosSubscriber<Image<()>>) -> RosSample<Image<()>> {
+    sub.recv_timeout(Duration::from_secs(20)).expect("a frame within 20 s")
+}
+
+/// CLOCK_MONOTONIC in ns: one clock for both processes of the benchmark.
+fn monotonic_ns() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+fn dims(f: &str) -> (u32, u32) {
+    let (w, h) = f.split_once('x').expect("WIDTHxHEIGHT");
+    (w.parse().expect("width"), h.parse().expect("height"))
+}
+
+fn fields(f: &str) -> (Image<()>, usize) {
+    let (w, h) = dims(f);
+    let image = Image {
+        header: Header { stamp: Time { sec: 1, nanosec: 0 }, frame_id: "camera".into() },
+        height: h,
+        width: w,
+        encoding: "rgba8".into(),
+        is_bigendian: 0,
+        step: w * 4,
+        data: (),
+    };
+    (image, (w * h * 4) as usize)
+}
+
+/// The rows, in order: per frame size, the descriptor path then the CPU path.
+fn plan(args: &Args) -> Vec<(String, Wire, &'static str)> {
+    let mut rows = Vec::new();
+    for f in &args.frames {
+        rows.push((f.clone(), Wire::Cuda, "cuda-descriptor"));
+        rows.push((f.clone(), Wire::Cpu, "cpu-cdr"));
+    }
+    rows
+}
+
+/// Frames of each row: `warmup + iters` one at a time, then `rate_frames` at once.
+fn seeds(args: &Args, row: usize) -> (u64, u64) {
+    let per_row = (args.warmup + args.iters + args.rate_frames) as u64;
+    let first = 1 + row as u64 * per_row;
+    (first, first + (args.warmup + args.iters) as u64)
+}
+
+/// The publisher process: it publishes a frame each time the subscriber asks for one
+/// (`go` with a count on the control key), so that one frame is in flight in the
+/// latency rows and `rate_frames` back to back in the rate rows.
+fn publisher_main(args: &Args) {
+    let port: u16 = std::env::var(PORT_ENV).expect("port").parse().expect("port");
+    let key = std::env::var(KEY_ENV).expect("key");
+    let gpu = Gpu::open(0).expect("a GPU");
+    let z = zenoh::open(zcs_tests::loopback_zenoh_config(None, Some(port), None)).wait().expect("their session");
+    let go = z.declare_subscriber(format!("{key}/bench_go")).with(flume::unbounded()).wait().expect("control");
+    // Blocking, so that the rate rows count frames, not Zenoh's drops.
+    let publisher = z
+        .declare_publisher(key)
+        .congestion_control(zenoh::qos::CongestionControl::Block)
+        .wait()
+        .expect("their publisher");
+    let t = Instant::now();
+    while !publisher.matching_status().wait().expect("matching status").matching() {
+        assert!(t.elapsed() < Duration::from_secs(30), "their session never saw our subscription");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut theirs = Theirs {
+        kernels: Kernels::load(&gpu).expect("kernels"),
+        stream: gpu.new_stream().expect("stream"),
+        gpu: gpu.clone(),
+        publisher,
+        gid: [7; 16],
+        seq: 0,
+        blocks: Vec::new(),
+        host: Vec::new(),
+    };
+    for (row, (f, wire, _)) in plan(args).iter().enumerate() {
+        let (image, len) = fields(f);
+        let (first, _) = seeds(args, row);
+        let total = args.warmup + args.iters + args.rate_frames;
+        let mut seed = first;
+        while seed < first + total as u64 {
+            let ask = go.recv_timeout(Duration::from_secs(60)).expect("the subscriber's go");
+            let n: u64 = String::from_utf8_lossy(&ask.payload().to_bytes()).parse().expect("a count");
+            for _ in 0..n {
+                theirs.publish(&image, len, seed, *wire);
+                seed += 1;
+            }
+        }
+    }
+}
+
+const PORT_ENV: &str = "ZCS_ROSIDL_BENCH_PORT";
+const KEY_ENV: &str = "ZCS_ROSIDL_BENCH_KEY";
+
+fn main() {
+    let args = Args::parse();
+    if std::env::var(KEY_ENV).is_ok() {
+        return publisher_main(&args);
+    }
+    let gpu = Gpu::open(0).expect("a GPU");
+    let port = zcs_tests::free_tcp_port();
+    let session = GpuSession::open(
+        zcs_tests::loopback_zenoh_config(Some(port), None, None),
+        ZcsConfig { device: DeviceChoice::Cuda, ..ZcsConfig::default() },
+    )
+    .wait()
+    .expect("our session");
+    let domain = 90 + std::process::id() % 100;
+    let node = RosNode::new(&session, NodeOptions::new("bench_sub").domain(domain).rmw_wire(RmwWire::BufferAware))
+        .expect("node");
+    let sub = node.subscriber::<Image<()>>("/camera/image", Qos::reliable(10)).expect("subscription");
+    assert!(sub.takes_cuda_buffers(), "the subscription lists cuda");
+    let gid_hex: String = sub.gid().iter().map(|b| format!("{b:02x}")).collect();
+    let key = format!("{}/_buf/{gid_hex}", sub.key());
+    // The publisher is another process, as theirs always is: an IPC event handle cannot
+    // be opened in the process that made it.
+    let mut child = std::process::Command::new(std::env::current_exe().expect("current_exe"))
+        .args(std::env::args().skip(1))
+        .env(PORT_ENV, port.to_string())
+        .env(KEY_ENV, &key)
+        .spawn()
+        .expect("the publisher process");
+    let z = session.zenoh().clone();
+    let go_key = format!("{key}/bench_go");
+    let go_publisher = z.declare_publisher(go_key).wait().expect("control");
+    let t = Instant::now();
+    while !go_publisher.matching_status().wait().expect("matching").matching() {
+        assert!(t.elapsed() < Duration::from_secs(30), "the publisher process never came");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let go = |n: usize| go_publisher.put(n.to_string()).wait().expect("go");
+
+    let max = args.frames.iter().map(|f| fields(f).1).max().unwrap_or(0);
+    let consumer = Consumer {
+        kernels: Kernels::load(&gpu).expect("kernels"),
+        stream: gpu.new_stream().expect("stream"),
+        counter: DeviceBlock::allocate(&gpu, 4).expect("counter"),
+        upload: DeviceBlock::allocate(&gpu, max).expect("upload block"),
+    };
+    consumer.errors();
+    println!(
+        "{}",
+        json!({"bench": "rosidl-setup", "gpu": gpu.name(), "iters": args.iters, "rate_frames": args.rate_frames,
+               "warmup": args.warmup, "grace_ms": GRACE.as_millis() as u64})
+    );
+    for (row, (f, _, path)) in plan(&args).iter().enumerate() {
+        let (_, len) = fields(f);
+        let (first, rate_first) = seeds(&args, row);
+        let before = sub.stats();
+        let mut us = Vec::new();
+        for i in 0..args.warmup + args.iters {
+            go(1);
+            let msg = recv(&sub);
+            let arrived = monotonic_ns();
+            consumer.consume(&msg, first + i as u64);
+            if i >= args.warmup {
+                us.push((arrived - msg.attachment().timestamp_ns) as f64 / 1e3);
+            }
+        }
+        assert_eq!(consumer.errors(), 0, "{path} {f}: wrong bytes");
+        us.sort_by(f64::total_cmp);
+        println!(
+            "{}",
+            json!({"bench": "rosidl", "row": "latency", "path": path, "frame": f, "size": len,
+                   "p50_us": percentile(&us, 50.0), "p99_us": percentile(&us, 99.0),
+                   "what": "publish (its put) → the frame received by the consumer, one in flight"})
+        );
+        let n = args.rate_frames;
+        let t = Instant::now();
+        go(n);
+        for k in 0..n as u64 {
+            let msg = recv(&sub);
+            consumer.consume(&msg, rate_first + k);
+        }
+        let errors = consumer.errors();
+        let secs = t.elapsed().as_secs_f64();
+        assert_eq!(errors, 0, "{path} {f}: wrong bytes at full rate");
+        let after = sub.stats();
+        assert_eq!(after.backend_refused, before.backend_refused, "refused: {:?}", sub.backend_refusal());
+        println!(
+            "{}",
+            json!({"bench": "rosidl", "row": "rate", "path": path, "frame": f, "size": len,
+                   "fps": n as f64 / secs, "frames": n,
+                   "in_place": after.cuda_buffers - before.cuda_buffers, "cdr": after.buf_gid - before.buf_gid,
+                   "what": "frames per second at the consumer, each checked on the GPU"})
+        );
+    }
+    let status = child.wait().expect("the publisher process");
+    assert!(status.success(), "the publisher process failed: {status}");
+}
