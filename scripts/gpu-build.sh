@@ -93,7 +93,7 @@ rm -rf .gpu-pack/wheels
 # Benchmarks: `.gpu-pack/bench.tar.xz` and `.gpu-pack/wheels`.
 mkdir -p .gpu-pack
 rm -f .gpu-pack/*.tar.xz
-bench_bins=(zcs_pool_bench zcs_latency zcs_throughput zcs_zenoh_shm zcs_peer_bench zcs_report)
+bench_bins=(zcs_pool_bench zcs_latency zcs_throughput zcs_zenoh_shm zcs_peer_bench zcs_rosidl_bench zcs_report)
 tests_2=(test-tests-crash_matrix test-tests-provider test-tests-shm_out test-tests-gpu_peer
   test-tests-ros2_stream ros2_image_pub ros2_image_sub ros2_tensor_pub ros2_tensor_sub)
 (cd "$out" && tar -cf - --ignore-failed-read "${bench_bins[@]}" 2>/dev/null) | xz -T2 -6 > .gpu-pack/bench.tar.xz

@@ -231,21 +231,10 @@ fn json_line(c: &mut Proc, role: &str) -> String {
 }
 
 fn finish(c: Proc, what: &str, limit: Duration) {
-    let Proc { mut child, out } = c;
+    let Proc { child, out } = c;
     // Drain the rest of its output so it cannot block on a full pipe.
     std::thread::spawn(move || for _ in out.lines() {});
-    let t = Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            assert!(s.success(), "{what} exited with {s}");
-            return;
-        }
-        if t.elapsed() > limit {
-            let _ = child.kill();
-            panic!("{what} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    zcs_tests::wait_child(child, what, limit);
 }
 
 fn field(json: &str, name: &str) -> f64 {
