@@ -17,10 +17,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zcs_memory::cuda::kernels::check_pattern;
-use zcs_memory::cuda::{DeviceBlock, Gpu, IpcEvent, Kernels, copy};
+use zcs_memory::cuda::{Gpu, IpcEvent, Kernels, copy};
 use zcs_tests::{child_role, gpu_or_skip, spawn_child, wait_child, wait_until, watchdog_guard};
-use zcs_wire::rosidl_cuda::{BlockMeta, serve_block_fd};
-use zenoh_cuda_shm::tensor_codec::cdr::{BufferData, CudaBufferDescriptor, CudaDescriptorLayout, Header, Image, Time};
+use zcs_tests::rosidl::ServedBlock;
+use zcs_wire::rosidl_cuda::BlockMeta;
+use zenoh_cuda_shm::tensor_codec::cdr::{BufferData, CudaBufferDescriptor, Header, Image, Time};
 use zenoh_cuda_shm_ros2::cuda_backend::{BackendImportError, BackendImports};
 
 const NAME: &str = "gpu_rosidl_cuda_block_is_read_in_place_after_its_writer_and_given_back";
@@ -152,48 +153,26 @@ fn writer_entry() {
     let _watchdog = watchdog_guard("rosidl-cuda writer", Duration::from_secs(100));
     let dir = PathBuf::from(std::env::var(DIR_ENV).unwrap());
     let gpu = Gpu::probe().unwrap();
-    let pid = std::process::id() as i32;
-    let block = DeviceBlock::allocate(&gpu, LEN).unwrap();
-    let meta = BlockMeta::create_at(&BlockMeta::path_of(pid, BLOCK_ID)).unwrap();
-    let socket = PathBuf::from(format!("/tmp/cuda_vmm_{pid}_{BLOCK_ID}.sock"));
-    let _ = std::fs::remove_file(&socket);
-    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    let fd = block.fd().try_clone_to_owned().unwrap();
-    std::thread::spawn(move || while serve_block_fd(&listener, std::os::fd::AsFd::as_fd(&fd)).is_ok() {});
+    let served = ServedBlock::new(&gpu, BLOCK_ID, LEN);
 
     let kernels = Kernels::load(&gpu).unwrap();
     let stream = gpu.new_stream().unwrap();
     kernels.spin(&stream, 2_000_000_000).unwrap();
     // SAFETY: the block has ≥ LEN mapped bytes and lives until this process exits, after
     // the stream is done.
-    unsafe { kernels.fill(&stream, block.device_ptr(), LEN as u64, SEED) }.unwrap();
+    unsafe { kernels.fill(&stream, served.block.device_ptr(), LEN as u64, SEED) }.unwrap();
     let event = IpcEvent::create(&gpu).unwrap();
     event.record(&stream).unwrap();
     let uid = rand::random::<u64>() | 1;
-    meta.publish(uid, 1);
-    let d = CudaBufferDescriptor {
-        size: LEN as u64,
-        element_type_name: "h".into(),
-        device_id: gpu.ordinal() as i32,
-        use_ipc: true,
-        vmm_pid: pid,
-        vmm_block_id: BLOCK_ID,
-        vmm_block_size: block.size() as u64,
-        vmm_socket_path: socket.display().to_string(),
-        ipc_uid: uid,
-        ipc_event_handle: event.handle().unwrap(),
-        layout: CudaDescriptorLayout::V0_1_2,
-    };
+    served.meta.publish(uid, 1);
+    let d = served.descriptor(&gpu, LEN, uid, event.handle().unwrap());
     let tmp = dir.join("descriptor.tmp");
     std::fs::write(&tmp, frame().encode_cdr_cuda(&d).unwrap()).unwrap();
     std::fs::rename(&tmp, dir.join("descriptor")).unwrap();
 
     wait_file(&dir.join("done"), Duration::from_secs(90));
-    assert_eq!(meta.count(), 0, "the reader gave its counts back");
+    assert_eq!(served.meta.count(), 0, "the reader gave its counts back");
     copy::wait(&stream).unwrap();
-    drop(meta);
-    let _ = std::fs::remove_file(BlockMeta::path_of(pid, BLOCK_ID));
-    let _ = std::fs::remove_file(&socket);
 }
 
 const SUB_NAME: &str = "gpu_rosidl_cuda_publisher_to_our_subscription_in_place";
@@ -429,7 +408,6 @@ fn cuda_publisher_entry() {
     let dir = PathBuf::from(env(DIR_ENV));
     let port: u16 = env(PORT_ENV).parse().unwrap();
     let gpu = Gpu::probe().unwrap();
-    let pid = std::process::id() as i32;
     let z = zenoh::open(zcs_tests::loopback_zenoh_config(None, Some(port), None)).wait().unwrap();
 
     // Discovery: the subscription's token, its backends chunk, its GID.
@@ -480,41 +458,22 @@ fn cuda_publisher_entry() {
     let mut last = None;
     for (i, (w, h)) in FRAMES.iter().enumerate() {
         let len = (*w * *h * 4) as usize;
-        let block_id = i as u32 + 1;
-        let block = DeviceBlock::allocate(&gpu, len).unwrap();
-        let meta = BlockMeta::create_at(&BlockMeta::path_of(pid, block_id)).unwrap();
-        let socket = PathBuf::from(format!("/tmp/cuda_vmm_{pid}_{block_id}.sock"));
-        let _ = std::fs::remove_file(&socket);
-        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-        let fd = block.fd().try_clone_to_owned().unwrap();
-        std::thread::spawn(move || while serve_block_fd(&listener, std::os::fd::AsFd::as_fd(&fd)).is_ok() {});
+        let served = ServedBlock::new(&gpu, i as u32 + 1, len);
         // The write is still running when the descriptor goes out: the reader must order
         // itself after the event.
         kernels.spin(&stream, 500_000_000).unwrap();
         // SAFETY: the block has ≥ len mapped bytes and is kept until this process exits,
         // after the stream is done.
-        unsafe { kernels.fill(&stream, block.device_ptr(), len as u64, seed_of(i)) }.unwrap();
+        unsafe { kernels.fill(&stream, served.block.device_ptr(), len as u64, seed_of(i)) }.unwrap();
         let event = IpcEvent::create(&gpu).unwrap();
         event.record(&stream).unwrap();
         let uid = rand::random::<u64>() | 1;
-        meta.publish(uid, 1);
-        let d = CudaBufferDescriptor {
-            size: len as u64,
-            element_type_name: "h".into(),
-            device_id: gpu.ordinal() as i32,
-            use_ipc: true,
-            vmm_pid: pid,
-            vmm_block_id: block_id,
-            vmm_block_size: block.size() as u64,
-            vmm_socket_path: socket.display().to_string(),
-            ipc_uid: uid,
-            ipc_event_handle: event.handle().unwrap(),
-            layout: CudaDescriptorLayout::V0_1_2,
-        };
+        served.meta.publish(uid, 1);
+        let d = served.descriptor(&gpu, len, uid, event.handle().unwrap());
         let image = Image { width: *w, height: *h, step: w * 4, ..frame() };
         put(i as i64 + 1, image.encode_cdr_cuda(&d).unwrap());
         last = Some((image, d.clone()));
-        kept.push((block, meta, socket, event));
+        kept.push((served, event));
     }
     // A descriptor of the last block with another reuse id: refused by the subscriber.
     let (image, good) = last.unwrap();
@@ -555,13 +514,8 @@ fn cuda_publisher_entry() {
         drop(meta);
         let _ = std::fs::remove_file(path);
     }
-    for (_, meta, _, _) in &kept {
-        wait_until("the subscriber's count given back", Duration::from_secs(10), || meta.count() == 0);
+    for (served, _) in &kept {
+        wait_until("the subscriber's count given back", Duration::from_secs(10), || served.meta.count() == 0);
     }
     copy::wait(&stream).unwrap();
-    for (i, (_, meta, socket, _)) in kept.into_iter().enumerate() {
-        drop(meta);
-        let _ = std::fs::remove_file(BlockMeta::path_of(pid, i as u32 + 1));
-        let _ = std::fs::remove_file(socket);
-    }
 }

@@ -25,19 +25,17 @@
 //! zcs_rosidl_bench --frames 3840x2160 --iters 200
 //! ```
 
-use std::os::fd::AsFd;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use serde_json::json;
 use zcs_memory::cuda::kernels::Kernels;
 use zcs_tests::percentile;
-use zcs_wire::rosidl_cuda::{BlockMeta, serve_block_fd};
+use zcs_tests::rosidl::ServedBlock;
 use zenoh::Wait;
 use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, IpcEvent, Stream, copy};
-use zenoh_cuda_shm::tensor_codec::cdr::{CudaBufferDescriptor, CudaDescriptorLayout, Header, Image, Time};
+use zenoh_cuda_shm::tensor_codec::cdr::{Header, Image, Time};
 use zenoh_cuda_shm::{GpuSession, ZcsConfig};
 use zenoh_cuda_shm_ros2::{Attachment, NodeOptions, Qos, RmwWire, RosNode, RosSample, RosSubscriber};
 
@@ -73,10 +71,7 @@ enum Wire {
 }
 
 struct TheirBlock {
-    block: DeviceBlock,
-    meta: BlockMeta,
-    socket: PathBuf,
-    id: u32,
+    served: ServedBlock,
     published: Option<Instant>,
     /// The event of its last frame, alive until the block is reused.
     _event: Option<IpcEvent>,
@@ -98,23 +93,15 @@ impl Theirs {
     /// A block with nobody counted on it and its last publish `GRACE` old, else a new one.
     fn acquire(&mut self, len: usize) -> usize {
         let ready = self.blocks.iter().position(|b| {
-            b.block.size() >= len && b.meta.count() <= 0 && b.published.is_none_or(|t| t.elapsed() >= GRACE)
+            b.served.block.size() >= len
+                && b.served.meta.count() <= 0
+                && b.published.is_none_or(|t| t.elapsed() >= GRACE)
         });
         if let Some(i) = ready {
             return i;
         }
-        let pid = std::process::id() as i32;
-        let id = self.blocks.len() as u32 + 1;
-        let block = DeviceBlock::allocate(&self.gpu, len).expect("a block");
-        let path = BlockMeta::path_of(pid, id);
-        let _ = std::fs::remove_file(&path);
-        let meta = BlockMeta::create_at(&path).expect("the block's shared bytes");
-        let socket = PathBuf::from(format!("/tmp/cuda_vmm_{pid}_{id}.sock"));
-        let _ = std::fs::remove_file(&socket);
-        let listener = std::os::unix::net::UnixListener::bind(&socket).expect("the block's socket");
-        let fd = block.fd().try_clone_to_owned().expect("dup the block's FD");
-        std::thread::spawn(move || while serve_block_fd(&listener, fd.as_fd()).is_ok() {});
-        self.blocks.push(TheirBlock { block, meta, socket, id, published: None, _event: None });
+        let served = ServedBlock::new(&self.gpu, self.blocks.len() as u32 + 1, len);
+        self.blocks.push(TheirBlock { served, published: None, _event: None });
         self.blocks.len() - 1
     }
 
@@ -122,7 +109,7 @@ impl Theirs {
     /// clock at its put.
     fn publish(&mut self, fields: &Image<()>, len: usize, seed: u64, wire: Wire) {
         let i = self.acquire(len);
-        let (ptr, size, id) = (self.blocks[i].block.device_ptr(), self.blocks[i].block.size(), self.blocks[i].id);
+        let ptr = self.blocks[i].served.block.device_ptr();
         // SAFETY: the block has ≥ len mapped bytes and lives as long as `self`.
         unsafe { self.kernels.fill(&self.stream, ptr, len as u64, seed) }.expect("fill");
         let bytes = match wire {
@@ -130,20 +117,8 @@ impl Theirs {
                 let event = IpcEvent::create(&self.gpu).expect("an interprocess event");
                 event.record(&self.stream).expect("record");
                 let uid = (seed << 1) | 1; // one id per allocation, never 0
-                self.blocks[i].meta.publish(uid, 1);
-                let d = CudaBufferDescriptor {
-                    size: len as u64,
-                    element_type_name: "h".into(),
-                    device_id: self.gpu.ordinal() as i32,
-                    use_ipc: true,
-                    vmm_pid: std::process::id() as i32,
-                    vmm_block_id: id,
-                    vmm_block_size: size as u64,
-                    vmm_socket_path: self.blocks[i].socket.display().to_string(),
-                    ipc_uid: uid,
-                    ipc_event_handle: event.handle().expect("event handle"),
-                    layout: CudaDescriptorLayout::V0_1_2,
-                };
+                self.blocks[i].served.meta.publish(uid, 1);
+                let d = self.blocks[i].served.descriptor(&self.gpu, len, uid, event.handle().expect("event handle"));
                 self.blocks[i]._event = Some(event);
                 fields.encode_cdr_cuda(&d).expect("encode")
             }
@@ -168,11 +143,8 @@ impl Theirs {
 
 impl Drop for Theirs {
     fn drop(&mut self) {
+        // The blocks' files go with them, once the GPU is done with the frames.
         let _ = copy::wait(&self.stream);
-        for b in &self.blocks {
-            let _ = std::fs::remove_file(BlockMeta::path_of(std::process::id() as i32, b.id));
-            let _ = std::fs::remove_file(&b.socket);
-        }
     }
 }
 

@@ -14,10 +14,10 @@
 //! block only at a count ≤ 0 (`cuda_memory_pool.cpp:170-194`). Upstream uses
 //! `std::atomic` with its default (sequentially consistent) ordering everywhere; so do we.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -126,12 +126,7 @@ impl BlockMeta {
     /// [`BlockMetaError::Untrusted`] if it is not such a file.
     pub fn open_at(path: &Path) -> Result<Self, BlockMetaError> {
         let io = |what| move |source| BlockMetaError::Io { what, path: path.display().to_string(), source };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(io("open"))?;
+        let file = sys::open_rw(path, sys::Create::No).map_err(io("open"))?;
         let meta = file.metadata().map_err(io("stat"))?;
         let untrusted = |why: String| BlockMetaError::Untrusted { path: path.display().to_string(), why };
         if !meta.file_type().is_file() {
@@ -154,14 +149,7 @@ impl BlockMeta {
     /// [`BlockMetaError::Io`] if the file cannot be created, sized or mapped.
     pub fn create_at(path: &Path) -> Result<Self, BlockMetaError> {
         let io = |what| move |source| BlockMetaError::Io { what, path: path.display().to_string(), source };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(io("create"))?;
+        let file = sys::open_rw(path, sys::Create::New).map_err(io("create"))?;
         file.set_len(SIZE as u64).map_err(io("size"))?;
         Self::map(file, path).map_err(io("map"))
     }

@@ -18,10 +18,10 @@
 //! names its block file by device and inode as well as by name, so that a block file
 //! recreated under the same name (a new publisher with a reused pid) is never touched.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::SeqCst};
@@ -127,13 +127,7 @@ impl HoldJournal {
             // Left by a dead process that had our pid: give its counts back first.
             reap_file(&path)?;
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)?;
+        let file = sys::open_rw(&path, sys::Create::New)?;
         file.set_len(SIZE as u64)?;
         let mapped = Mapped::map(file)?;
         mapped.table().magic.store(MAGIC, SeqCst);
@@ -273,7 +267,7 @@ pub fn reap_dead_holders() -> Reaped {
 
 /// Reaps one journal: `Ok(None)` if another process is reaping it.
 fn reap_file(path: &Path) -> io::Result<Option<u64>> {
-    let file = OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path)?;
+    let file = sys::open_rw(path, sys::Create::No)?;
     let meta = file.metadata()?;
     if !meta.file_type().is_file() || meta.uid() != nix::unistd::geteuid().as_raw() || meta.len() != SIZE as u64 {
         return Err(io::Error::other("not a hold journal of our user"));

@@ -27,10 +27,10 @@
 //! objects readable and writable by our user only (upstream: 0666 less the umask), and
 //! open an existing file only if it is a regular file of the expected size or smaller.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -321,14 +321,7 @@ impl HostRegistry {
         let io = |what| move |source| RegistryError::Io { what, name: name.to_owned(), source };
         let untrusted = |why: String| RegistryError::Untrusted { name: name.to_owned(), why };
         let path = PathBuf::from("/dev/shm").join(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(io("open"))?;
+        let file = sys::open_rw(&path, sys::Create::IfAbsent).map_err(io("open"))?;
         let meta = file.metadata().map_err(io("stat"))?;
         if !meta.file_type().is_file() {
             return Err(untrusted("not a regular file".into()));

@@ -4,6 +4,34 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
+/// How [`open_rw`] treats a missing file.
+#[derive(Clone, Copy)]
+pub(super) enum Create {
+    /// Open an existing file only.
+    No,
+    /// Create it (for our user only) if absent.
+    IfAbsent,
+    /// Create it (for our user only); an existing file is an error.
+    New,
+}
+
+/// Opens `path` read-write without following a symbolic link, closed on exec.
+pub(super) fn open_rw(path: &std::path::Path, create: Create) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true).write(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    match create {
+        Create::No => {}
+        Create::IfAbsent => {
+            o.create(true);
+        }
+        Create::New => {
+            o.create_new(true);
+        }
+    }
+    o.open(path)
+}
+
 /// Takes ownership of an FD the kernel just gave us (`SCM_RIGHTS`).
 pub(super) fn owned(fd: RawFd) -> OwnedFd {
     // SAFETY: `fd` was installed in this process by the `recvmsg` that returned it and
