@@ -393,7 +393,10 @@ fn sub_loop<M: RosDataMessage>(
     let st = s.stats();
     report_silent(s);
     if let Some(why) = s.backend_refusal() {
-        eprintln!("{} CUDA buffer descriptors refused, their messages lost; the last because: {why}", st.backend_refused);
+        eprintln!(
+            "{} CUDA buffer descriptors refused, their messages lost; the last because: {why}",
+            st.backend_refused
+        );
     }
     let fps = if n > 1 && secs > 0.0 { (n - 1) as f64 / secs } else { 0.0 };
     println!(

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use zcs_memory::cuda::kernels::check_pattern;
 use zcs_memory::cuda::{Gpu, IpcEvent, Kernels, copy};
-use zcs_tests::{child_role, gpu_or_skip, spawn_child, wait_child, wait_until, watchdog_guard};
 use zcs_tests::rosidl::ServedBlock;
+use zcs_tests::{child_role, gpu_or_skip, spawn_child, wait_child, wait_until, watchdog_guard};
 use zcs_wire::rosidl_cuda::BlockMeta;
 use zenoh_cuda_shm::tensor_codec::cdr::{BufferData, CudaBufferDescriptor, Header, Image, Time};
 use zenoh_cuda_shm_ros2::cuda_backend::{BackendImportError, BackendImports};
@@ -207,7 +207,8 @@ fn cuda_subscription(
     domain: u32,
 ) -> zenoh_cuda_shm_ros2::RosSubscriber<Image<()>> {
     use zenoh_cuda_shm_ros2::{NodeOptions, Qos, RmwWire, RosNode};
-    let node = RosNode::new(session, NodeOptions::new("cuda_sub").domain(domain).rmw_wire(RmwWire::BufferAware)).unwrap();
+    let node =
+        RosNode::new(session, NodeOptions::new("cuda_sub").domain(domain).rmw_wire(RmwWire::BufferAware)).unwrap();
     let sub = node.subscriber::<Image<()>>(TOPIC, Qos::reliable(10)).unwrap();
     assert!(sub.takes_cuda_buffers());
     assert!(sub.token().ends_with("/backends:cuda:"), "{}", sub.token());
@@ -442,7 +443,8 @@ fn cuda_publisher_entry() {
     // The data key from the token's chunks (`<domain>/<topic>/<type>/<hash>`, the
     // topic's `/` mangled as `%` in the token): rmw_zenoh's `liveliness_utils.cpp`.
     let parts: Vec<&str> = token.split('/').collect();
-    let data_key = format!("{}/{}/{}/{}", parts[1], parts[9].trim_start_matches('%').replace('%', "/"), parts[10], parts[11]);
+    let data_key =
+        format!("{}/{}/{}/{}", parts[1], parts[9].trim_start_matches('%').replace('%', "/"), parts[10], parts[11]);
     if let Ok(expected) = std::env::var(KEY_ENV) {
         assert_eq!(data_key, expected, "the data key rmw_zenoh derives is our subscription's");
     }

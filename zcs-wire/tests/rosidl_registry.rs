@@ -68,7 +68,10 @@ fn registry_entries_are_written_in_the_backends_layout() {
     // Registering the same GID again overwrites its entry.
     reg.register(GID, EndpointKind::Subscription, 0, false, "x").unwrap();
     let found = reg.lookup(GID).unwrap().unwrap();
-    assert_eq!((found.device_id, found.ipc_capable, found.uid, found.pid()), (0, false, uid, std::process::id() as i32));
+    assert_eq!(
+        (found.device_id, found.ipc_capable, found.uid, found.pid()),
+        (0, false, uid, std::process::id() as i32)
+    );
     assert_eq!(reg.active().unwrap().len(), 1);
     assert!(reg.unregister(GID).unwrap());
     assert_eq!(reg.lookup(GID).unwrap(), None);
@@ -105,7 +108,10 @@ fn registry_reads_entries_written_by_another_process_and_purges_the_dead() {
 
     let reg = HostRegistry::open_named(&name.0).unwrap();
     let peer = reg.lookup([2; 16]).unwrap().expect("the live process's entry");
-    assert_eq!((peer.pid(), peer.kind, peer.device_id, peer.uid, peer.name.as_str()), (live_pid as i32, 1, 1, 4242, "peer"));
+    assert_eq!(
+        (peer.pid(), peer.kind, peer.device_id, peer.uid, peer.name.as_str()),
+        (live_pid as i32, 1, 1, 4242, "peer")
+    );
     assert_eq!(reg.lookup([3; 16]).unwrap(), None, "the dead process's entry was purged on attach");
     // A new entry reuses the purged slot rather than growing the table.
     reg.register([4; 16], EndpointKind::Subscription, 0, true, "").unwrap();

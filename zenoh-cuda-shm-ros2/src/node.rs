@@ -321,10 +321,7 @@ impl RosNode {
         let hash = M::type_hash();
         let key = topic_key(n.domain, &topic, M::DDS_TYPE_NAME, &hash);
         let listed = self.0.wire.lists_backends() && M::HAS_BUFFER_FIELDS && qos.durability == Durability::Volatile;
-        let cuda = listed
-            && kind == EntityKind::Subscription
-            && self.0.cuda_buffers
-            && self.0.session.gpu().is_some();
+        let cuda = listed && kind == EntityKind::Subscription && self.0.cuda_buffers && self.0.session.gpu().is_some();
         let backends = match (listed, cuda) {
             (true, true) => Some(Backends::default().with(CUDA, "")),
             (true, false) => Some(Backends::cpu_only()),

@@ -175,8 +175,10 @@ impl Consumer {
                 // has been read.
                 unsafe { copy::host_to_device(&self.stream, self.upload.device_ptr(), &bytes) }.expect("upload");
                 // SAFETY: as above, the upload block; the counter as above.
-                unsafe { self.kernels.check(&self.stream, self.upload.device_ptr(), len, seed, self.counter.device_ptr()) }
-                    .expect("check");
+                unsafe {
+                    self.kernels.check(&self.stream, self.upload.device_ptr(), len, seed, self.counter.device_ptr())
+                }
+                .expect("check");
             }
         }
     }

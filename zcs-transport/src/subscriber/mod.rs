@@ -497,8 +497,9 @@ impl Shared {
     /// mapped on this subscriber's GPU; `None` (and `block` dropped) for a host-memory
     /// subscriber, which cannot read device memory in place.
     fn foreign(&self, info: crate::sample::SampleInfo, block: Box<dyn ForeignBlock>) -> Option<Delivery> {
-        matches!(self.medium, SubMedium::Cuda(_))
-            .then(|| self.sample(info, delivery::Body::Foreign(delivery::Foreign::new(block, Arc::clone(&self.releases)))))
+        matches!(self.medium, SubMedium::Cuda(_)).then(|| {
+            self.sample(info, delivery::Body::Foreign(delivery::Foreign::new(block, Arc::clone(&self.releases))))
+        })
     }
 
     /// A sample of this subscriber.

@@ -147,7 +147,10 @@ impl HoldJournal {
         if let Some(i) = slots.iter().position(same) {
             return Some(i);
         }
-        let i = slots.iter().position(|s| s.pid.load(SeqCst) == 0).or_else(|| slots.iter().position(|s| s.held.load(SeqCst) == 0))?;
+        let i = slots
+            .iter()
+            .position(|s| s.pid.load(SeqCst) == 0)
+            .or_else(|| slots.iter().position(|s| s.held.load(SeqCst) == 0))?;
         let s = &slots[i];
         // Named before it counts: a reaper sees either no counts or a named block.
         s.held.store(0, SeqCst);
@@ -260,7 +263,11 @@ pub fn reap_dead_holders() -> Reaped {
         }
     }
     if reaped.counts > 0 {
-        tracing::info!(journals = reaped.journals, counts = reaped.counts, "gave back the CUDA buffer backend counts of dead processes");
+        tracing::info!(
+            journals = reaped.journals,
+            counts = reaped.counts,
+            "gave back the CUDA buffer backend counts of dead processes"
+        );
     }
     reaped
 }

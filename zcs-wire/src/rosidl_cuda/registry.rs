@@ -403,7 +403,15 @@ impl HostRegistry {
             .or_else(|| (n < MAX_ENTRIES).then_some(n))
             .ok_or(RegistryError::Full)?;
         let uid = nix::unistd::getuid().as_raw();
-        let ep = Endpoint { instance_id: self.instance_id, gid, kind: kind as u8, device_id, uid, ipc_capable, name: name.into() };
+        let ep = Endpoint {
+            instance_id: self.instance_id,
+            gid,
+            kind: kind as u8,
+            device_id,
+            uid,
+            ipc_capable,
+            name: name.into(),
+        };
         l.write(slot, &ep);
         if slot == n {
             l.set_u32(at::COUNT, (n + 1) as u32);
