@@ -181,6 +181,9 @@ const SUB_KILLED: &str = "gpu_rosidl_cuda_our_subscriber_killed_holding_their_bl
 const PORT_ENV: &str = "ZCS_ROSIDL_CUDA_PORT";
 const KEY_ENV: &str = "ZCS_ROSIDL_CUDA_KEY";
 const DOMAIN_ENV: &str = "ZCS_ROSIDL_CUDA_DOMAIN";
+/// `refused`: the publisher sends only descriptors its subscriber must refuse.
+const MODE_ENV: &str = "ZCS_ROSIDL_CUDA_MODE";
+const REFUSED: &str = "gpu_rosidl_cuda_publisher_of_refused_descriptors_is_reported_silent";
 /// Frames the publisher sends, in order: 1080p and 4K rgba8, each in a block of its own.
 const FRAMES: [(u32, u32); 2] = [(1920, 1080), (3840, 2160)];
 const TOPIC: &str = "/camera/image";
@@ -366,7 +369,45 @@ fn gpu_rosidl_cuda_our_subscriber_killed_holding_their_blocks() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Our subscriber for the cell above: takes both frames, checks them, holds them.
+/// A publisher whose every descriptor is refused (another device) is reported as
+/// silent, with that reason: its messages are lost, and nothing else would say so.
+#[test]
+fn gpu_rosidl_cuda_publisher_of_refused_descriptors_is_reported_silent() {
+    use zenoh_cuda_shm_ros2::{NodeOptions, Qos, RmwWire, RosNode, SilenceReason};
+    let Some(_gpu) = gpu_or_skip(REFUSED) else { return };
+    let _watchdog = watchdog_guard(REFUSED, Duration::from_secs(150));
+    let port = zcs_tests::free_tcp_port();
+    let domain = 60 + (std::process::id() + 3) % 100;
+    let session = cuda_session(Some(port), None);
+    let options = NodeOptions::new("cuda_sub")
+        .domain(domain)
+        .rmw_wire(RmwWire::BufferAware)
+        .silence_window(Some(Duration::from_secs(1)));
+    let node = RosNode::new(&session, options).unwrap();
+    let sub = node.subscriber::<Image<()>>(TOPIC, Qos::reliable(10)).unwrap();
+    let dir = temp_dir("refused");
+    let env = [
+        (DIR_ENV, dir.display().to_string()),
+        (PORT_ENV, port.to_string()),
+        (DOMAIN_ENV, domain.to_string()),
+        (MODE_ENV, "refused".to_owned()),
+    ];
+    let publisher = spawn_child("cuda_publisher_entry", "rosidl-cuda-publisher", &env);
+    let released = Done(dir.join("released"));
+    let refused = SilenceReason::DescriptorsRefused { kind: "other-device" };
+    wait_until("the publisher reported silent", Duration::from_secs(60), || {
+        sub.silent_publishers().iter().any(|p| p.reasons.contains(&refused))
+    });
+    let stats = sub.stats();
+    assert!(stats.backend_refused > 0 && stats.cuda_buffers == 0, "{stats:?}");
+    assert!(sub.try_recv().is_none(), "nothing delivered");
+    drop(released);
+    wait_child(publisher, "the CUDA publisher", Duration::from_secs(60));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Our subscriber for `gpu_rosidl_cuda_our_subscriber_killed_holding_their_blocks`:
+/// takes both frames, checks them, holds them.
 #[test]
 #[ignore = "entry point of the child process started by the test above"]
 fn our_subscriber_entry() {
@@ -449,14 +490,41 @@ fn cuda_publisher_entry() {
         assert_eq!(data_key, expected, "the data key rmw_zenoh derives is our subscription's");
     }
     let key = format!("{data_key}/_buf/{gid_hex}");
-    let publisher_gid: [u8; 16] = rand::random();
+    // Its own MP token, as a buffer-aware publisher with the CUDA plugin lists it; the
+    // attachments carry the GID of that token.
+    let mp = format!(
+        "@ros2_lv/{}/{}/0/1/MP/%/%/cuda_pub/{}/{}/{}/{}/backends:cpu:;cuda:",
+        parts[1],
+        z.zid(),
+        parts[9],
+        parts[10],
+        parts[11],
+        parts[12]
+    );
+    let publisher_gid = zenoh_cuda_shm_ros2::names::gid_of(&mp);
+    let _mp = z.liveliness().declare_token(mp).wait().unwrap();
     let kernels = Kernels::load(&gpu).unwrap();
     let stream = gpu.new_stream().unwrap();
-    let mut kept = Vec::new();
     let put = |seq: i64, bytes: Vec<u8>| {
         let att = Attachment { seq, timestamp_ns: 1, gid: publisher_gid };
         z.put(&key, bytes).attachment(att.encode().to_vec()).wait().unwrap();
     };
+    if std::env::var(MODE_ENV).as_deref() == Ok("refused") {
+        // Only descriptors of another device, until the subscriber has seen enough.
+        let served = ServedBlock::new(&gpu, 1, 4096);
+        let other = served.descriptor(&gpu, 4096, 1, [0; 64]);
+        let d = CudaBufferDescriptor { device_id: gpu.ordinal() as i32 + 1, ..other };
+        let image = Image { width: 32, height: 32, step: 128, ..frame() };
+        let released = dir.join("released");
+        let mut seq = 0;
+        while !released.exists() {
+            seq += 1;
+            put(seq, image.encode_cdr_cuda(&d).unwrap());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        return;
+    }
+    let mut kept = Vec::new();
     let mut last = None;
     for (i, (w, h)) in FRAMES.iter().enumerate() {
         let len = (*w * *h * 4) as usize;

@@ -45,6 +45,12 @@ pub enum SilenceReason {
         /// `<base key>/_buf/<this subscription's GID>`.
         key: String,
     },
+    /// Every CUDA buffer descriptor it sent this subscription was refused (another
+    /// device, a reused block, a socket of another user…): its messages are lost.
+    DescriptorsRefused {
+        /// The last refusal's kind (`BackendImportError::kind`).
+        kind: &'static str,
+    },
     /// Nothing in the graph explains it: the publisher may be idle, or its data does
     /// not reach this session (routers, access control, another network).
     Unknown,
@@ -59,6 +65,7 @@ impl SilenceReason {
             Self::Humble => "humble",
             Self::QosIncompatible(_) => "qos",
             Self::UnheardKey { .. } => "unheard-key",
+            Self::DescriptorsRefused { .. } => "refused",
             Self::Unknown => "unknown",
         }
     }
@@ -83,6 +90,10 @@ impl std::fmt::Display for SilenceReason {
                 f,
                 "it is a buffer-aware rmw_zenoh publisher (0.10.5 / 0.12.0 or later) and sends this \
                  subscription's data to {key}, a key no subscription without a backends chunk hears"
+            ),
+            Self::DescriptorsRefused { kind } => write!(
+                f,
+                "every CUDA buffer descriptor it sent was refused here ({kind}; see RosSubscriber::backend_refusals)"
             ),
             Self::Unknown => {
                 write!(f, "nothing in the graph explains it: it may be idle, or its data does not reach this session")
@@ -125,12 +136,15 @@ pub(crate) struct Report {
 
 /// Whether a message from a publisher GID was delivered.
 pub(crate) type Heard = Box<dyn Fn(&[u8; 16]) -> bool + Send + Sync>;
+/// The refusal kind when every descriptor a publisher GID sent was refused.
+pub(crate) type Refused = Box<dyn Fn(&[u8; 16]) -> Option<&'static str> + Send + Sync>;
 
 /// The check's state for one subscription: what it is, whom it heard from, whom it
 /// reported.
 pub(crate) struct Watch {
     pub(crate) subject: Subject,
     pub(crate) heard: Heard,
+    pub(crate) refused: Refused,
     pub(crate) silent: Mutex<HashMap<[u8; 16], Report>>,
     pub(crate) reports: std::sync::atomic::AtomicU64,
 }
@@ -139,10 +153,22 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.locked()
 }
 
-/// The likely reasons `publisher` does not reach `sub`.
-pub(crate) fn diagnose(sub: &Subject, publisher: &Entity, ours: bool) -> Vec<SilenceReason> {
-    let Some(t) = &publisher.topic else { return vec![SilenceReason::Unknown] };
-    let mut reasons = Vec::new();
+/// The likely reasons `publisher` does not reach `sub` (`refused`: the kind of refusal
+/// of every descriptor it sent).
+pub(crate) fn diagnose(
+    sub: &Subject,
+    publisher: &Entity,
+    ours: bool,
+    refused: Option<&'static str>,
+) -> Vec<SilenceReason> {
+    let mut reasons: Vec<SilenceReason> =
+        refused.map(|kind| SilenceReason::DescriptorsRefused { kind }).into_iter().collect();
+    let Some(t) = &publisher.topic else {
+        if reasons.is_empty() {
+            reasons.push(SilenceReason::Unknown);
+        }
+        return reasons;
+    };
     if t.dds_type != sub.dds_type {
         reasons.push(SilenceReason::TypeMismatch { theirs: t.dds_type.clone() });
     } else if t.hash == "TypeHashNotSupported" {
@@ -177,12 +203,14 @@ pub(crate) fn check(watch: &Watch, graph: &Graph, window: Duration, now: Instant
     }
     let publishers = graph.publishers_of(strip_slashes(&s.topic));
     let mut silent = lock(&watch.silent);
-    silent.retain(|gid, _| publishers.iter().any(|(e, _, _)| e.gid == *gid) && !(watch.heard)(gid));
+    // Heard: a message of its was delivered (refused descriptors are no delivery).
+    let heard = |gid: &[u8; 16]| (watch.heard)(gid) && (watch.refused)(gid).is_none();
+    silent.retain(|gid, _| publishers.iter().any(|(e, _, _)| e.gid == *gid) && !heard(gid));
     for (e, first_seen, ours) in publishers {
-        if now.saturating_duration_since(first_seen) < window || silent.contains_key(&e.gid) || (watch.heard)(&e.gid) {
+        if now.saturating_duration_since(first_seen) < window || silent.contains_key(&e.gid) || heard(&e.gid) {
             continue;
         }
-        let reasons = diagnose(s, &e, ours);
+        let reasons = diagnose(s, &e, ours, (watch.refused)(&e.gid));
         let text: Vec<String> = reasons.iter().map(ToString::to_string).collect();
         tracing::warn!(
             topic = %s.topic,

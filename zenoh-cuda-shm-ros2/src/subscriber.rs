@@ -183,11 +183,37 @@ struct Core {
     last_refusal: Mutex<Option<String>>,
     /// Refusals by kind ([`BackendImportError::kind`]).
     refusals: Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    /// Publishers whose every descriptor so far was refused, with the last kind (the
+    /// silent-publisher check reports them), and those delivered from on
+    /// `_buf/<our GID>` (at most [`MAX_PUBLISHERS`] of each).
+    refused_only: Mutex<HashMap<[u8; 16], &'static str>>,
+    delivered_from: Mutex<std::collections::HashSet<[u8; 16]>>,
 }
 
 impl Core {
     fn dedup(&self) -> std::sync::MutexGuard<'_, Dedup> {
         self.dedup.locked()
+    }
+
+    /// A message of `publisher` was delivered from `_buf/<our GID>`.
+    fn delivered_from(&self, publisher: [u8; 16]) {
+        self.refused_only.locked().remove(&publisher);
+        let mut d = self.delivered_from.locked();
+        if d.len() >= MAX_PUBLISHERS {
+            d.clear();
+        }
+        d.insert(publisher);
+    }
+
+    /// A descriptor of `publisher` was refused.
+    fn refused_from(&self, publisher: [u8; 16], kind: &'static str) {
+        if !self.delivered_from.locked().contains(&publisher) {
+            let mut r = self.refused_only.locked();
+            if r.len() >= MAX_PUBLISHERS {
+                r.clear();
+            }
+            r.insert(publisher, kind);
+        }
     }
 }
 
@@ -258,11 +284,13 @@ impl<M: RosDataMessage> Shared<M> {
         match field {
             DataField::Bytes(range) => {
                 self.core.counters.buf_gid.fetch_add(1, Ordering::Relaxed);
+                self.core.delivered_from(attachment.gid);
                 let _ = self.tx.send(RosSample { msg, attachment, seq_per_put, body: Body::Base { payload, range } });
             }
             DataField::Cuda(d) => {
+                let gid = attachment.gid;
                 if !queue.push(d, (msg, attachment, seq_per_put)) {
-                    self.refused("import-thread", "the import thread has ended".into());
+                    self.refused(gid, "import-thread", "the import thread has ended".into());
                 }
             }
         }
@@ -279,8 +307,9 @@ impl<M: RosDataMessage> Shared<M> {
     ) {
         let buffer = match imported {
             Ok(b) => b,
-            Err(e) => return self.refused(e.kind(), crate::error::Chain(&e).to_string()),
+            Err(e) => return self.refused(attachment.gid, e.kind(), crate::error::Chain(&e).to_string()),
         };
+        self.core.delivered_from(attachment.gid);
         let info = SampleInfo {
             key: key.to_owned(),
             publisher: 0,
@@ -294,8 +323,9 @@ impl<M: RosDataMessage> Shared<M> {
         let _ = self.tx.send(RosSample { msg, attachment, seq_per_put, body: Body::Channel(sample) });
     }
 
-    fn refused(&self, kind: &'static str, why: String) {
+    fn refused(&self, publisher: [u8; 16], kind: &'static str, why: String) {
         *self.core.refusals.locked().entry(kind).or_default() += 1;
+        self.core.refused_from(publisher, kind);
         if self.core.counters.backend_refused.fetch_add(1, Ordering::Relaxed) == 0 {
             tracing::warn!(reason = %why, "a CUDA buffer descriptor was refused; its message is lost (RosSubscriber::backend_refusal)");
         } else {
@@ -572,6 +602,10 @@ impl<M: RosDataMessage> RosSubscriber<M> {
                 session: z.clone(),
             },
             heard: Box::new(move |gid| heard_by.dedup().heard(gid)),
+            refused: {
+                let core = Arc::clone(&core);
+                Box::new(move |gid| core.refused_only.locked().get(gid).copied())
+            },
             silent: Mutex::new(HashMap::new()),
             reports: AtomicU64::new(0),
         });
