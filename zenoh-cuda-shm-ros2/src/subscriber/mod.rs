@@ -26,38 +26,39 @@
 //! keys uses N+1 numbers), so their gaps are not losses: a publisher is taken for one
 //! of them once a message of its arrives on `_buf_cpu`.
 
-use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
-use std::ops::Range;
+//!
+//! | file | what |
+//! |---|---|
+//! | `mod.rs` | the subscription: its keys, tokens, registry entry, `recv` and counters |
+//! | `receive.rs` | each key's samples turned into messages, and the counters they bump |
+//! | `dedup.rs` | exactly once per `(GID, sequence number)`, and losses |
+//! | `sample.rs` | [`RosSample`], a received message |
+
+mod dedup;
+mod receive;
+mod sample;
+
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use zenoh::Wait;
-use zenoh::bytes::ZBytes;
 
-use super::attachment::{Attachment, AttachmentError};
-use super::cuda_backend::{BackendBuffer, BackendImportError, ImportQueue, Registration, imports_for, spawn_importer};
-use super::message::DataField;
-use super::names::gid_hex;
-use std::time::Instant;
-
+use super::cuda_backend::{Registration, imports_for, spawn_importer};
 use super::graph::marker_token;
-use super::message::{EnvelopeError, RosDataMessage, decode_envelope};
-use super::names::{Durability, EntityKind, Qos, Reliability};
+use super::message::RosDataMessage;
+use super::names::{Durability, EntityKind, Qos, Reliability, gid_hex};
 use super::node::{Endpoint, RosDeclareError, RosNode};
 use super::silence::{SilentPublisher, Subject, Watch};
 use super::{buf_cpu_key, channel_key};
 use crate::api::{GpuSubscriber, RecvError};
 use crate::config::PlainListen;
-use crate::sample::{GpuSample, Path, ReadError, SampleInfo};
 use crate::sync::Unpoisoned;
 use crate::transport::subscriber::spin::{SpinWindow, count_polled, recv_queue};
-
-/// Sequence numbers remembered per publisher GID for deduplication.
-const DEDUP_WINDOW: usize = 4096;
-/// Publisher GIDs remembered; beyond this the oldest-seen are forgotten.
-const MAX_PUBLISHERS: usize = 1024;
+use receive::{Core, Shared};
+use sample::Body;
+pub use sample::RosSample;
 
 /// Counters of a [`RosSubscriber`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -93,365 +94,6 @@ pub struct RosSubscriberStats {
     /// Time this subscription's threads spent busy-polling for messages, in µs (its
     /// `recv` and its channel's link threads; see `spin_us`).
     pub polled_us: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    channel: AtomicU64,
-    base: AtomicU64,
-    buf_cpu: AtomicU64,
-    cuda_buffers: AtomicU64,
-    buf_gid: AtomicU64,
-    backend_refused: AtomicU64,
-    duplicates: AtomicU64,
-    bad_attachment: AtomicU64,
-    bad_cdr: AtomicU64,
-    bad_envelope: AtomicU64,
-    polled_ns: AtomicU64,
-}
-
-/// Sequence numbers seen from one publisher: the last [`DEDUP_WINDOW`] of them.
-#[derive(Default)]
-struct Seen {
-    seqs: BTreeSet<i64>,
-    order: u64,
-    /// The highest sequence number delivered.
-    high: Option<i64>,
-    /// Numbers skipped below `high`, less those delivered late.
-    lost: u64,
-    /// Numbers each put, not each message (a buffer-aware rmw_zenoh publisher).
-    per_put: bool,
-}
-
-#[derive(Default)]
-struct Dedup {
-    by_gid: HashMap<[u8; 16], Seen>,
-    clock: u64,
-    /// Losses of publishers forgotten to make room.
-    forgotten_lost: u64,
-}
-
-impl Dedup {
-    /// Records `(gid, seq)`: `None` if it was delivered already, else whether its
-    /// publisher numbers per put. `via_buf_cpu`: it came on `_buf_cpu`.
-    fn first(&mut self, gid: [u8; 16], seq: i64, via_buf_cpu: bool) -> Option<bool> {
-        self.clock += 1;
-        if !self.by_gid.contains_key(&gid) && self.by_gid.len() >= MAX_PUBLISHERS {
-            let oldest = self.by_gid.iter().min_by_key(|(_, s)| s.order).map(|(g, _)| *g);
-            if let Some(s) = oldest.and_then(|g| self.by_gid.remove(&g)) {
-                self.forgotten_lost += if s.per_put { 0 } else { s.lost };
-            }
-        }
-        let seen = self.by_gid.entry(gid).or_default();
-        seen.order = self.clock;
-        seen.per_put |= via_buf_cpu;
-        if seen.seqs.len() >= DEDUP_WINDOW && seen.seqs.first().is_some_and(|&lo| seq < lo) {
-            return None; // older than the window: long since delivered or skipped
-        }
-        if !seen.seqs.insert(seq) {
-            return None;
-        }
-        if seen.seqs.len() > DEDUP_WINDOW {
-            seen.seqs.pop_first();
-        }
-        match seen.high {
-            Some(high) if seq > high => {
-                seen.lost += seq.abs_diff(high) - 1;
-                seen.high = Some(seq);
-            }
-            Some(_) => seen.lost = seen.lost.saturating_sub(1),
-            None => seen.high = Some(seq),
-        }
-        Some(seen.per_put)
-    }
-
-    fn heard(&self, gid: &[u8; 16]) -> bool {
-        self.by_gid.contains_key(gid)
-    }
-
-    fn lost(&self) -> u64 {
-        self.by_gid.values().filter(|s| !s.per_put).map(|s| s.lost).sum::<u64>() + self.forgotten_lost
-    }
-}
-
-/// The state of a subscription that does not depend on its message type.
-#[derive(Default)]
-struct Core {
-    dedup: Mutex<Dedup>,
-    counters: Counters,
-    /// Why the last descriptor was not imported.
-    last_refusal: Mutex<Option<String>>,
-    /// Refusals by kind ([`BackendImportError::kind`]).
-    refusals: Mutex<std::collections::BTreeMap<&'static str, u64>>,
-    /// Publishers whose every descriptor so far was refused, with the last kind (the
-    /// silent-publisher check reports them), and those delivered from on
-    /// `_buf/<our GID>` (at most [`MAX_PUBLISHERS`] of each).
-    refused_only: Mutex<HashMap<[u8; 16], &'static str>>,
-    delivered_from: Mutex<std::collections::HashSet<[u8; 16]>>,
-}
-
-impl Core {
-    fn dedup(&self) -> std::sync::MutexGuard<'_, Dedup> {
-        self.dedup.locked()
-    }
-
-    /// A message of `publisher` was delivered from `_buf/<our GID>`.
-    fn delivered_from(&self, publisher: [u8; 16]) {
-        self.refused_only.locked().remove(&publisher);
-        let mut d = self.delivered_from.locked();
-        if d.len() >= MAX_PUBLISHERS {
-            d.clear();
-        }
-        d.insert(publisher);
-    }
-
-    /// A descriptor of `publisher` was refused.
-    fn refused_from(&self, publisher: [u8; 16], kind: &'static str) {
-        if !self.delivered_from.locked().contains(&publisher) {
-            let mut r = self.refused_only.locked();
-            if r.len() >= MAX_PUBLISHERS {
-                r.clear();
-            }
-            r.insert(publisher, kind);
-        }
-    }
-}
-
-struct Shared<M> {
-    tx: flume::Sender<RosSample<M>>,
-    core: Arc<Core>,
-}
-
-impl<M: RosDataMessage> Shared<M> {
-    /// `Some(per_put)` for a message not delivered yet.
-    fn first(&self, att: &Attachment, via_buf_cpu: bool) -> Option<bool> {
-        let new = self.core.dedup().first(att.gid, att.seq, via_buf_cpu);
-        if new.is_none() {
-            self.core.counters.duplicates.fetch_add(1, Ordering::Relaxed);
-        }
-        new
-    }
-
-    fn on_channel(&self, sample: GpuSample) {
-        let env = sample.info().meta.as_deref().ok_or(EnvelopeError::Missing).and_then(decode_envelope::<M>);
-        let (attachment, msg) = match env {
-            Ok(v) => v,
-            Err(e) => {
-                self.core.counters.bad_envelope.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(error = %crate::error::Chain(&e), key = %sample.info().key, "dropping a channel sample");
-                return;
-            }
-        };
-        if let Some(seq_per_put) = self.first(&attachment, false) {
-            self.core.counters.channel.fetch_add(1, Ordering::Relaxed);
-            let _ = self.tx.send(RosSample { msg, attachment, seq_per_put, body: Body::Channel(sample) });
-        }
-    }
-
-    /// The sample's rmw_zenoh attachment; `None` (counted) when it has no valid one.
-    fn attachment(&self, sample: &zenoh::sample::Sample) -> Option<Attachment> {
-        let attachment = match sample.attachment().map(|a| a.to_bytes()) {
-            None => Err(AttachmentError::Missing),
-            Some(a) => Attachment::decode(&a),
-        };
-        match attachment {
-            Ok(a) => Some(a),
-            Err(e) => {
-                self.core.counters.bad_attachment.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(error = %crate::error::Chain(&e), key = %sample.key_expr(), "dropping a sample without a valid attachment");
-                None
-            }
-        }
-    }
-
-    fn bad_cdr(&self, e: &tensor_codec::cdr::CdrDecodeError, sample: &zenoh::sample::Sample) {
-        self.core.counters.bad_cdr.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(error = %crate::error::Chain(e), key = %sample.key_expr(), "dropping a sample whose CDR does not decode");
-    }
-
-    /// A sample of `<base key>/_buf/<our GID>`: CDR in either form of a buffer field.
-    /// Descriptors go to `queue` to be imported; CDR bytes are delivered as from the
-    /// base key.
-    fn on_buf_gid(&self, sample: zenoh::sample::Sample, queue: &ImportQueue<(M, Attachment, bool)>) {
-        let Some(attachment) = self.attachment(&sample) else { return };
-        let payload = sample.payload().clone();
-        let (msg, field) = match M::decode_cdr_buffer(&payload.to_bytes()) {
-            Ok(v) => v,
-            Err(e) => return self.bad_cdr(&e, &sample),
-        };
-        // The publisher numbers each put (one per subscription key): gaps are not losses.
-        let Some(seq_per_put) = self.first(&attachment, true) else { return };
-        match field {
-            DataField::Bytes(range) => {
-                self.core.counters.buf_gid.fetch_add(1, Ordering::Relaxed);
-                self.core.delivered_from(attachment.gid);
-                let _ = self.tx.send(RosSample { msg, attachment, seq_per_put, body: Body::Base { payload, range } });
-            }
-            DataField::Cuda(d) => {
-                let gid = attachment.gid;
-                if !queue.push(d, (msg, attachment, seq_per_put)) {
-                    self.refused(gid, "import-thread", "the import thread has ended".into());
-                }
-            }
-        }
-    }
-
-    /// The end of an import: the buffer delivered as a sample of `channel`, or the
-    /// refusal counted.
-    fn on_imported(
-        &self,
-        channel: &std::sync::Weak<GpuSubscriber<()>>,
-        key: &str,
-        (msg, attachment, seq_per_put): (M, Attachment, bool),
-        imported: Result<BackendBuffer, BackendImportError>,
-    ) {
-        let buffer = match imported {
-            Ok(b) => b,
-            Err(e) => return self.refused(attachment.gid, e.kind(), crate::error::Chain(&e).to_string()),
-        };
-        self.core.delivered_from(attachment.gid);
-        let info = SampleInfo {
-            key: key.to_owned(),
-            publisher: 0,
-            seq: attachment.seq as u64,
-            timestamp_ns: attachment.timestamp_ns.max(0) as u64,
-            path: Path::ZeroCopy,
-            meta: None,
-        };
-        let Some(sample) = channel.upgrade().and_then(|c| c.foreign_sample(info, Box::new(buffer))) else { return };
-        self.core.counters.cuda_buffers.fetch_add(1, Ordering::Relaxed);
-        let _ = self.tx.send(RosSample { msg, attachment, seq_per_put, body: Body::Channel(sample) });
-    }
-
-    fn refused(&self, publisher: [u8; 16], kind: &'static str, why: String) {
-        *self.core.refusals.locked().entry(kind).or_default() += 1;
-        self.core.refused_from(publisher, kind);
-        if self.core.counters.backend_refused.fetch_add(1, Ordering::Relaxed) == 0 {
-            tracing::warn!(reason = %why, "a CUDA buffer descriptor was refused; its message is lost (RosSubscriber::backend_refusal)");
-        } else {
-            tracing::debug!(reason = %why, "a CUDA buffer descriptor was refused");
-        }
-        *self.core.last_refusal.locked() = Some(why);
-    }
-
-    /// A sample of the base key, or of `_buf_cpu` when `via_buf_cpu`: the same CDR.
-    fn on_base(&self, sample: zenoh::sample::Sample, via_buf_cpu: bool) {
-        let Some(attachment) = self.attachment(&sample) else { return };
-        let payload = sample.payload().clone();
-        let decoded = M::decode_cdr(&payload.to_bytes());
-        let (msg, range) = match decoded {
-            Ok(v) => v,
-            Err(e) => return self.bad_cdr(&e, &sample),
-        };
-        if let Some(seq_per_put) = self.first(&attachment, via_buf_cpu) {
-            let c = &self.core.counters;
-            if via_buf_cpu { &c.buf_cpu } else { &c.base }.fetch_add(1, Ordering::Relaxed);
-            let _ = self.tx.send(RosSample { msg, attachment, seq_per_put, body: Body::Base { payload, range } });
-        }
-    }
-}
-
-enum Body {
-    Channel(GpuSample),
-    Base { payload: ZBytes, range: Range<usize> },
-}
-
-/// A received ROS message: its fields, its attachment, and its data where it arrived
-/// (a GPU sample from our channel or of a CUDA buffer backend's block, or CDR bytes).
-pub struct RosSample<M> {
-    msg: M,
-    attachment: Attachment,
-    seq_per_put: bool,
-    body: Body,
-}
-
-impl<M: RosDataMessage + std::fmt::Debug> std::fmt::Debug for RosSample<M> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RosSample")
-            .field("msg", &self.msg)
-            .field("attachment", &self.attachment)
-            .field("path", &self.path())
-            .field("data_len", &self.data_len())
-            .finish()
-    }
-}
-
-impl<M: RosDataMessage> RosSample<M> {
-    /// The message fields (no data).
-    pub fn msg(&self) -> &M {
-        &self.msg
-    }
-
-    /// The rmw_zenoh attachment (sequence number, source timestamp, publisher GID).
-    pub fn attachment(&self) -> &Attachment {
-        &self.attachment
-    }
-
-    /// Whether its publisher numbers each put rather than each message (a buffer-aware
-    /// rmw_zenoh publisher, as far as known when it arrived): gaps in its sequence
-    /// numbers are then not losses.
-    pub fn seq_per_put(&self) -> bool {
-        self.seq_per_put
-    }
-
-    /// How the data arrived: our channel's paths, or [`Path::Plain`] for the CDR
-    /// message on the base key or `_buf_cpu`.
-    pub fn path(&self) -> Path {
-        match &self.body {
-            Body::Channel(s) => s.path(),
-            Body::Base { .. } => Path::Plain,
-        }
-    }
-
-    /// Length of the data field.
-    pub fn data_len(&self) -> usize {
-        match &self.body {
-            Body::Channel(s) => s.len(),
-            Body::Base { range, .. } => range.len(),
-        }
-    }
-
-    /// The message's data as a sample read in place on a CUDA stream: from our channel,
-    /// or a buffer of ROS 2's CUDA buffer backend mapped here. `None` for CDR bytes.
-    pub fn gpu_sample(&self) -> Option<&GpuSample> {
-        match &self.body {
-            Body::Channel(s) => Some(s),
-            Body::Base { .. } => None,
-        }
-    }
-
-    /// The data as host bytes without a copy where possible (`None` for device blocks:
-    /// use [`RosSample::gpu_sample`] or [`RosSample::data_to_vec`]).
-    pub fn host_data(&self) -> Option<Cow<'_, [u8]>> {
-        match &self.body {
-            Body::Channel(s) => s.host_bytes(),
-            Body::Base { payload, range } => Some(match payload.to_bytes() {
-                Cow::Borrowed(b) => Cow::Borrowed(&b[range.clone()]),
-                Cow::Owned(b) => Cow::Owned(b[range.clone()].to_vec()),
-            }),
-        }
-    }
-
-    /// An owned host copy of the data (device→host for device blocks).
-    ///
-    /// # Errors
-    /// [`ReadError`] when the device→host copy of a message from our channel fails (a
-    /// CUDA error, the ready signal, or a publisher that died before its writes were
-    /// done). A message from the base key is host memory and never fails.
-    pub fn data_to_vec(&self) -> Result<Vec<u8>, ReadError> {
-        match &self.body {
-            Body::Channel(s) => s.to_vec(),
-            Body::Base { .. } => Ok(self.host_data().map(Cow::into_owned).unwrap_or_default()),
-        }
-    }
-
-    /// The whole message with its data copied to host memory.
-    ///
-    /// # Errors
-    /// As [`RosSample::data_to_vec`].
-    pub fn to_message(&self) -> Result<M::Owned, ReadError> {
-        Ok(self.msg.with_data(self.data_to_vec()?))
-    }
 }
 
 enum BaseSub {
@@ -689,7 +331,7 @@ impl<M: RosDataMessage> RosSubscriber<M> {
     }
 
     /// Descriptors refused so far, by kind of reason (`reused`, `other-device`,
-    /// `wrong-peer`, `descriptor`… see [`BackendImportError::kind`]; `import-thread`
+    /// `wrong-peer`, `descriptor`… see [`BackendImportError::kind`](crate::cuda_backend::BackendImportError::kind); `import-thread`
     /// if the subscription's import thread has ended); they add up to
     /// [`RosSubscriberStats::backend_refused`].
     pub fn backend_refusals(&self) -> std::collections::BTreeMap<&'static str, u64> {
