@@ -6,9 +6,12 @@ Roles:
          seeded with the message's rmw sequence number (1, 2, 3, ... per publisher);
          first wait until the graph shows --wait-subs subscriptions of the topic.
          --count 0: until SIGTERM/SIGINT; --linger: stay that long after the last.
+         --type string: std_msgs/msg/String instead ("message <seq>"); --idle: declare
+         the publisher and publish nothing until SIGTERM/SIGINT.
   sub    subscribe and check every message: fields, every data byte against the
          pattern seeded with the message's publication sequence number, sequence
-         numbers contiguous per publisher; exit after --count messages (or --timeout).
+         numbers contiguous per publisher; exit after --count messages (or --timeout),
+         or --grace seconds after them (what comes meanwhile is counted too).
   graph  wait until the topic has the expected publishers/subscriptions (node names),
          then print what rclpy's graph API says about them.
   raw    no rclpy: a plain Zenoh subscriber (eclipse-zenoh) on the topic's data keys,
@@ -32,6 +35,7 @@ from rclpy.signals import SignalHandlerOptions
 from rclpy.topic_endpoint_info import TopicEndpointTypeEnum
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image
+from std_msgs.msg import String
 
 
 def emit(kind, **fields):
@@ -104,16 +108,31 @@ def on_signal(_sig, _frame):
     stop = True
 
 
+def graph_nodes(node):
+    return [[n, ns] for n, ns in node.get_node_names_and_namespaces()]
+
+
 def run_pub(node, a):
-    pub = node.create_publisher(Image, a.topic, qos_profile(a.qos, a.depth))
-    emit("created", gid=None)
+    pub = node.create_publisher(String if a.type == "string" else Image, a.topic, qos_profile(a.qos, a.depth))
+    # topic_name: the name as this node resolved it (relative and ~ names).
+    emit("created", topic=pub.topic_name)
+    if a.idle:
+        deadline = time.monotonic() + a.timeout
+        while not stop and time.monotonic() < deadline:
+            rclpy.spin_once(node, timeout_sec=0.1)
+        emit("summary", frames=0, topic=pub.topic_name)
+        return
     deadline = time.monotonic() + a.timeout
     while pub.get_subscription_count() < a.wait_subs:
         if time.monotonic() > deadline or stop:
             emit("summary", frames=0, error=f"no {a.wait_subs} subscription(s) within {a.timeout} s")
             return
         rclpy.spin_once(node, timeout_sec=0.05)
-    emit("matched", subscriptions=pub.get_subscription_count())
+    # What this node's graph shows of the subscriptions it waited for.
+    emit("matched", subscriptions=pub.get_subscription_count(), topic=pub.topic_name,
+         subscription_endpoints=endpoints(node, pub.topic_name, "sub"), nodes=graph_nodes(node))
+    if a.type == "string":
+        return run_string_pub(node, pub, a)
     n = a.width * a.height * 4
     pattern = Pattern(n)
     msg = Image()
@@ -135,16 +154,35 @@ def run_pub(node, a):
             nxt += period
             while not stop and time.monotonic() < nxt:
                 rclpy.spin_once(node, timeout_sec=max(0.0, min(0.05, nxt - time.monotonic())))
-    emit("summary", frames=sent, bytes=n, subscriptions=pub.get_subscription_count())
+    emit("summary", frames=sent, bytes=n, subscriptions=pub.get_subscription_count(), topic=pub.topic_name)
     # Stay (TRANSIENT_LOCAL late joiners are served from this publisher's cache).
     end = time.monotonic() + a.linger
     while not stop and time.monotonic() < end:
         rclpy.spin_once(node, timeout_sec=0.1)
 
 
+def run_string_pub(node, pub, a):
+    msg = String()
+    period = 1.0 / a.rate if a.rate > 0 else 0.0
+    sent = 0
+    nxt = time.monotonic()
+    while (a.count == 0 or sent < a.count) and not stop:
+        msg.data = f"message {sent + 1}"
+        pub.publish(msg)
+        sent += 1
+        if sent == 1:
+            emit("first_published")
+        if period:
+            nxt += period
+            while not stop and time.monotonic() < nxt:
+                rclpy.spin_once(node, timeout_sec=max(0.0, min(0.05, nxt - time.monotonic())))
+    emit("summary", frames=sent, topic=pub.topic_name)
+
+
 def run_sub(node, a):
     state = {"n": 0, "bad": 0, "gaps": 0, "disorder": 0, "field_errors": 0, "first_bad": None}
     last = {}
+    first = {}
     gids = set()
     info_keys = set()
     patterns = {}
@@ -164,6 +202,7 @@ def run_sub(node, a):
                 elif seq > last[key] + 1:
                     state["gaps"] += seq - last[key] - 1
             last[key] = seq
+            first.setdefault(key, seq)
         ok_fields = (msg.encoding == "rgba8" and msg.step == msg.width * 4
                      and len(msg.data) == msg.step * msg.height
                      and (a.width == 0 or (msg.width, msg.height) == (a.width, a.height)))
@@ -184,19 +223,28 @@ def run_sub(node, a):
         if state["n"] == 1:
             emit("first_message", seq=seq, width=msg.width, height=msg.height)
 
-    node.create_subscription(Image, a.topic, callback, qos_profile(a.qos, a.depth))
-    emit("ready")
+    sub = node.create_subscription(Image, a.topic, callback, qos_profile(a.qos, a.depth))
+    emit("ready", topic=sub.topic_name)
     deadline = time.monotonic() + a.timeout
     while state["n"] < a.count and not stop and time.monotonic() < deadline:
         rclpy.spin_once(node, timeout_sec=0.1)
+    timed_out = state["n"] < a.count and not stop
+    # After the last expected message: whatever else comes (a repeat, one too many) is
+    # counted in `frames` too.
+    end = time.monotonic() + a.grace
+    while not timed_out and not stop and time.monotonic() < end:
+        rclpy.spin_once(node, timeout_sec=max(0.0, min(0.1, end - time.monotonic())))
     summary = dict(state)
     summary.update(
         frames=state["n"],
         info_keys=sorted(info_keys),
         publisher_gids=sorted(gids),
+        first_seq=first,
         last_seq=last,
-        publishers=endpoints(node, a.topic, "pub"),
-        timed_out=state["n"] < a.count and not stop,
+        topic=sub.topic_name,
+        publishers=endpoints(node, sub.topic_name, "pub"),
+        nodes=graph_nodes(node),
+        timed_out=timed_out,
     )
     emit("summary", **summary)
 
@@ -219,7 +267,7 @@ def run_graph(node, a):
         publishers=pubs,
         subscriptions=subs,
         topics=[[t, list(ts)] for t, ts in node.get_topic_names_and_types()],
-        nodes=[[n, ns] for n, ns in node.get_node_names_and_namespaces()],
+        nodes=graph_nodes(node),
         count_publishers=node.count_publishers(a.topic),
         count_subscribers=node.count_subscribers(a.topic),
     )
@@ -265,6 +313,10 @@ def main():
     p.add_argument("--domain", type=int, help="raw: the ROS domain id")
     p.add_argument("--topic", default="/camera/image")
     p.add_argument("--node", default=None)
+    p.add_argument("--namespace", default="", help="the node's namespace")
+    p.add_argument("--type", default="image", choices=["image", "string"], help="pub: the message type")
+    p.add_argument("--idle", action="store_true", help="pub: publish nothing")
+    p.add_argument("--grace", type=float, default=0.0, help="sub: seconds to stay after --count messages")
     p.add_argument("--qos", default="reliable", choices=["reliable", "keep-all", "sensor", "transient"])
     p.add_argument("--depth", type=int, default=10)
     p.add_argument("--width", type=int, default=640)
@@ -286,8 +338,9 @@ def main():
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    node = rclpy.create_node(a.node or f"rclpy_image_{a.role}")
-    emit("started", rmw=rclpy.get_rmw_implementation_identifier(), node=node.get_name())
+    node = rclpy.create_node(a.node or f"rclpy_image_{a.role}", namespace=a.namespace)
+    emit("started", rmw=rclpy.get_rmw_implementation_identifier(), node=node.get_name(),
+         namespace=node.get_namespace())
     try:
         {"pub": run_pub, "sub": run_sub, "graph": run_graph}[a.role](node, a)
     finally:
