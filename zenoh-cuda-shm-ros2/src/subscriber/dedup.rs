@@ -31,8 +31,9 @@ pub(super) struct Dedup {
 
 impl Dedup {
     /// Records `(gid, seq)`: `None` if it was delivered already, else whether its
-    /// publisher numbers per put. `via_buf_cpu`: it came on `_buf_cpu`.
-    pub(super) fn first(&mut self, gid: [u8; 16], seq: i64, via_buf_cpu: bool) -> Option<bool> {
+    /// publisher numbers per put. `per_put_key`: it came on a key only publishers that
+    /// number per put serve (`_buf_cpu`, `_buf/<our GID>`).
+    pub(super) fn first(&mut self, gid: [u8; 16], seq: i64, per_put_key: bool) -> Option<bool> {
         self.clock += 1;
         if !self.by_gid.contains_key(&gid) && self.by_gid.len() >= MAX_PUBLISHERS {
             let oldest = self.by_gid.iter().min_by_key(|(_, s)| s.order).map(|(g, _)| *g);
@@ -42,7 +43,7 @@ impl Dedup {
         }
         let seen = self.by_gid.entry(gid).or_default();
         seen.order = self.clock;
-        seen.per_put |= via_buf_cpu;
+        seen.per_put |= per_put_key;
         if seen.seqs.len() >= DEDUP_WINDOW && seen.seqs.first().is_some_and(|&lo| seq < lo) {
             return None; // older than the window: long since delivered or skipped
         }

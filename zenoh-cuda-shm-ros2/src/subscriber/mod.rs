@@ -24,8 +24,7 @@
 //! counts as lost, and a late message that fills a gap takes it back. Buffer-aware
 //! rmw_zenoh publishers number each *put* (one message to `_buf_cpu` and to N other
 //! keys uses N+1 numbers), so their gaps are not losses: a publisher is taken for one
-//! of them once a message of its arrives on `_buf_cpu`.
-
+//! of them once a message of its arrives on `_buf_cpu` or `_buf/<our GID>`.
 //!
 //! | file | what |
 //! |---|---|

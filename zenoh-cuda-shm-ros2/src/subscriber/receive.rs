@@ -80,8 +80,8 @@ pub(super) struct Shared<M> {
 
 impl<M: RosDataMessage> Shared<M> {
     /// `Some(per_put)` for a message not delivered yet.
-    fn first(&self, att: &Attachment, via_buf_cpu: bool) -> Option<bool> {
-        let new = self.core.dedup().first(att.gid, att.seq, via_buf_cpu);
+    fn first(&self, att: &Attachment, per_put_key: bool) -> Option<bool> {
+        let new = self.core.dedup().first(att.gid, att.seq, per_put_key);
         if new.is_none() {
             self.core.counters.duplicates.fetch_add(1, Ordering::Relaxed);
         }
