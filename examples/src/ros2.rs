@@ -400,7 +400,7 @@ fn sub_loop<M: RosDataMessage>(
     }
     let fps = if n > 1 && secs > 0.0 { (n - 1) as f64 / secs } else { 0.0 };
     println!(
-        "{{\"role\":\"ros2_sub\",\"frames\":{n},\"bad\":{bad},\"gaps\":{},\"disorder\":{},\"extra\":{extra},\"fps\":{fps:.2},\"paths\":{:?},\"path_reasons\":{:?},\"channel\":{},\"base\":{},\"buf_cpu\":{},\"cuda_buffers\":{},\"buf_gid\":{},\"backend_refused\":{},\"lost\":{},\"silent\":{},\"duplicates\":{},\"bad_attachment\":{},\"bad_cdr\":{},\"bad_envelope\":{}}}",
+        "{{\"role\":\"ros2_sub\",\"frames\":{n},\"bad\":{bad},\"gaps\":{},\"disorder\":{},\"extra\":{extra},\"fps\":{fps:.2},\"paths\":{:?},\"path_reasons\":{:?},\"channel\":{},\"base\":{},\"buf_cpu\":{},\"cuda_buffers\":{},\"buf_gid\":{},\"backend_refused\":{},\"dropped_queue_full\":{},\"lost\":{},\"silent\":{},\"duplicates\":{},\"bad_attachment\":{},\"bad_cdr\":{},\"bad_envelope\":{}}}",
         checks.gaps,
         checks.disorder,
         paths,
@@ -411,6 +411,7 @@ fn sub_loop<M: RosDataMessage>(
         st.cuda_buffers,
         st.buf_gid,
         st.backend_refused,
+        st.dropped_queue_full,
         st.lost,
         st.silent_publishers,
         st.duplicates,

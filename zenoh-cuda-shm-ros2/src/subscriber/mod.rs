@@ -47,7 +47,7 @@ use zenoh::Wait;
 use super::cuda_backend::{Registration, imports_for, spawn_importer};
 use super::graph::marker_token;
 use super::message::RosDataMessage;
-use super::names::{Durability, EntityKind, Qos, Reliability, gid_hex};
+use super::names::{Durability, EntityKind, History, Qos, Reliability, gid_hex};
 use super::node::{Endpoint, RosDeclareError, RosNode};
 use super::silence::{SilentPublisher, Subject, Watch};
 use super::{buf_cpu_key, channel_key};
@@ -90,6 +90,9 @@ pub struct RosSubscriberStats {
     pub bad_cdr: u64,
     /// Channel samples without a valid envelope, dropped.
     pub bad_envelope: u64,
+    /// KEEP_LAST: messages dropped, oldest first, because the queue of `depth` was full
+    /// (the application reads slower than they come).
+    pub dropped_queue_full: u64,
     /// Time this subscription's threads spent busy-polling for messages, in µs (its
     /// `recv` and its channel's link threads; see `spin_us`).
     pub polled_us: u64,
@@ -165,7 +168,8 @@ impl<M: RosDataMessage> RosSubscriber<M> {
         let domain = node.0.name.domain;
         let (tx, rx) = flume::bounded(qos.depth().max(1) as usize);
         let core = Arc::new(Core::default());
-        let shared = Arc::new(Shared { tx, core: Arc::clone(&core) });
+        let oldest = matches!(qos.history, History::KeepLast(_)).then(|| rx.clone());
+        let shared = Arc::new(Shared { tx, oldest, core: Arc::clone(&core) });
 
         // Nobody publishes plain samples on our channel key: never listen there.
         let sh = Arc::clone(&shared);
@@ -365,6 +369,7 @@ impl<M: RosDataMessage> RosSubscriber<M> {
             bad_attachment: c.bad_attachment.load(Ordering::Relaxed),
             bad_cdr: c.bad_cdr.load(Ordering::Relaxed),
             bad_envelope: c.bad_envelope.load(Ordering::Relaxed),
+            dropped_queue_full: c.dropped_queue_full.load(Ordering::Relaxed),
             polled_us: c.polled_ns.load(Ordering::Relaxed) / 1000 + self.channel.stats().polled_us,
         }
     }

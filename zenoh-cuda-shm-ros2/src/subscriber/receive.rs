@@ -27,6 +27,7 @@ pub(super) struct Counters {
     pub(super) bad_attachment: AtomicU64,
     pub(super) bad_cdr: AtomicU64,
     pub(super) bad_envelope: AtomicU64,
+    pub(super) dropped_queue_full: AtomicU64,
     pub(super) polled_ns: AtomicU64,
 }
 
@@ -75,10 +76,34 @@ impl Core {
 
 pub(super) struct Shared<M> {
     pub(super) tx: flume::Sender<RosSample<M>>,
+    /// KEEP_LAST: the queue's own receiving end, to drop its oldest message when full
+    /// (`None`: KEEP_ALL, whose sends wait for room).
+    pub(super) oldest: Option<flume::Receiver<RosSample<M>>>,
     pub(super) core: Arc<Core>,
 }
 
 impl<M: RosDataMessage> Shared<M> {
+    /// Queues a message for the application. KEEP_LAST, as ROS does: a full queue
+    /// drops its oldest message (counted in `dropped_queue_full`) and never waits, so an
+    /// application that stops reading holds up no Zenoh thread. KEEP_ALL waits for room.
+    fn queue(&self, mut msg: RosSample<M>) {
+        let Some(oldest) = &self.oldest else {
+            let _ = self.tx.send(msg);
+            return;
+        };
+        loop {
+            match self.tx.try_send(msg) {
+                Ok(()) | Err(flume::TrySendError::Disconnected(_)) => return,
+                Err(flume::TrySendError::Full(back)) => {
+                    msg = back;
+                    if oldest.try_recv().is_ok() {
+                        self.core.counters.dropped_queue_full.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
     /// `Some(per_put)` for a message not delivered yet.
     fn first(&self, att: &Attachment, per_put_key: bool) -> Option<bool> {
         let new = self.core.dedup().first(att.gid, att.seq, per_put_key);
@@ -100,7 +125,7 @@ impl<M: RosDataMessage> Shared<M> {
         };
         if let Some(seq_per_put) = self.first(&attachment, false) {
             self.core.counters.channel.fetch_add(1, Ordering::Relaxed);
-            let _ = self.tx.send(RosSample { msg, attachment, seq_per_put, body: Body::Channel(sample) });
+            self.queue(RosSample { msg, attachment, seq_per_put, body: Body::Channel(sample) });
         }
     }
 
@@ -141,7 +166,7 @@ impl<M: RosDataMessage> Shared<M> {
             DataField::Bytes(range) => {
                 self.core.counters.buf_gid.fetch_add(1, Ordering::Relaxed);
                 self.core.delivered_from(attachment.gid);
-                let _ = self.tx.send(RosSample { msg, attachment, seq_per_put, body: Body::Base { payload, range } });
+                self.queue(RosSample { msg, attachment, seq_per_put, body: Body::Base { payload, range } });
             }
             DataField::Cuda(d) => {
                 let gid = attachment.gid;
@@ -176,7 +201,7 @@ impl<M: RosDataMessage> Shared<M> {
         };
         let Some(sample) = channel.upgrade().and_then(|c| c.foreign_sample(info, Box::new(buffer))) else { return };
         self.core.counters.cuda_buffers.fetch_add(1, Ordering::Relaxed);
-        let _ = self.tx.send(RosSample { msg, attachment, seq_per_put, body: Body::Channel(sample) });
+        self.queue(RosSample { msg, attachment, seq_per_put, body: Body::Channel(sample) });
     }
 
     fn refused(&self, publisher: [u8; 16], kind: &'static str, why: String) {
@@ -202,7 +227,7 @@ impl<M: RosDataMessage> Shared<M> {
         if let Some(seq_per_put) = self.first(&attachment, via_buf_cpu) {
             let c = &self.core.counters;
             if via_buf_cpu { &c.buf_cpu } else { &c.base }.fetch_add(1, Ordering::Relaxed);
-            let _ = self.tx.send(RosSample { msg, attachment, seq_per_put, body: Body::Base { payload, range } });
+            self.queue(RosSample { msg, attachment, seq_per_put, body: Body::Base { payload, range } });
         }
     }
 }
