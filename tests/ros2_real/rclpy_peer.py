@@ -138,22 +138,13 @@ def run_pub(node, a):
     msg = Image()
     msg.height, msg.width, msg.encoding, msg.is_bigendian, msg.step = a.height, a.width, "rgba8", 0, a.width * 4
     msg.header.frame_id = "camera"
-    period = 1.0 / a.rate if a.rate > 0 else 0.0
-    sent = 0
-    nxt = time.monotonic()
-    while (a.count == 0 or sent < a.count) and not stop:
-        seq = sent + 1  # rmw_zenoh numbers a publisher's messages 1, 2, 3, ...
+
+    def fill(seq):  # rmw_zenoh numbers a publisher's messages 1, 2, 3, ...
         msg.data = array.array("B", pattern.bytes(seq).tobytes())
         now = time.time_ns()
         msg.header.stamp.sec, msg.header.stamp.nanosec = now // 1_000_000_000, now % 1_000_000_000
-        pub.publish(msg)
-        sent += 1
-        if sent == 1:
-            emit("first_published")
-        if period:
-            nxt += period
-            while not stop and time.monotonic() < nxt:
-                rclpy.spin_once(node, timeout_sec=max(0.0, min(0.05, nxt - time.monotonic())))
+
+    sent = publish_paced(node, pub, a, msg, fill)
     emit("summary", frames=sent, bytes=n, subscriptions=pub.get_subscription_count(), topic=pub.topic_name)
     # Stay (TRANSIENT_LOCAL late joiners are served from this publisher's cache).
     end = time.monotonic() + a.linger
@@ -161,13 +152,15 @@ def run_pub(node, a):
         rclpy.spin_once(node, timeout_sec=0.1)
 
 
-def run_string_pub(node, pub, a):
-    msg = String()
+def publish_paced(node, pub, a, msg, fill):
+    """Publishes `msg` `a.count` times (0: until stopped) at `a.rate` per second, after
+    `fill(seq)` sets it for message seq (1, 2, ...); spins between messages. Returns how
+    many were published."""
     period = 1.0 / a.rate if a.rate > 0 else 0.0
     sent = 0
     nxt = time.monotonic()
     while (a.count == 0 or sent < a.count) and not stop:
-        msg.data = f"message {sent + 1}"
+        fill(sent + 1)
         pub.publish(msg)
         sent += 1
         if sent == 1:
@@ -176,6 +169,16 @@ def run_string_pub(node, pub, a):
             nxt += period
             while not stop and time.monotonic() < nxt:
                 rclpy.spin_once(node, timeout_sec=max(0.0, min(0.05, nxt - time.monotonic())))
+    return sent
+
+
+def run_string_pub(node, pub, a):
+    msg = String()
+
+    def fill(seq):
+        msg.data = f"message {seq}"
+
+    sent = publish_paced(node, pub, a, msg, fill)
     emit("summary", frames=sent, topic=pub.topic_name)
 
 
