@@ -134,8 +134,10 @@ impl HoldJournal {
         Ok(Self { mapped, alloc: Mutex::new(()) })
     }
 
-    /// The slot of `f`: its own, else a free one (or one whose counts are all back).
-    fn slot(&self, f: &BlockFile) -> Option<usize> {
+    /// Counts one hold on `f` in its slot: its own, else a free one (or one whose counts
+    /// are all back); the slot. Under the lock, so that a slot at 0 is never handed to
+    /// another block between finding it and counting in it.
+    fn hold(&self, f: &BlockFile) -> Option<usize> {
         let _g = self.alloc.lock().unwrap_or_else(|p| p.into_inner());
         let slots = &self.mapped.table().slots;
         let same = |s: &Slot| {
@@ -145,6 +147,7 @@ impl HoldJournal {
                 && s.ino.load(SeqCst) == f.ino
         };
         if let Some(i) = slots.iter().position(same) {
+            slots[i].held.fetch_add(1, SeqCst);
             return Some(i);
         }
         let i = slots
@@ -158,11 +161,13 @@ impl HoldJournal {
         s.dev.store(f.dev, SeqCst);
         s.ino.store(f.ino, SeqCst);
         s.pid.store(f.pid, SeqCst);
+        s.held.fetch_add(1, SeqCst);
         Some(i)
     }
 
-    fn add(&self, slot: usize, n: i32) {
-        self.mapped.table().slots[slot].held.fetch_add(n, SeqCst);
+    /// Takes one hold back from `slot` (which stays ours while it counts above 0).
+    fn release(&self, slot: usize) {
+        self.mapped.table().slots[slot].held.fetch_sub(1, SeqCst);
     }
 
     fn idle(&self) -> bool {
@@ -209,11 +214,8 @@ pub(crate) struct Journaled(usize);
 /// Records one more count of ours on `f`; call after raising the block's count.
 pub(crate) fn record_hold(f: &BlockFile) -> Option<Journaled> {
     let j = journal()?;
-    match j.slot(f) {
-        Some(i) => {
-            j.add(i, 1);
-            Some(Journaled(i))
-        }
+    match j.hold(f) {
+        Some(i) => Some(Journaled(i)),
         None => {
             tracing::warn!(slots = SLOTS, "hold journal full: this hold is not journaled");
             None
@@ -224,7 +226,7 @@ pub(crate) fn record_hold(f: &BlockFile) -> Option<Journaled> {
 /// Forgets one count; call before lowering the block's count.
 pub(crate) fn record_release(at: &Journaled) {
     if let Some(j) = journal() {
-        j.add(at.0, -1);
+        j.release(at.0);
     }
 }
 
