@@ -68,3 +68,74 @@ impl Drop for ServedBlock {
         let _ = std::fs::remove_file(&self.socket);
     }
 }
+
+static NEXT_EID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(10);
+
+/// Where a peer subscription puts itself in the host endpoint registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registered {
+    /// With its device ordinal and uid: CUDA publishers send it descriptors.
+    SameDevice,
+    /// With another ordinal (a subscription on another GPU): they send it CDR.
+    OtherDevice,
+}
+
+/// A subscription of rmw_zenoh 0.12.0 accepting the `cuda` backend, as its sources
+/// describe it (docs/cuda-buffer-backend.md): its registry entry written before its
+/// token (`cuda_buffer_backend_plugin.cpp:66-80`, `rmw_subscription_data.cpp:280`), its
+/// `MS` token ending in `backends:cuda:` (`rmw_subscription_data.cpp:127-218`), and
+/// listening on the data key and on `<data key>/_buf/<its GID>`
+/// (`rmw_subscription_data.cpp:442-476`). For the GPU tests and `zcs_rosidl_bench`.
+pub struct TheirSubscription {
+    /// Its GID (what publishers key `_buf/<GID>` by).
+    pub gid: [u8; 16],
+    /// The data key.
+    pub key: String,
+    /// Messages as they arrive: whether on `_buf/<GID>`, and the payload.
+    pub rx: flume::Receiver<(bool, Vec<u8>)>,
+    _subs: [zenoh::pubsub::Subscriber<()>; 2],
+    _token: zenoh::liveliness::LivelinessToken,
+    _registry: zcs_wire::rosidl_cuda::HostRegistry,
+}
+
+impl TheirSubscription {
+    /// Declares a subscription of `Image` on `topic` in `domain`.
+    ///
+    /// # Panics
+    /// When the registry, the token or a subscriber cannot be had.
+    pub fn declare(z: &zenoh::Session, domain: u32, topic: &str, gpu: &Gpu, registered: Registered) -> Self {
+        use zenoh::Wait;
+        use zenoh_cuda_shm::tensor_codec::cdr::Image;
+        use zenoh_cuda_shm_ros2::RosDataMessage;
+        use zenoh_cuda_shm_ros2::names::{gid_hex, gid_of, mangle, topic_key};
+
+        let dds = <Image<()> as RosDataMessage>::DDS_TYPE_NAME;
+        let hash = <Image<()> as RosDataMessage>::type_hash();
+        let key = topic_key(domain, topic, dds, &hash);
+        let qos = zenoh_cuda_shm_ros2::Qos::reliable(10).to_keyexpr();
+        let token = format!(
+            "@ros2_lv/{domain}/{}/0/{}/MS/%/%/their_sub/{}/{dds}/{hash}/{qos}/backends:cuda:",
+            z.zid(),
+            NEXT_EID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            mangle(topic)
+        );
+        let gid = gid_of(&token);
+        let registry = zcs_wire::rosidl_cuda::HostRegistry::open(0).expect("the host registry");
+        let ordinal = gpu.ordinal() as i32 + i32::from(registered == Registered::OtherDevice);
+        registry
+            .register(gid, zcs_wire::rosidl_cuda::EndpointKind::Subscription, ordinal, true, "sensor_msgs/msg/Image")
+            .expect("our registry entry");
+        let (tx, rx) = flume::unbounded();
+        let on = |buf: bool| {
+            let tx = tx.clone();
+            move |s: zenoh::sample::Sample| {
+                let _ = tx.send((buf, s.payload().to_bytes().into_owned()));
+            }
+        };
+        let data = z.declare_subscriber(key.clone()).callback(on(false)).wait().expect("the data key");
+        let buf =
+            z.declare_subscriber(format!("{key}/_buf/{}", gid_hex(&gid))).callback(on(true)).wait().expect("_buf key");
+        let token = z.liveliness().declare_token(token).wait().expect("the MS token");
+        Self { gid, key, rx, _subs: [data, buf], _token: token, _registry: registry }
+    }
+}

@@ -100,6 +100,11 @@ impl Graph {
 
     /// Subscriptions on `key` that are not GPU-capable subscriptions of ours.
     pub(crate) fn ordinary_subscriptions(&self, key: &str) -> usize {
+        self.ordinary_subscribers(key).len()
+    }
+
+    /// The subscriptions on the data key `key` that are not ours.
+    pub(crate) fn ordinary_subscribers(&self, key: &str) -> Vec<Entity> {
         let s = lock(&self.state);
         s.entities
             .values()
@@ -107,7 +112,8 @@ impl Graph {
             .filter(|e| e.kind == EntityKind::Subscription)
             .filter(|e| e.topic.as_ref().is_some_and(|t| t.key == key))
             .filter(|e| !s.markers.contains(&format!("sub/{}", gid_hex(&e.gid))))
-            .count()
+            .cloned()
+            .collect()
     }
 
     /// Publishers of the topic `topic` (without its outer slashes), any type: each with

@@ -53,6 +53,12 @@ pub trait RosDataMessage: Clone + Send + Sync + 'static {
     /// As [`RosDataMessage::decode_cdr`], and [`CdrDecodeError`]'s buffer variants for a
     /// descriptor that does not decode or names another backend.
     fn decode_cdr_buffer(bytes: &[u8]) -> Result<(Self, DataField), CdrDecodeError>;
+    /// The CDR message with the CUDA buffer backend's descriptor `d` in place of the
+    /// `data` bytes (what a CUDA publisher sends a CUDA subscription).
+    ///
+    /// # Errors
+    /// As [`RosDataMessage::encode_cdr_prefix`].
+    fn encode_cdr_cuda(&self, d: &CudaBufferDescriptor) -> Result<Vec<u8>, CdrEncodeError>;
     /// The message with `data` filled in.
     fn with_data(&self, data: Vec<u8>) -> Self::Owned;
 }
@@ -105,6 +111,10 @@ impl RosDataMessage for Image<()> {
         Ok((m.map_data(|_| ()), field))
     }
 
+    fn encode_cdr_cuda(&self, d: &CudaBufferDescriptor) -> Result<Vec<u8>, CdrEncodeError> {
+        Image::encode_cdr_cuda(self, d)
+    }
+
     fn with_data(&self, data: Vec<u8>) -> Image<Vec<u8>> {
         self.clone().map_data(|()| data)
     }
@@ -134,6 +144,10 @@ impl RosDataMessage for ExperimentalTensor<()> {
         let m = ExperimentalTensor::decode_cdr_buffer(bytes)?;
         let field = data_field(bytes, m.data.clone());
         Ok((m.map_data(|_| ()), field))
+    }
+
+    fn encode_cdr_cuda(&self, d: &CudaBufferDescriptor) -> Result<Vec<u8>, CdrEncodeError> {
+        ExperimentalTensor::encode_cdr_cuda(self, d)
     }
 
     fn with_data(&self, data: Vec<u8>) -> ExperimentalTensor<Vec<u8>> {

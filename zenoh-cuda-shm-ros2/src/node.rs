@@ -45,12 +45,13 @@ pub struct NodeOptions {
     /// The rmw_zenoh wire of its endpoints' tokens (and so their GIDs); `None`: from
     /// `ROS_DISTRO` ([`RmwWire::from_env`]).
     pub rmw_wire: Option<RmwWire>,
-    /// Whether its subscriptions take buffers of ROS 2's CUDA buffer backend in place
-    /// (default `true`). It applies on the buffer-aware wire, in a session on a GPU, to
-    /// volatile subscriptions of types with a `uint8[]` field: they list the `cuda`
-    /// backend, register in the backend's host registry, and import the descriptors
-    /// that publishers of the backend send them. `false`: they list `cpu` only and such
-    /// publishers send them CDR bytes.
+    /// Whether its endpoints speak ROS 2's CUDA buffer backend (default `true`). It
+    /// applies on the buffer-aware wire, in a session on a GPU, to volatile endpoints of
+    /// types with a `uint8[]` field, which register in the backend's host registry:
+    /// subscriptions list the `cuda` backend and import the descriptors that publishers
+    /// of the backend send them; publishers list `cpu` and `cuda` and lend their device
+    /// blocks to the backend's subscriptions on the same GPU with a descriptor. `false`:
+    /// they list `cpu` only, and bytes cross between us and the backend's nodes.
     pub cuda_buffers: bool,
 }
 
@@ -71,7 +72,7 @@ impl NodeOptions {
         }
     }
 
-    /// Sets whether subscriptions take buffers of ROS 2's CUDA buffer backend in place
+    /// Sets whether endpoints speak ROS 2's CUDA buffer backend
     /// ([`NodeOptions::cuda_buffers`]).
     pub fn cuda_buffers(mut self, on: bool) -> Self {
         self.cuda_buffers = on;
@@ -306,8 +307,10 @@ impl RosNode {
     /// endpoints do. A subscription in a session on a GPU (unless
     /// [`NodeOptions::cuda_buffers`] is off) lists `cuda` only, as an rmw_zenoh
     /// subscription accepting `cpu,cuda` does: buffer-aware publishers then serve it on
-    /// `_buf/<its GID>`, descriptors from CUDA publishers and CDR from the others. Every
-    /// other endpoint lists `cpu`: publishers serve such a subscription plain CDR on
+    /// `_buf/<its GID>`, descriptors from CUDA publishers and CDR from the others. A
+    /// publisher there lists `cpu` and `cuda`, as an rmw_zenoh publisher with the CUDA
+    /// backend installed does, and sends descriptors to CUDA subscriptions. Every other
+    /// endpoint lists `cpu`: publishers serve such a subscription plain CDR on
     /// `_buf_cpu`. Our own GPU data travels on our channel either way. On the classic
     /// wire no token lists backends.
     pub(crate) fn endpoint<M: RosDataMessage>(
@@ -321,11 +324,12 @@ impl RosNode {
         let hash = M::type_hash();
         let key = topic_key(n.domain, &topic, M::DDS_TYPE_NAME, &hash);
         let listed = self.0.wire.lists_backends() && M::HAS_BUFFER_FIELDS && qos.durability == Durability::Volatile;
-        let cuda = listed && kind == EntityKind::Subscription && self.0.cuda_buffers && self.0.session.gpu().is_some();
-        let backends = match (listed, cuda) {
-            (true, true) => Some(Backends::default().with(CUDA, "")),
-            (true, false) => Some(Backends::cpu_only()),
-            (false, _) => None,
+        let cuda = listed && self.0.cuda_buffers && self.0.session.gpu().is_some();
+        let backends = match (listed, cuda, kind) {
+            (true, true, EntityKind::Subscription) => Some(Backends::default().with(CUDA, "")),
+            (true, true, _) => Some(Backends::cpu_only().with(CUDA, "")),
+            (true, false, _) => Some(Backends::cpu_only()),
+            (false, _, _) => None,
         };
         let token =
             n.endpoint_token(next_id(), kind, &topic, M::DDS_TYPE_NAME, &hash, &qos.to_keyexpr(), backends.as_ref());

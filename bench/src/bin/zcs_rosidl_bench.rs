@@ -1,20 +1,31 @@
-//! ROS 2 frames from a publisher of the CUDA buffer backend (`rosidl::Buffer`, as
-//! rmw_zenoh 0.12.0 with `cuda_buffer_backend` 0.1.2 sends them) to our subscription on
-//! the same GPU: the descriptor path (the publisher's block imported and read in place)
-//! against the same publisher's CPU path (its buffer copied device→host and sent as CDR,
-//! uploaded host→device by the consumer, which wants it on the GPU).
+//! ROS 2 frames between publishers and subscriptions of the CUDA buffer backend
+//! (`rosidl::Buffer`, as rmw_zenoh 0.12.0 with `cuda_buffer_backend` 0.1.2 sends them)
+//! and ours, on one GPU, each direction against the backend's own paths:
 //!
-//! The publisher runs in a second process (this program re-run), written from the
-//! backend's sources as the GPU test's is: its own VMM blocks exported as POSIX FDs and
-//! served on a socket each, the 24 shared bytes per block, a fresh interprocess event
-//! per frame recorded after the frame's fill kernel, and its pool's reuse rule (a block
-//! whose count is back to 0 and whose last publish is 100 ms old, else a new block).
-//! The subscription is ours (`zenoh-cuda-shm-ros2`), on a GPU session, over loopback TCP.
+//! - `theirs-to-ours`: their publisher → our subscription, by descriptor (their block
+//!   imported and read in place) and by their CPU path (their buffer copied device→host
+//!   and sent as CDR, uploaded host→device by the consumer, which wants it on the GPU);
+//! - `ours-to-theirs`: our publisher → their subscription, by descriptor (our block lent
+//!   and read in place by them);
+//! - `theirs-to-theirs`: their publisher → their subscription, by descriptor: the
+//!   backend's own CUDA→CUDA path, the anchor of both directions.
+//!
+//! Their publisher and their subscription are written from the backend's sources (as
+//! the GPU tests' are: `zcs_tests::rosidl`): the publisher exports its own VMM blocks as
+//! POSIX FDs served on a socket each, keeps the 24 shared bytes per block, records a
+//! fresh interprocess event per frame after the frame's fill kernel, and follows its
+//! pool's reuse rule (a block whose count is back to 0 and whose last publish is 100 ms
+//! old, else a new block); the subscription registers in the host registry, lists
+//! `cuda`, and imports each descriptor (count, reuse id, FD, mapping, event). Ours are
+//! `zenoh-cuda-shm-ros2` on a GPU session. Publishers run in a second process (this
+//! program re-run), subscriptions in the first, over loopback TCP: an IPC event handle
+//! cannot be opened in the process that made it.
 //!
 //! Rows (JSON lines), per `--frames` size, each path:
-//! - `latency`: one frame in flight; the publisher's put (after its fill is queued) →
-//!   the frame received by the consumer, on the host's monotonic clock, p50 / p99 over
-//!   `--iters`;
+//! - `latency`: one frame in flight, the next asked for [`PACE`] after the last arrived
+//!   (so that lent blocks come back within the 100 ms grace window of both sides); the
+//!   put (after its fill is queued) → the frame received by the consumer, on the host's
+//!   monotonic clock, p50 / p99 over `--iters`;
 //! - `rate`: the publisher as fast as it can, the consumer reading every frame (its
 //!   check kernel on the GPU); frames per second at the consumer.
 //!
@@ -31,12 +42,14 @@ use clap::Parser;
 use serde_json::json;
 use zcs_memory::cuda::kernels::Kernels;
 use zcs_tests::percentile;
-use zcs_tests::rosidl::ServedBlock;
+use zcs_tests::rosidl::{Registered, ServedBlock, TheirSubscription};
 use zenoh::Wait;
 use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, IpcEvent, Stream, copy};
-use zenoh_cuda_shm::tensor_codec::cdr::{Header, Image, Time};
+use zenoh_cuda_shm::tensor_codec::cdr::{BufferData, Header, Image, Time};
 use zenoh_cuda_shm::{GpuSession, ZcsConfig};
+use zenoh_cuda_shm_ros2::cuda_backend::BackendImports;
+use zenoh_cuda_shm_ros2::names::gid_hex;
 use zenoh_cuda_shm_ros2::{Attachment, NodeOptions, Qos, RmwWire, RosNode, RosSample, RosSubscriber};
 
 #[derive(Parser, Debug)]
@@ -58,6 +71,9 @@ struct Args {
     #[arg(long, default_value = "cuda")]
     backend: String,
 }
+
+/// The pause before each frame of a latency row.
+const PACE: Duration = Duration::from_millis(2);
 
 /// The backend's reuse grace (`grace_period_us_`, `cuda_memory_pool.hpp:147`).
 const GRACE: Duration = Duration::from_millis(100);
@@ -82,7 +98,6 @@ struct Theirs {
     gpu: Gpu,
     kernels: Kernels,
     stream: Stream,
-    publisher: zenoh::pubsub::Publisher<'static>,
     gid: [u8; 16],
     seq: i64,
     blocks: Vec<TheirBlock>,
@@ -105,13 +120,15 @@ impl Theirs {
         self.blocks.len() - 1
     }
 
-    /// Fills a frame with `seed`'s pattern and publishes it, stamped with the monotonic
-    /// clock at its put.
-    fn publish(&mut self, fields: &Image<()>, len: usize, seed: u64, wire: Wire) {
+    /// Fills a frame with `seed`'s pattern and publishes it with `to`, stamped (header
+    /// and attachment) with the monotonic clock at its put.
+    fn publish(&mut self, to: &zenoh::pubsub::Publisher<'_>, fields: &Image<()>, len: usize, seed: u64, wire: Wire) {
         let i = self.acquire(len);
         let ptr = self.blocks[i].served.block.device_ptr();
         // SAFETY: the block has ≥ len mapped bytes and lives as long as `self`.
         unsafe { self.kernels.fill(&self.stream, ptr, len as u64, seed) }.expect("fill");
+        let stamp = monotonic_ns();
+        let fields = &Image { header: Header { stamp: time_of(stamp), ..fields.header.clone() }, ..fields.clone() };
         let bytes = match wire {
             Wire::Cuda => {
                 let event = IpcEvent::create(&self.gpu).expect("an interprocess event");
@@ -136,8 +153,8 @@ impl Theirs {
         };
         self.blocks[i].published = Some(Instant::now());
         self.seq += 1;
-        let att = Attachment { seq: self.seq, timestamp_ns: monotonic_ns(), gid: self.gid };
-        self.publisher.put(bytes).attachment(att.encode().to_vec()).wait().expect("put");
+        let att = Attachment { seq: self.seq, timestamp_ns: stamp, gid: self.gid };
+        to.put(bytes).attachment(att.encode().to_vec()).wait().expect("put");
     }
 }
 
@@ -183,6 +200,40 @@ impl Consumer {
         }
     }
 
+    /// A frame of their subscription: imported and read in place (a descriptor), or
+    /// uploaded (CDR); whether it was in place.
+    fn consume_theirs(&self, imports: &BackendImports, msg: &Image<BufferData<'_>>, seed: u64) -> bool {
+        match &msg.data {
+            BufferData::Cuda(d) => {
+                let buffer = imports.import(d).expect("their import of the descriptor");
+                let read = buffer.read(&self.stream).expect("read in place");
+                // SAFETY: the buffer's bytes stay mapped and counted until the fence `end`
+                // records after this launch; the counter lives as long as `self`.
+                unsafe { self.kernels.check(&self.stream, read.device_ptr(), d.size, seed, self.counter.device_ptr()) }
+                    .expect("check");
+                read.end().expect("end the read");
+                true
+            }
+            BufferData::Bytes(bytes) => {
+                // SAFETY: `upload` has ≥ len mapped bytes; the call returns once `bytes`
+                // has been read.
+                unsafe { copy::host_to_device(&self.stream, self.upload.device_ptr(), bytes) }.expect("upload");
+                // SAFETY: as above, the upload block; the counter as above.
+                unsafe {
+                    self.kernels.check(
+                        &self.stream,
+                        self.upload.device_ptr(),
+                        bytes.len() as u64,
+                        seed,
+                        self.counter.device_ptr(),
+                    )
+                }
+                .expect("check");
+                false
+            }
+        }
+    }
+
     /// Bytes that differed from their patterns since the last call (waits).
     fn errors(&self) -> u32 {
         let mut v = [0u8; 4];
@@ -207,6 +258,14 @@ fn monotonic_ns() -> i64 {
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
+fn time_of(ns: i64) -> Time {
+    Time { sec: (ns / 1_000_000_000) as i32, nanosec: (ns % 1_000_000_000) as u32 }
+}
+
+fn ns_of(t: &Time) -> i64 {
+    i64::from(t.sec) * 1_000_000_000 + i64::from(t.nanosec)
+}
+
 fn dims(f: &str) -> (u32, u32) {
     let (w, h) = f.split_once('x').expect("WIDTHxHEIGHT");
     (w.parse().expect("width"), h.parse().expect("height"))
@@ -226,12 +285,40 @@ fn fields(f: &str) -> (Image<()>, usize) {
     (image, (w * h * 4) as usize)
 }
 
-/// The rows, in order: per frame size, the descriptor path then the CPU path.
-fn plan(args: &Args) -> Vec<(String, Wire, &'static str)> {
+/// Who sends to whom, and how.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// Their publisher → our subscription.
+    TheirsToOurs(Wire),
+    /// Our publisher → their subscription, by descriptor.
+    OursToTheirs,
+    /// Their publisher → their subscription, by descriptor.
+    TheirsToTheirs,
+}
+
+impl Route {
+    fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Self::TheirsToOurs(Wire::Cuda) => ("theirs-to-ours", "cuda-descriptor"),
+            Self::TheirsToOurs(Wire::Cpu) => ("theirs-to-ours", "cpu-cdr"),
+            Self::OursToTheirs => ("ours-to-theirs", "cuda-descriptor"),
+            Self::TheirsToTheirs => ("theirs-to-theirs", "cuda-descriptor"),
+        }
+    }
+}
+
+/// The rows, in order: per frame size, each route.
+fn plan(args: &Args) -> Vec<(String, Route)> {
     let mut rows = Vec::new();
     for f in &args.frames {
-        rows.push((f.clone(), Wire::Cuda, "cuda-descriptor"));
-        rows.push((f.clone(), Wire::Cpu, "cpu-cdr"));
+        for r in [
+            Route::TheirsToOurs(Wire::Cuda),
+            Route::TheirsToOurs(Wire::Cpu),
+            Route::OursToTheirs,
+            Route::TheirsToTheirs,
+        ] {
+            rows.push((f.clone(), r));
+        }
     }
     rows
 }
@@ -243,37 +330,55 @@ fn seeds(args: &Args, row: usize) -> (u64, u64) {
     (first, first + (args.warmup + args.iters) as u64)
 }
 
-/// The publisher process: it publishes a frame each time the subscriber asks for one
-/// (`go` with a count on the control key), so that one frame is in flight in the
-/// latency rows and `rate_frames` back to back in the rate rows.
+/// The publisher process: it publishes a frame each time the subscriber process asks
+/// for one (`go` with a count on the control key), so that one frame is in flight in
+/// the latency rows and `rate_frames` back to back in the rate rows. Their publisher
+/// puts on the `_buf/<GID>` key of the row's subscription; ours publishes on
+/// [`OUT_TOPIC`] and finds their subscription itself.
 fn publisher_main(args: &Args) {
     let port: u16 = std::env::var(PORT_ENV).expect("port").parse().expect("port");
     let key = std::env::var(KEY_ENV).expect("key");
+    let their_key = std::env::var(THEIR_KEY_ENV).expect("their key");
+    let domain: u32 = std::env::var(DOMAIN_ENV).expect("domain").parse().expect("domain");
     let gpu = Gpu::open(0).expect("a GPU");
-    let z = zenoh::open(zcs_tests::loopback_zenoh_config(None, Some(port), None)).wait().expect("their session");
+    let session = GpuSession::open(
+        zcs_tests::loopback_zenoh_config(None, Some(port), None),
+        ZcsConfig { device: DeviceChoice::Cuda, ..ZcsConfig::default() },
+    )
+    .wait()
+    .expect("the publishers' session");
+    let z = session.zenoh().clone();
     let go = z.declare_subscriber(format!("{key}/bench_go")).with(flume::unbounded()).wait().expect("control");
     // Blocking, so that the rate rows count frames, not Zenoh's drops.
-    let publisher = z
-        .declare_publisher(key)
-        .congestion_control(zenoh::qos::CongestionControl::Block)
-        .wait()
-        .expect("their publisher");
+    let declare = |k: &str| {
+        z.declare_publisher(k.to_owned())
+            .congestion_control(zenoh::qos::CongestionControl::Block)
+            .wait()
+            .expect("their publisher")
+    };
+    let (to_ours, to_theirs) = (declare(&key), declare(&their_key));
+    let node = RosNode::new(&session, NodeOptions::new("bench_pub").domain(domain).rmw_wire(RmwWire::BufferAware))
+        .expect("node");
+    let ours = node.publisher::<Image<()>>(OUT_TOPIC, Qos::reliable(10).keep_all()).expect("our publisher");
+    assert!(ours.lends_cuda_buffers(), "our publisher lends its blocks");
     let t = Instant::now();
-    while !publisher.matching_status().wait().expect("matching status").matching() {
-        assert!(t.elapsed() < Duration::from_secs(30), "their session never saw our subscription");
+    while !to_ours.matching_status().wait().expect("matching status").matching()
+        || !to_theirs.matching_status().wait().expect("matching status").matching()
+        || ours.ordinary_subscriptions() == 0
+    {
+        assert!(t.elapsed() < Duration::from_secs(30), "the publishers never saw both subscriptions");
         std::thread::sleep(Duration::from_millis(10));
     }
     let mut theirs = Theirs {
         kernels: Kernels::load(&gpu).expect("kernels"),
         stream: gpu.new_stream().expect("stream"),
         gpu: gpu.clone(),
-        publisher,
         gid: [7; 16],
         seq: 0,
         blocks: Vec::new(),
         host: Vec::new(),
     };
-    for (row, (f, wire, _)) in plan(args).iter().enumerate() {
+    for (row, (f, route)) in plan(args).iter().enumerate() {
         let (image, len) = fields(f);
         let (first, _) = seeds(args, row);
         let total = args.warmup + args.iters + args.rate_frames;
@@ -282,15 +387,40 @@ fn publisher_main(args: &Args) {
             let ask = go.recv_timeout(Duration::from_secs(60)).expect("the subscriber's go");
             let n: u64 = String::from_utf8_lossy(&ask.payload().to_bytes()).parse().expect("a count");
             for _ in 0..n {
-                theirs.publish(&image, len, seed, *wire);
+                match route {
+                    Route::TheirsToOurs(wire) => theirs.publish(&to_ours, &image, len, seed, *wire),
+                    Route::TheirsToTheirs => theirs.publish(&to_theirs, &image, len, seed, Wire::Cuda),
+                    Route::OursToTheirs => {
+                        let loan = ours.loan(len).expect("a loan");
+                        let ptr = loan.device_ptr().expect("a device block");
+                        // SAFETY: the loan's len bytes are mapped until its stream has
+                        // passed the kernel.
+                        unsafe { theirs.kernels.fill(loan.stream().expect("a stream"), ptr, len as u64, seed) }
+                            .expect("fill");
+                        let stamped = Image {
+                            header: Header { stamp: time_of(monotonic_ns()), ..image.header.clone() },
+                            ..image.clone()
+                        };
+                        ours.publish(&stamped, loan).expect("our publish");
+                    }
+                }
                 seed += 1;
             }
         }
     }
+    let s = ours.stats();
+    eprintln!("our publisher: {s:?}, CDR instead of descriptors: {:?}", ours.cuda_fallbacks());
+    // Until the subscriber process has taken every frame: their blocks' files go with
+    // this process.
+    go.recv_timeout(Duration::from_secs(60)).expect("the subscriber's last word");
 }
 
 const PORT_ENV: &str = "ZCS_ROSIDL_BENCH_PORT";
 const KEY_ENV: &str = "ZCS_ROSIDL_BENCH_KEY";
+const THEIR_KEY_ENV: &str = "ZCS_ROSIDL_BENCH_THEIR_KEY";
+const DOMAIN_ENV: &str = "ZCS_ROSIDL_BENCH_DOMAIN";
+/// The topic of our publisher and their subscription.
+const OUT_TOPIC: &str = "/camera/image_out";
 
 fn main() {
     let args = Args::parse();
@@ -308,19 +438,22 @@ fn main() {
     let domain = 90 + std::process::id() % 100;
     let node = RosNode::new(&session, NodeOptions::new("bench_sub").domain(domain).rmw_wire(RmwWire::BufferAware))
         .expect("node");
-    let sub = node.subscriber::<Image<()>>("/camera/image", Qos::reliable(10)).expect("subscription");
+    // KEEP_ALL: the rate rows must not lose frames to a full queue.
+    let sub = node.subscriber::<Image<()>>("/camera/image", Qos::reliable(10).keep_all()).expect("subscription");
     assert!(sub.takes_cuda_buffers(), "the subscription lists cuda");
-    let gid_hex: String = sub.gid().iter().map(|b| format!("{b:02x}")).collect();
-    let key = format!("{}/_buf/{gid_hex}", sub.key());
-    // The publisher is another process, as theirs always is: an IPC event handle cannot
-    // be opened in the process that made it.
+    let key = format!("{}/_buf/{}", sub.key(), gid_hex(&sub.gid()));
+    let z = session.zenoh().clone();
+    let their_sub = TheirSubscription::declare(&z, domain, OUT_TOPIC, &gpu, Registered::SameDevice);
+    let their_key = format!("{}/_buf/{}", their_sub.key, gid_hex(&their_sub.gid));
+    let imports = BackendImports::new(&gpu).expect("their import cache");
     let mut child = std::process::Command::new(std::env::current_exe().expect("current_exe"))
         .args(std::env::args().skip(1))
         .env(PORT_ENV, port.to_string())
         .env(KEY_ENV, &key)
+        .env(THEIR_KEY_ENV, &their_key)
+        .env(DOMAIN_ENV, domain.to_string())
         .spawn()
         .expect("the publisher process");
-    let z = session.zenoh().clone();
     let go_key = format!("{key}/bench_go");
     let go_publisher = z.declare_publisher(go_key).wait().expect("control");
     let t = Instant::now();
@@ -329,6 +462,14 @@ fn main() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let go = |n: usize| go_publisher.put(n.to_string()).wait().expect("go");
+    // A frame of their subscription, its publish stamp, and whether it was in place.
+    let take_theirs = |seed: u64, consumer: &Consumer| {
+        let (_, bytes) = their_sub.rx.recv_timeout(Duration::from_secs(20)).expect("a frame within 20 s");
+        let arrived = monotonic_ns();
+        let msg = Image::decode_cdr_buffer(&bytes).expect("an Image");
+        let in_place = consumer.consume_theirs(&imports, &msg, seed);
+        (arrived - ns_of(&msg.header.stamp), in_place)
+    };
 
     let max = args.frames.iter().map(|f| fields(f).1).max().unwrap_or(0);
     let consumer = Consumer {
@@ -343,48 +484,69 @@ fn main() {
         json!({"bench": "rosidl-setup", "gpu": gpu.name(), "iters": args.iters, "rate_frames": args.rate_frames,
                "warmup": args.warmup, "grace_ms": GRACE.as_millis() as u64})
     );
-    for (row, (f, _, path)) in plan(&args).iter().enumerate() {
+    for (row, (f, route)) in plan(&args).iter().enumerate() {
+        let (direction, path) = route.names();
         let (_, len) = fields(f);
         let (first, rate_first) = seeds(&args, row);
         let before = sub.stats();
         let mut us = Vec::new();
         for i in 0..args.warmup + args.iters {
+            std::thread::sleep(PACE);
             go(1);
-            let msg = recv(&sub);
-            let arrived = monotonic_ns();
-            consumer.consume(&msg, first + i as u64);
+            let seed = first + i as u64;
+            let ns = match route {
+                Route::TheirsToOurs(_) => {
+                    let msg = recv(&sub);
+                    let arrived = monotonic_ns();
+                    consumer.consume(&msg, seed);
+                    arrived - msg.attachment().timestamp_ns
+                }
+                _ => take_theirs(seed, &consumer).0,
+            };
             if i >= args.warmup {
-                us.push((arrived - msg.attachment().timestamp_ns) as f64 / 1e3);
+                us.push(ns as f64 / 1e3);
             }
         }
-        assert_eq!(consumer.errors(), 0, "{path} {f}: wrong bytes");
+        assert_eq!(consumer.errors(), 0, "{direction} {path} {f}: wrong bytes");
         us.sort_by(f64::total_cmp);
         println!(
             "{}",
-            json!({"bench": "rosidl", "row": "latency", "path": path, "frame": f, "size": len,
+            json!({"bench": "rosidl", "row": "latency", "direction": direction, "path": path, "frame": f, "size": len,
                    "p50_us": percentile(&us, 50.0), "p99_us": percentile(&us, 99.0),
                    "what": "publish (its put) → the frame received by the consumer, one in flight"})
         );
         let n = args.rate_frames;
         let t = Instant::now();
         go(n);
+        let (mut in_place, mut cdr) = (0u64, 0u64);
         for k in 0..n as u64 {
-            let msg = recv(&sub);
-            consumer.consume(&msg, rate_first + k);
+            let placed = match route {
+                Route::TheirsToOurs(_) => {
+                    let msg = recv(&sub);
+                    consumer.consume(&msg, rate_first + k);
+                    msg.gpu_sample().is_some()
+                }
+                _ => take_theirs(rate_first + k, &consumer).1,
+            };
+            if placed {
+                in_place += 1;
+            } else {
+                cdr += 1;
+            }
         }
         let errors = consumer.errors();
         let secs = t.elapsed().as_secs_f64();
-        assert_eq!(errors, 0, "{path} {f}: wrong bytes at full rate");
+        assert_eq!(errors, 0, "{direction} {path} {f}: wrong bytes at full rate");
         let after = sub.stats();
         assert_eq!(after.backend_refused, before.backend_refused, "refused: {:?}", sub.backend_refusal());
         println!(
             "{}",
-            json!({"bench": "rosidl", "row": "rate", "path": path, "frame": f, "size": len,
-                   "fps": n as f64 / secs, "frames": n,
-                   "in_place": after.cuda_buffers - before.cuda_buffers, "cdr": after.buf_gid - before.buf_gid,
+            json!({"bench": "rosidl", "row": "rate", "direction": direction, "path": path, "frame": f, "size": len,
+                   "fps": n as f64 / secs, "frames": n, "in_place": in_place, "cdr": cdr,
                    "what": "frames per second at the consumer, each checked on the GPU"})
         );
     }
+    go(0);
     let status = child.wait().expect("the publisher process");
     assert!(status.success(), "the publisher process failed: {status}");
 }

@@ -205,6 +205,12 @@ impl BlockMeta {
         self.shared().refcount.fetch_sub(n, SeqCst);
     }
 
+    /// Sets the subscribers' count to zero: for an exporter whose every taker of the
+    /// block has died holding counts (nothing else ever gives them back).
+    pub fn clear_count(&self) {
+        self.shared().refcount.store(0, SeqCst);
+    }
+
     /// Marks the block published under reuse id `uid` at `timestamp_us` of the
     /// publisher's monotonic clock (an exporter's side).
     pub fn publish(&self, uid: u64, timestamp_us: u64) {

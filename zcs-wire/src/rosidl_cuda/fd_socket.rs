@@ -101,24 +101,46 @@ pub fn receive_block_fd(path: &Path, publisher_pid: i32, timeout: Duration) -> R
     Ok(owned.pop().expect("one FD, checked above"))
 }
 
+/// What one connection to a block's socket got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// The FD went to process `pid` of our user.
+    To {
+        /// The peer's process.
+        pid: i32,
+    },
+    /// A peer of another user was turned away.
+    Refused {
+        /// The peer's process.
+        pid: i32,
+        /// Its user.
+        uid: u32,
+    },
+}
+
 /// Serves one connection of `listener` as the backend's block sockets do, giving `fd`
-/// to a peer of our user only; `Ok(false)` when a peer of another user was turned away.
+/// to a peer of our user only.
 ///
 /// # Errors
-/// Accepting, reading the peer's credentials or sending failed.
-pub fn serve_block_fd(listener: &UnixListener, fd: BorrowedFd<'_>) -> io::Result<bool> {
+/// Accepting (`WouldBlock` on a non-blocking listener with no connection waiting),
+/// reading the peer's credentials or sending failed.
+pub fn serve_block_fd(listener: &UnixListener, fd: BorrowedFd<'_>) -> io::Result<Served> {
     let (mut stream, _) = listener.accept()?;
+    stream.set_nonblocking(false)?;
     let cred = getsockopt(&stream, sockopt::PeerCredentials).map_err(io::Error::from)?;
     if cred.uid() != nix::unistd::geteuid().as_raw() {
         tracing::warn!(pid = cred.pid(), uid = cred.uid(), "block socket: a peer of another user turned away");
-        return Ok(false);
+        return Ok(Served::Refused { pid: cred.pid(), uid: cred.uid() });
     }
+    // A peer that never reads cannot hold the server: one byte fits any socket buffer,
+    // and the write time-out bounds the rest.
+    stream.set_write_timeout(Some(Duration::from_secs(1)))?;
     let sent = stream.send_with_fd(&[FD_BYTE], &[fd.as_raw_fd()])?;
     if sent != 1 {
         return Err(io::Error::new(io::ErrorKind::WriteZero, "the FD byte was not sent"));
     }
     stream.flush()?;
-    Ok(true)
+    Ok(Served::To { pid: cred.pid() })
 }
 
 #[cfg(test)]
@@ -146,7 +168,7 @@ mod tests {
         let want = inode(block.as_fd());
         let server = std::thread::spawn(move || serve_block_fd(&listener, block.as_fd()).unwrap());
         let got = receive_block_fd(&path, std::process::id() as i32, Duration::from_secs(5)).unwrap();
-        assert!(server.join().unwrap());
+        assert_eq!(server.join().unwrap(), Served::To { pid: std::process::id() as i32 });
         assert_eq!(inode(got.as_fd()), want, "the same open file");
         assert_ne!(got.as_raw_fd(), -1);
         std::fs::remove_file(&path).unwrap();

@@ -145,6 +145,11 @@ pub fn name_for_domain(domain: u32) -> io::Result<String> {
     Ok(format!("ros2_hem_d{domain}_h{}", host_hash(host.as_encoded_bytes())))
 }
 
+/// The uid endpoints of this process register (`getuid()`, as upstream).
+pub fn our_uid() -> u32 {
+    nix::unistd::getuid().as_raw()
+}
+
 /// `h = h * 31 + c` over `host`, each byte taken as a C `char`.
 pub fn host_hash(host: &[u8]) -> u32 {
     host.iter().fold(0u32, |h, &b| h.wrapping_mul(31).wrapping_add(b as libc::c_char as i32 as u32))
@@ -402,7 +407,7 @@ impl HostRegistry {
             .or_else(|| (0..n).find(|&i| !l.active(i)))
             .or_else(|| (n < MAX_ENTRIES).then_some(n))
             .ok_or(RegistryError::Full)?;
-        let uid = nix::unistd::getuid().as_raw();
+        let uid = our_uid();
         let ep = Endpoint {
             instance_id: self.instance_id,
             gid,

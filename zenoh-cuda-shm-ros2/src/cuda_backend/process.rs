@@ -33,33 +33,40 @@ pub(crate) fn imports_for(gpu: &Gpu) -> std::io::Result<Arc<BackendImports>> {
     Ok(imports)
 }
 
-/// A subscription's entry in the host endpoint registry, marked inactive when dropped.
+/// The registry handle this process shares, attached with its first user.
+fn shared_registry() -> Result<Arc<HostRegistry>, RegistryError> {
+    let mut shared = REGISTRY.locked();
+    if let Some(r) = shared.upgrade() {
+        return Ok(r);
+    }
+    let r = Arc::new(HostRegistry::open(REGISTRY_DOMAIN)?);
+    *shared = Arc::downgrade(&r);
+    Ok(r)
+}
+
+/// An endpoint's entry in the host endpoint registry, marked inactive when dropped.
 pub(crate) struct Registration {
     registry: Arc<HostRegistry>,
     gid: [u8; 16],
 }
 
 impl Registration {
-    /// Registers subscription `gid` of type `type_name` on `gpu`.
+    /// Registers endpoint `gid` (a publisher or subscription of type `type_name`) on
+    /// `gpu`, as able to share blocks.
     ///
     /// # Errors
     /// [`RegistryError`]: the registry cannot be attached to or written.
-    pub(crate) fn subscription(gid: [u8; 16], gpu: &Gpu, type_name: &str) -> Result<Self, RegistryError> {
-        let registry = {
-            let mut shared = REGISTRY.locked();
-            match shared.upgrade() {
-                Some(r) => r,
-                None => {
-                    let r = Arc::new(HostRegistry::open(REGISTRY_DOMAIN)?);
-                    *shared = Arc::downgrade(&r);
-                    r
-                }
-            }
-        };
+    pub(crate) fn new(gid: [u8; 16], kind: EndpointKind, gpu: &Gpu, type_name: &str) -> Result<Self, RegistryError> {
+        let registry = shared_registry()?;
         let ordinal = i32::try_from(gpu.ordinal()).unwrap_or(i32::MAX);
-        // `ipc_capable`: this process can map the backend's blocks (it imports them).
-        registry.register(gid, EndpointKind::Subscription, ordinal, true, type_name)?;
+        // `ipc_capable`: this process maps the backend's blocks and exports its own.
+        registry.register(gid, kind, ordinal, true, type_name)?;
         Ok(Self { registry, gid })
+    }
+
+    /// The registry, to look other endpoints up.
+    pub(crate) fn registry(&self) -> &HostRegistry {
+        &self.registry
     }
 }
 

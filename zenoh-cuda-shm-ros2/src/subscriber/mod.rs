@@ -214,7 +214,7 @@ impl<M: RosDataMessage> RosSubscriber<M> {
         if let (true, Some(gpu)) = (cuda, node.0.session.gpu()) {
             // Registered before the token, as the backend's endpoints are: a publisher
             // that discovers us reads our device and uid there.
-            match Registration::subscription(gid, gpu, M::TYPE_NAME) {
+            match Registration::new(gid, zcs_wire::rosidl_cuda::EndpointKind::Subscription, gpu, M::TYPE_NAME) {
                 Ok(r) => registration = Some(r),
                 Err(e) => {
                     let why = crate::error::Chain(&e).to_string();

@@ -24,10 +24,12 @@ mod publisher;
 mod reach;
 mod reports;
 mod session;
+mod shared_block;
 mod subscriber;
 
 pub use publisher::*;
 pub use session::*;
+pub use shared_block::{Allocation, DeviceAllocation, SharedBlock};
 pub use subscriber::*;
 
 use reach::{names_connect_endpoints, wait_for_a_link, warn_if_unreached};

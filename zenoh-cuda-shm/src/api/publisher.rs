@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::cuda::{Stream, copy};
 use crate::ipc::{AccessPolicy, SocketName};
-use crate::pool::{BackendKind, CudaBackend, HostBackend, Loan, LoanError, Pool, PoolStats};
+use crate::pool::{BackendKind, BlockMemory, CudaBackend, HostBackend, Loan, LoanError, Pool, PoolStats};
 use crate::provider::DeviceLender;
 use crate::signal::{ReadySignals, SignalError, WriteGuard};
 use crate::transport::medium::{PubMedium, PublishedAny};
@@ -253,6 +253,18 @@ impl GpuLoan {
         }
     }
 
+    /// The device block's allocation (CUDA sessions): for lending the block to another
+    /// transport once published ([`GpuPublisher::put_shared`]).
+    pub fn device_allocation(&self) -> Option<DeviceAllocation<'_>> {
+        match &self.inner {
+            LoanInner::Cuda(g) => {
+                let memory = g.inner().memory();
+                Some(DeviceAllocation { allocation: Allocation::of(memory), fd: memory.fd(), capacity: memory.size() })
+            }
+            LoanInner::Host(_) => None,
+        }
+    }
+
     /// The block as host memory to write (host-memory sessions).
     pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
         match &mut self.inner {
@@ -389,14 +401,28 @@ impl GpuPublisher {
     /// subscribers of this one could not tell from one of this pool's, goes back to its
     /// own pool unpublished); Zenoh and copy-out failures.
     pub fn put(&self, loan: GpuLoan) -> Result<PutReport, PutError> {
+        self.put_shared(loan).map(|(report, _)| report)
+    }
+
+    /// [`GpuPublisher::put`], also returning a hold on a device block
+    /// ([`SharedBlock`], `None` for a host block): the pool keeps the block out of reuse
+    /// until the hold drops, for readers it cannot see (another transport's).
+    ///
+    /// # Errors
+    /// As [`GpuPublisher::put`].
+    pub fn put_shared(&self, loan: GpuLoan) -> Result<(PutReport, Option<SharedBlock>), PutError> {
         if !self.owns(&loan) {
             return Err(PutError::ForeignLoan { key: self.key().to_string() });
         }
-        let published = match loan.inner {
-            LoanInner::Cuda(g) => PublishedAny::Cuda(g.finish()?),
-            LoanInner::Host(l) => PublishedAny::Host(l.publish()),
+        let (published, shared) = match loan.inner {
+            LoanInner::Cuda(g) => {
+                let p = g.finish()?;
+                let shared = SharedBlock(p.clone());
+                (PublishedAny::Cuda(p), Some(shared))
+            }
+            LoanInner::Host(l) => (PublishedAny::Host(l.publish()), None),
         };
-        self.core.put_block(published, loan.meta)
+        Ok((self.core.put_block(published, loan.meta)?, shared))
     }
 
     /// Publishes host bytes: inline up to the inline threshold, else through a block.

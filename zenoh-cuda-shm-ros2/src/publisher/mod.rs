@@ -6,8 +6,26 @@
 //! while an ordinary ROS subscription of the topic exists (counted from the graph's
 //! `MS` tokens, minus our GPU-capable subscriptions' markers), or always for
 //! TRANSIENT_LOCAL (the base key's publication cache is what late joiners query).
+//!
+//! On the buffer-aware wire in a session on a GPU, a message whose data is in one of
+//! our device blocks is lent to each subscription of ROS 2's CUDA buffer backend on
+//! our GPU instead: a descriptor on `<base key>/_buf/<its GID>`, the block read in
+//! place ([`route`](self) says who gets what, `cuda_backend::export` how a block is
+//! lent). Every put of one message carries the same attachment, so its sequence
+//! number counts messages, as on the classic wire.
+//!
+//! | file | what |
+//! |---|---|
+//! | `mod.rs` | the publisher: its keys, tokens, puts and counters |
+//! | `route.rs` | one message's destinations on the buffer-aware wire |
+//! | `lending.rs` | the publisher's side of the CUDA buffer backend: registry, verdicts, lending |
 
+mod lending;
+mod route;
+
+use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use zenoh::Wait;
@@ -18,11 +36,14 @@ use super::attachment::{Attachment, now_ns};
 use super::channel_key;
 use super::graph::publisher_marker_token;
 use super::message::{RosDataMessage, encode_envelope};
-use super::names::{Durability, EntityKind, History, Qos, Reliability};
+use super::names::{Durability, EntityKind, History, Qos, Reliability, gid_hex};
 use super::node::{Endpoint, RosDeclareError, RosNode};
 use crate::api::{GpuLoan, GpuPublisher, PublishError};
 use crate::pool::LoanError;
+use crate::sync::Unpoisoned;
 use crate::transport::publisher::{PutError, PutReport};
+use lending::Lending;
+use route::Plan;
 use tensor_codec::cdr::CdrEncodeError;
 
 /// Publishing a ROS message failed.
@@ -66,6 +87,20 @@ pub struct RosPutReport {
 /// Counters of a [`RosPublisher`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RosPublisherStats {
+    /// Descriptors of ROS 2's CUDA buffer backend put (one per subscription and
+    /// message): each such subscription read the block in place.
+    pub descriptors: u64,
+    /// CDR messages put on `<base key>/_buf_cpu` or `<base key>/_buf/<GID>` (messages
+    /// that also went out as descriptors, for the subscriptions not given one).
+    pub buf_puts: u64,
+    /// Subscriptions listing the CUDA backend served CDR instead of a descriptor, one
+    /// per subscription and message ([`RosPublisher::cuda_fallbacks`] says why).
+    pub cuda_fallbacks: u64,
+    /// Our blocks lent to the backend's subscriptions now (out of our pool until their
+    /// count is back to zero and 100 ms have passed).
+    pub lent_blocks: u64,
+    /// Lent blocks whose counts were cleared because every process given them died.
+    pub lent_reclaimed: u64,
     /// Messages published.
     pub published: u64,
     /// CDR messages put on the base key.
@@ -118,6 +153,13 @@ pub struct RosPublisher<M: RosDataMessage> {
     seq: AtomicI64,
     gpu: GpuPublisher,
     base: Base,
+    /// Its token lists backends (rmw_zenoh's buffer-aware wire).
+    buffer_aware: bool,
+    lending: Option<Lending>,
+    descriptors: AtomicU64,
+    buf_puts: AtomicU64,
+    /// Zenoh publishers of `_buf_cpu` and `_buf/<GID>`, by suffix.
+    buf_publishers: Mutex<HashMap<String, zenoh::pubsub::Publisher<'static>>>,
     published: AtomicU64,
     base_puts: AtomicU64,
     d2h: AtomicU64,
@@ -136,7 +178,8 @@ impl<M: RosDataMessage> std::fmt::Debug for RosPublisher<M> {
 
 impl<M: RosDataMessage> RosPublisher<M> {
     pub(crate) fn new(node: RosNode, topic: &str, qos: Qos) -> Result<Self, RosDeclareError> {
-        let Endpoint { topic, key, token, gid, .. } = node.endpoint::<M>(EntityKind::Publisher, topic, &qos)?;
+        let Endpoint { topic, key, token, gid, buffer_aware, cuda, .. } =
+            node.endpoint::<M>(EntityKind::Publisher, topic, &qos)?;
         let domain = node.0.name.domain;
         let z = node.0.session.zenoh().clone();
         let gpu = node.0.session.declare_publisher(channel_key(&key)).wait()?;
@@ -164,6 +207,11 @@ impl<M: RosDataMessage> RosPublisher<M> {
                 Base::Advanced(b.wait()?)
             }
         };
+        // Registered before the token, as rmw_zenoh does.
+        let lending = match (cuda, node.0.session.gpu()) {
+            (true, Some(gpu)) => Some(Lending::new(gid, gpu, M::TYPE_NAME).map_err(RosDeclareError::Thread)?),
+            _ => None,
+        };
         // The marker before the MP token: a subscription that sees the token already knows
         // this publisher numbers its messages one by one.
         let marker = z.liveliness().declare_token(publisher_marker_token(domain, &gid)).wait()?;
@@ -177,6 +225,11 @@ impl<M: RosDataMessage> RosPublisher<M> {
             seq: AtomicI64::new(1),
             gpu,
             base,
+            buffer_aware,
+            lending,
+            descriptors: AtomicU64::new(0),
+            buf_puts: AtomicU64::new(0),
+            buf_publishers: Mutex::default(),
             published: AtomicU64::new(0),
             base_puts: AtomicU64::new(0),
             d2h: AtomicU64::new(0),
@@ -228,12 +281,42 @@ impl<M: RosDataMessage> RosPublisher<M> {
 
     /// Counters.
     pub fn stats(&self) -> RosPublisherStats {
+        let fallbacks = self.lending.as_ref().map(|l| l.fallbacks().values().sum()).unwrap_or(0);
         RosPublisherStats {
+            descriptors: self.descriptors.load(Ordering::Relaxed),
+            buf_puts: self.buf_puts.load(Ordering::Relaxed),
+            cuda_fallbacks: fallbacks,
+            lent_blocks: self.lending.as_ref().map_or(0, Lending::lent_now),
+            lent_reclaimed: self.lending.as_ref().map_or(0, Lending::reclaimed),
             published: self.published.load(Ordering::Relaxed),
             base_puts: self.base_puts.load(Ordering::Relaxed),
             device_to_host: self.d2h.load(Ordering::Relaxed),
             base_shm: self.base_shm.load(Ordering::Relaxed),
         }
+    }
+
+    /// Whether this publisher lends its device blocks to subscriptions of ROS 2's CUDA
+    /// buffer backend (see [`NodeOptions::cuda_buffers`](crate::NodeOptions::cuda_buffers)).
+    pub fn lends_cuda_buffers(&self) -> bool {
+        self.lending.is_some()
+    }
+
+    /// Why subscriptions listing the CUDA backend were served CDR instead of a
+    /// descriptor, with how many times (per subscription and message):
+    /// `legacy-subscription` (a subscription of the topic lists no backends, so every
+    /// message goes on the data key), `host-data` (a message published from host
+    /// memory), `not-registered` (not in the host registry: another host, say),
+    /// `other-device`, `other-user`, `not-capable`, `same-process`, `registry` (the
+    /// registry unusable), and the block's lending failures: `server`, `socket`,
+    /// `block-file`, `cuda`, `too-many-lent` ([`ExportError`](crate::cuda_backend::ExportError)).
+    pub fn cuda_fallbacks(&self) -> Vec<(&'static str, u64)> {
+        self.lending.as_ref().map(|l| l.fallbacks().into_iter().collect()).unwrap_or_default()
+    }
+
+    /// Why the CUDA backend's host registry could not be used (no descriptors are then
+    /// sent), if it could not.
+    pub fn registry_error(&self) -> Option<&str> {
+        self.lending.as_ref().and_then(Lending::registry_error)
     }
 
     /// The sequence number the next publish will carry (exact while one thread
@@ -294,6 +377,41 @@ impl<M: RosDataMessage> RosPublisher<M> {
         Ok(())
     }
 
+    /// Puts `payload` on `<base key>/<suffix>` (`_buf_cpu`, `_buf/<GID>`), as the base
+    /// key's puts are made.
+    /// One Zenoh publisher per such key, declared at its first put (as rmw_zenoh declares
+    /// one per subscription), undeclared once no subscription of the topic needs it.
+    fn put_buf(&self, suffix: &str, payload: ZBytes, att: &Attachment) -> Result<(), RosPublishError> {
+        let mut keys = self.buf_publishers.locked();
+        let publisher = match keys.get(suffix) {
+            Some(p) => p,
+            None => {
+                let (reliability, congestion) = match &self.base {
+                    Base::Plain(p) => (p.reliability(), p.congestion_control()),
+                    Base::Advanced(_) => (ZReliability::Reliable, CongestionControl::Block),
+                };
+                let p = (self.node.0.session.zenoh())
+                    .declare_publisher(format!("{}/{suffix}", self.key))
+                    .reliability(reliability)
+                    .congestion_control(congestion)
+                    .wait()
+                    .map_err(RosPublishError::Base)?;
+                keys.entry(suffix.to_owned()).or_insert(p)
+            }
+        };
+        publisher.put(payload).attachment(att.encode().to_vec()).wait().map_err(RosPublishError::Base)
+    }
+
+    /// Undeclares the `_buf/<GID>` publishers of subscriptions no longer in `plan`.
+    fn prune_buf_publishers(&self, plan: &Plan) {
+        let mut keys = self.buf_publishers.locked();
+        if keys.len() > 1 + plan.cdr.len() + plan.descriptors.len() {
+            let live: Vec<String> =
+                plan.cdr.iter().chain(&plan.descriptors).map(|g| format!("_buf/{}", gid_hex(g))).collect();
+            keys.retain(|k, _| k == "_buf_cpu" || live.contains(k));
+        }
+    }
+
     /// Publishes a message whose data is the whole `loan`: `msg` carries every other
     /// field. The channel gets the block (with the fields and attachment as metadata);
     /// ordinary ROS subscribers, if any, get the CDR message, copied device→host once.
@@ -306,7 +424,23 @@ impl<M: RosDataMessage> RosPublisher<M> {
     /// the base key fails (the channel has the message by then).
     pub fn publish(&self, msg: &M, mut loan: GpuLoan) -> Result<RosPutReport, RosPublishError> {
         let att = self.next_attachment();
-        let cdr = if self.wants_base() {
+        let mut plan = match (&self.lending, self.buffer_aware) {
+            (Some(l), true) => l.plan(&self.node.0.graph.ordinary_subscribers(&self.key), loan.device_ptr().is_some()),
+            _ => Plan { data_key: self.wants_base(), ..Plan::default() },
+        };
+        plan.data_key |= self.qos.durability == Durability::TransientLocal;
+        let prepared = match (&self.lending, plan.descriptors.is_empty()) {
+            (Some(l), false) => l
+                .prepare(&loan)
+                .inspect_err(|e| {
+                    tracing::debug!(error = %zenoh_cuda_shm::error::Chain(e), "a block cannot be lent: CDR instead");
+                    l.count(&vec![e.kind(); plan.descriptors.len()]);
+                    plan.without_descriptors(e.kind());
+                })
+                .ok(),
+            _ => None,
+        };
+        let cdr = if plan.needs_cdr() {
             let cdr =
                 self.base_payload(msg, loan.len(), |dst| loan.read_to_host(0, dst).map_err(RosPublishError::Copy))?;
             if loan.device_ptr().is_some() {
@@ -319,13 +453,30 @@ impl<M: RosDataMessage> RosPublisher<M> {
         loan.set_meta(encode_envelope(&att, msg)?);
         // The channel first: a subscriber that gets both keeps the first copy to arrive,
         // and this makes it the zero-copy one.
-        let channel = self.gpu.put(loan)?;
-        let base = cdr.is_some();
+        let (channel, shared) = self.gpu.put_shared(loan)?;
+        self.prune_buf_publishers(&plan);
         if let Some(cdr) = cdr {
-            self.put_base(cdr, &att)?;
+            if plan.data_key {
+                self.put_base(cdr.clone(), &att)?;
+            }
+            if plan.buf_cpu {
+                self.put_buf("_buf_cpu", cdr.clone(), &att)?;
+                self.buf_puts.fetch_add(1, Ordering::Relaxed);
+            }
+            for gid in &plan.cdr {
+                self.put_buf(&format!("_buf/{}", gid_hex(gid)), cdr.clone(), &att)?;
+                self.buf_puts.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if let (Some(l), Some(p), Some(block)) = (&self.lending, prepared, shared) {
+            let payload = ZBytes::from(msg.encode_cdr_cuda(&l.lend(p, block))?);
+            for gid in &plan.descriptors {
+                self.put_buf(&format!("_buf/{}", gid_hex(gid)), payload.clone(), &att)?;
+                self.descriptors.fetch_add(1, Ordering::Relaxed);
+            }
         }
         self.published.fetch_add(1, Ordering::Relaxed);
-        Ok(RosPutReport { seq: att.seq, channel: Some(channel), base })
+        Ok(RosPutReport { seq: att.seq, channel: Some(channel), base: plan.data_key })
     }
 
     /// Publishes a message whose data is in host memory: on our channel while any
