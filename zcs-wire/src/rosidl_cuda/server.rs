@@ -313,6 +313,32 @@ mod tests {
         std::fs::remove_dir(&open).unwrap();
     }
 
+    /// Another user cannot reach a socket: the directory does not let them in (and the
+    /// server would turn them away by their credentials). Needs root, to run a client as
+    /// another user; says so otherwise.
+    #[test]
+    fn another_user_gets_no_fd() {
+        use std::os::unix::process::CommandExt;
+        if !nix::unistd::geteuid().is_root() {
+            println!("another_user_gets_no_fd: not root, so no other user to run a client as; checked in CI");
+            return;
+        }
+        let dir = fresh_dir("user");
+        let server = BlockServer::start(&dir).unwrap();
+        let socket = server.serve(9, memfd()).unwrap();
+        let client = "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect(sys.argv[1])\nexcept PermissionError:\n sys.exit(3)\nsys.exit(0)";
+        let status = std::process::Command::new("python3")
+            .args(["-c", client, &socket.path().display().to_string()])
+            .uid(65534)
+            .gid(65534)
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(3), "another user connected to our block socket");
+        assert!(socket.peers().is_empty(), "nobody was given the FD");
+        drop((socket, server));
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
     #[test]
     fn a_path_importers_cannot_hold_is_refused() {
         let dir = std::env::temp_dir().join("z".repeat(MAX_SOCKET_PATH));
