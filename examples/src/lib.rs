@@ -14,7 +14,7 @@ use zenoh_cuda_shm::{GpuSample, GpuSession, Path, RecvError, ZcsConfig};
 #[derive(Args, Debug, Clone)]
 pub struct CommonArgs {
     /// Zenoh mode: peer, client or router.
-    #[arg(short, long, default_value = "peer")]
+    #[arg(short, long, default_value = "peer", value_parser = ["peer", "client", "router"])]
     pub mode: String,
     /// Endpoints to connect to (e.g. tcp/127.0.0.1:7447).
     #[arg(short = 'e', long)]
@@ -32,7 +32,7 @@ pub struct CommonArgs {
     #[arg(long)]
     pub zcs_config: Option<String>,
     /// Block memory: auto (GPU if usable), host or cuda.
-    #[arg(long)]
+    #[arg(long, value_parser = ["auto", "host", "cuda"])]
     pub device: Option<String>,
 }
 
@@ -40,17 +40,51 @@ fn json_list(v: &[String]) -> String {
     format!("[{}]", v.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(","))
 }
 
+/// Zenoh's message in an error, without what only its developers need: the Debug
+/// wrapping of a JSON5 error (`Json5Err(Message { msg: "…", … })`) and the source
+/// location Zenoh appends (` at …/config.rs:86.`).
+pub fn plain_error(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    let mut text = match text.split_once("msg: \"") {
+        // The message inside the Debug form, up to its closing quote.
+        Some((_, rest)) => rest.split_once("\", ").map_or(rest, |(m, _)| m).replace("\\\"", "\""),
+        None => text,
+    };
+    if let Some(at) = text.rfind(" at ")
+        && text[at..].contains(".rs:")
+    {
+        text.truncate(at);
+    }
+    text.trim_end_matches('.').to_owned()
+}
+
+/// Checks a key given with `flag`: a Zenoh key expression, named in the error.
+pub fn check_key(flag: &str, key: &str) -> Result<(), String> {
+    zenoh::key_expr::KeyExpr::try_from(key).map(drop).map_err(|e| {
+        let hint = if key.starts_with('/') { " (Zenoh keys do not start with '/')" } else { "" };
+        format!("{flag} '{key}' is not a Zenoh key expression{hint}: {}", plain_error(&e))
+    })
+}
+
+/// The Zenoh configuration file given with `-c`, with errors that name the flag.
+fn zenoh_config_file(f: &str) -> Result<zenoh::Config, String> {
+    if let Err(e) = std::fs::metadata(f) {
+        return Err(format!("-c/--config {f}: cannot read it: {e}"));
+    }
+    zenoh::Config::from_file(f).map_err(|e| {
+        // Our own configuration given where Zenoh's is expected: say which flag it wants.
+        if ZcsConfig::from_file(f).is_ok() {
+            format!("-c/--config {f} is a zenoh-cuda-shm configuration, not a Zenoh one: pass it with --zcs-config")
+        } else {
+            format!("-c/--config {f} is not a Zenoh configuration: {}", plain_error(&e))
+        }
+    })
+}
+
 /// Opens the session these flags describe and prints which memory it uses.
 pub fn open(args: &CommonArgs) -> Result<GpuSession, Box<dyn std::error::Error + Send + Sync>> {
     let mut z = match &args.config {
-        Some(f) => zenoh::Config::from_file(f).map_err(|e| {
-            // Our own configuration given where Zenoh's is expected: say which flag it wants.
-            if ZcsConfig::from_file(f).is_ok() {
-                format!("{f} is a zenoh-cuda-shm configuration, not a Zenoh one: pass it with --zcs-config")
-            } else {
-                format!("Zenoh configuration {f}: {e}")
-            }
-        })?,
+        Some(f) => zenoh_config_file(f)?,
         None => zenoh::Config::default(),
     };
     z.insert_json5("mode", &format!("{:?}", args.mode))?;
@@ -108,6 +142,7 @@ pub struct PubArgs {
 
 /// Publishes frames filled with a pattern that depends on the sequence number.
 pub fn run_pub(common: &CommonArgs, args: &PubArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    check_key("-k/--key", &args.key)?;
     let session = open(common)?;
     let publisher = session.declare_publisher(args.key.clone()).wait()?;
     println!("[zcs] publishing {} bytes on '{}' ({})", args.size, args.key, publisher.backend());
@@ -214,6 +249,7 @@ impl DeviceChecker {
 
 /// Receives frames, checks every byte, and reports the path each publisher uses.
 pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    check_key("-k/--key", &args.key)?;
     let session = open(common)?;
     let subscriber = session.declare_subscriber(args.key.clone()).wait()?;
     println!("[zcs] subscribed to '{}'", args.key);
@@ -381,3 +417,57 @@ pub fn init_logging() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
 }
 pub mod ros2;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zenoh_errors_lose_their_debug_form_and_source_location() {
+        let debug = r#"Json5Err(Message { msg: "unknown variant `clinet`, expected one of `peer`, `client`", location: Some(Location { line: 1, column: 1 }) }) at /root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/zenoh-1.10.2/src/api/config.rs:86."#;
+        assert_eq!(plain_error(&debug), "unknown variant `clinet`, expected one of `peer`, `client`");
+        assert_eq!(plain_error(&"no such thing at src/a.rs:3."), "no such thing");
+        assert_eq!(plain_error(&"look at the key"), "look at the key", "an ordinary ' at ' stays");
+    }
+
+    #[test]
+    fn a_bad_key_or_config_file_names_its_flag_in_plain_words() {
+        let e = check_key("-k/--key", "/demo/frame").unwrap_err();
+        assert!(
+            e.starts_with("-k/--key '/demo/frame' is not a Zenoh key expression (Zenoh keys do not start with '/'): "),
+            "{e}"
+        );
+        assert!(!e.contains(".rs:"), "{e}");
+        check_key("-k/--key", "demo/frame").unwrap();
+
+        let e = zenoh_config_file("/nonexistent/zenoh.json5").unwrap_err();
+        assert!(e.starts_with("-c/--config /nonexistent/zenoh.json5: cannot read it: "), "{e}");
+        let dir = std::env::temp_dir().join(format!("zcs-examples-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bad = dir.join("bad.json5");
+        std::fs::write(&bad, "{ mode: 'clinet' }").unwrap();
+        let e = zenoh_config_file(bad.to_str().unwrap()).unwrap_err();
+        assert!(e.contains("is not a Zenoh configuration: ") && e.contains("clinet"), "{e}");
+        assert!(!e.contains(".rs:") && !e.contains("Json5Err"), "{e}");
+        let ours = dir.join("ours.json5");
+        std::fs::write(&ours, "{ device: 'host' }").unwrap();
+        let e = zenoh_config_file(ours.to_str().unwrap()).unwrap_err();
+        assert!(e.ends_with("pass it with --zcs-config"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_mode_or_device_clap_does_not_know_names_its_flag() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            common: CommonArgs,
+        }
+        let e = Cli::try_parse_from(["x", "-m", "clinet"]).err().unwrap().to_string();
+        assert!(e.contains("'clinet'") && e.contains("--mode") && e.contains("peer, client, router"), "{e}");
+        let e = Cli::try_parse_from(["x", "--device", "gpu"]).err().unwrap().to_string();
+        assert!(e.contains("'gpu'") && e.contains("--device") && e.contains("auto, host, cuda"), "{e}");
+        assert!(Cli::try_parse_from(["x", "-m", "client", "--device", "host"]).is_ok());
+    }
+}

@@ -13,7 +13,7 @@ use zcs_wire::rosidl_cuda::registry::our_uid;
 use zenoh_cuda_shm::api::{GpuLoan, SharedBlock};
 
 use super::route::{Plan, Verdicts, plan, registry_verdict};
-use crate::cuda_backend::{ExportError, Exports, Prepared, Registration};
+use crate::cuda_backend::{Exports, Prepared, Registration};
 use crate::names::Entity;
 use crate::sync::Unpoisoned;
 
@@ -74,7 +74,7 @@ impl Lending {
     }
 
     /// Counts subscriptions that got CDR, by reason.
-    pub(super) fn count(&self, why: &[&'static str]) {
+    fn count(&self, why: &[&'static str]) {
         if why.is_empty() {
             return;
         }
@@ -84,12 +84,21 @@ impl Lending {
         }
     }
 
-    /// Readies `loan`'s block for lending (its writer's event recorded on its stream).
-    ///
-    /// # Errors
-    /// [`ExportError`]: the block cannot be lent; nothing was lent.
-    pub(super) fn prepare(&self, loan: &GpuLoan) -> Result<Prepared, ExportError> {
-        self.exports.prepare(loan)
+    /// Readies `loan`'s block for the descriptors of `plan` (its writer's event recorded
+    /// on its stream); when it cannot be lent, they become CDR, counted by reason.
+    pub(super) fn prepare(&self, loan: &GpuLoan, plan: &mut Plan) -> Option<Prepared> {
+        if plan.descriptors.is_empty() {
+            return None;
+        }
+        match self.exports.prepare(loan) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::debug!(error = %zenoh_cuda_shm::error::Chain(&e), "a block cannot be lent: CDR instead");
+                self.count(&vec![e.kind(); plan.descriptors.len()]);
+                plan.without_descriptors(e.kind());
+                None
+            }
+        }
     }
 
     /// Lends the block, published as `block`: its descriptor.

@@ -10,7 +10,7 @@
 //! On the buffer-aware wire in a session on a GPU, a message whose data is in one of
 //! our device blocks is lent to each subscription of ROS 2's CUDA buffer backend on
 //! our GPU instead: a descriptor on `<base key>/_buf/<its GID>`, the block read in
-//! place ([`route`](self) says who gets what, `cuda_backend::export` how a block is
+//! place (`route.rs` says who gets what, `cuda_backend/export.rs` how a block is
 //! lent). Every put of one message carries the same attachment, so its sequence
 //! number counts messages, as on the classic wire.
 //!
@@ -429,17 +429,7 @@ impl<M: RosDataMessage> RosPublisher<M> {
             _ => Plan { data_key: self.wants_base(), ..Plan::default() },
         };
         plan.data_key |= self.qos.durability == Durability::TransientLocal;
-        let prepared = match (&self.lending, plan.descriptors.is_empty()) {
-            (Some(l), false) => l
-                .prepare(&loan)
-                .inspect_err(|e| {
-                    tracing::debug!(error = %zenoh_cuda_shm::error::Chain(e), "a block cannot be lent: CDR instead");
-                    l.count(&vec![e.kind(); plan.descriptors.len()]);
-                    plan.without_descriptors(e.kind());
-                })
-                .ok(),
-            _ => None,
-        };
+        let prepared = self.lending.as_ref().and_then(|l| l.prepare(&loan, &mut plan));
         let cdr = if plan.needs_cdr() {
             let cdr =
                 self.base_payload(msg, loan.len(), |dst| loan.read_to_host(0, dst).map_err(RosPublishError::Copy))?;
