@@ -16,10 +16,22 @@
 #      in two processes; the GPU suite prints SKIPPED without a GPU);
 #   4. the one-command demo and one tiny run of each benchmark on the host backend,
 #      so neither can rot.
+#
+# Python packages go into venvs under target/ only, never into the system's Python:
+# target/test-venv for the test tools (cmake, the ROS 2 peer's packages, rosbags), put
+# first on PATH so that every `python3` and `cmake` below and in the tests is its own;
+# target/py-venv for the Python package (scripts/python-test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+
+venv=$PWD/target/test-venv
+if [ ! -x "$venv/bin/python3" ]; then
+  echo "== a venv for the test tools: target/test-venv"
+  "${PYTHON:-python3}" -m venv "$venv"
+fi
+export PATH="$venv/bin:$PATH"
 
 echo "== zenohd and its REST plugin for the plugin tests (scripts/zenohd.sh, cached)"
 ZCS_ZENOHD_DIR=$(./scripts/zenohd.sh)
