@@ -9,7 +9,35 @@ use std::path::PathBuf;
 
 use zcs_wire::rosidl_cuda::{BlockMeta, serve_block_fd};
 use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu};
-use zenoh_cuda_shm::tensor_codec::cdr::{CudaBufferDescriptor, CudaDescriptorLayout};
+use zenoh_cuda_shm::tensor_codec::cdr::{CudaBufferDescriptor, CudaDescriptorLayout, Header, Image, Time};
+
+/// The fields of a `w`×`h` rgba8 Image of frame `camera`, its data left out.
+pub fn rgba_frame(w: u32, h: u32) -> Image<()> {
+    Image {
+        header: Header { stamp: Time { sec: 1, nanosec: 2 }, frame_id: "camera".into() },
+        height: h,
+        width: w,
+        encoding: "rgba8".into(),
+        is_bigendian: 0,
+        step: w * 4,
+        data: (),
+    }
+}
+
+/// A session on this host's GPU, listening on or connecting to a loopback port.
+///
+/// # Panics
+/// When the session cannot be opened.
+pub fn cuda_session(listen: Option<u16>, connect: Option<u16>) -> zenoh_cuda_shm::GpuSession {
+    use zenoh_cuda_shm::config::DeviceChoice;
+    use zenoh_cuda_shm::{GpuSession, ZcsConfig};
+    GpuSession::open(
+        crate::loopback_zenoh_config(listen, connect, None),
+        ZcsConfig { device: DeviceChoice::Cuda, ..ZcsConfig::default() },
+    )
+    .wait()
+    .expect("a session on the GPU")
+}
 
 /// One served block; its files are removed when it is dropped (the socket's thread
 /// ends with the process).

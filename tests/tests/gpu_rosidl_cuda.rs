@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use zcs_memory::cuda::kernels::check_pattern;
 use zcs_memory::cuda::{Gpu, IpcEvent, Kernels, copy};
-use zcs_tests::rosidl::ServedBlock;
+use zcs_tests::rosidl::{ServedBlock, cuda_session, rgba_frame};
 use zcs_tests::{child_role, gpu_or_skip, spawn_child, wait_child, wait_until, watchdog_guard};
 use zcs_wire::rosidl_cuda::BlockMeta;
-use zenoh_cuda_shm::tensor_codec::cdr::{BufferData, CudaBufferDescriptor, Header, Image, Time};
+use zenoh_cuda_shm::tensor_codec::cdr::{BufferData, CudaBufferDescriptor, Image};
 use zenoh_cuda_shm_ros2::cuda_backend::{BackendImportError, BackendImports};
 
 const NAME: &str = "gpu_rosidl_cuda_block_is_read_in_place_after_its_writer_and_given_back";
@@ -31,15 +31,7 @@ const SEED: u64 = 77;
 const BLOCK_ID: u32 = 3;
 
 fn frame() -> Image<()> {
-    Image {
-        header: Header { stamp: Time { sec: 1, nanosec: 2 }, frame_id: "camera".into() },
-        height: 1024,
-        width: 1536,
-        encoding: "rgba8".into(),
-        is_bigendian: 0,
-        step: 1536 * 4,
-        data: (),
-    }
+    rgba_frame(1536, 1024)
 }
 
 /// Writes its file when dropped.
@@ -190,18 +182,6 @@ const TOPIC: &str = "/camera/image";
 
 fn seed_of(i: usize) -> u64 {
     1000 + i as u64
-}
-
-/// A GPU session listening on (or connecting to) a loopback port.
-fn cuda_session(listen: Option<u16>, connect: Option<u16>) -> zenoh_cuda_shm::GpuSession {
-    use zenoh_cuda_shm::config::DeviceChoice;
-    use zenoh_cuda_shm::{GpuSession, ZcsConfig};
-    GpuSession::open(
-        zcs_tests::loopback_zenoh_config(listen, connect, None),
-        ZcsConfig { device: DeviceChoice::Cuda, ..ZcsConfig::default() },
-    )
-    .wait()
-    .unwrap()
 }
 
 /// Our subscription of the topic on the buffer-aware wire: it takes CUDA buffers.

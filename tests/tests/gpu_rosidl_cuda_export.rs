@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use zcs_memory::cuda::{DeviceBlock, Gpu, Kernels};
-use zcs_tests::rosidl::{Registered, TheirSubscription};
+use zcs_tests::rosidl::{Registered, TheirSubscription, cuda_session, rgba_frame};
 use zcs_tests::{child_role, gpu_or_skip, spawn_child, wait_child, wait_until, watchdog_guard};
 use zenoh::Wait;
-use zenoh_cuda_shm::tensor_codec::cdr::{BufferData, Header, Image, Time};
+use zenoh_cuda_shm::tensor_codec::cdr::{BufferData, Image};
 use zenoh_cuda_shm_ros2::cuda_backend::{BackendBuffer, BackendImports};
 use zenoh_cuda_shm_ros2::{NodeOptions, Qos, RmwWire, RosNode, RosPublisher};
 
@@ -36,31 +36,8 @@ const TOPIC: &str = "/camera/image";
 /// 1080p and 4K rgba8.
 const FRAMES: [(u32, u32); 2] = [(1920, 1080), (3840, 2160)];
 
-fn frame(w: u32, h: u32) -> Image<()> {
-    Image {
-        header: Header { stamp: Time { sec: 3, nanosec: 4 }, frame_id: "camera".into() },
-        height: h,
-        width: w,
-        encoding: "rgba8".into(),
-        is_bigendian: 0,
-        step: w * 4,
-        data: (),
-    }
-}
-
 fn seed_of(i: usize) -> u64 {
     2000 + i as u64
-}
-
-fn cuda_session(listen: Option<u16>, connect: Option<u16>) -> zenoh_cuda_shm::GpuSession {
-    use zenoh_cuda_shm::config::DeviceChoice;
-    use zenoh_cuda_shm::{GpuSession, ZcsConfig};
-    GpuSession::open(
-        zcs_tests::loopback_zenoh_config(listen, connect, None),
-        ZcsConfig { device: DeviceChoice::Cuda, ..ZcsConfig::default() },
-    )
-    .wait()
-    .unwrap()
 }
 
 fn our_publisher(session: &zenoh_cuda_shm::GpuSession, domain: u32) -> RosPublisher<Image<()>> {
@@ -84,7 +61,7 @@ fn publish_frame(p: &RosPublisher<Image<()>>, kernels: &Kernels, i: usize, spin:
     // SAFETY: the loan's `len` bytes are mapped until its stream has passed the kernel
     // (a loan returns its block only after its stream's work).
     unsafe { kernels.fill(stream, loan.device_ptr().unwrap(), len as u64, seed_of(i)) }.unwrap();
-    p.publish(&frame(w, h), loan).unwrap();
+    p.publish(&rgba_frame(w, h), loan).unwrap();
 }
 
 fn temp_dir(tag: &str) -> PathBuf {

@@ -42,12 +42,10 @@ use clap::Parser;
 use serde_json::json;
 use zcs_memory::cuda::kernels::Kernels;
 use zcs_tests::percentile;
-use zcs_tests::rosidl::{Registered, ServedBlock, TheirSubscription};
+use zcs_tests::rosidl::{Registered, ServedBlock, TheirSubscription, cuda_session, rgba_frame};
 use zenoh::Wait;
-use zenoh_cuda_shm::config::DeviceChoice;
 use zenoh_cuda_shm::cuda::{DeviceBlock, Gpu, IpcEvent, Stream, copy};
 use zenoh_cuda_shm::tensor_codec::cdr::{BufferData, Header, Image, Time};
-use zenoh_cuda_shm::{GpuSession, ZcsConfig};
 use zenoh_cuda_shm_ros2::cuda_backend::BackendImports;
 use zenoh_cuda_shm_ros2::names::gid_hex;
 use zenoh_cuda_shm_ros2::{Attachment, NodeOptions, Qos, RmwWire, RosNode, RosSample, RosSubscriber};
@@ -273,16 +271,7 @@ fn dims(f: &str) -> (u32, u32) {
 
 fn fields(f: &str) -> (Image<()>, usize) {
     let (w, h) = dims(f);
-    let image = Image {
-        header: Header { stamp: Time { sec: 1, nanosec: 0 }, frame_id: "camera".into() },
-        height: h,
-        width: w,
-        encoding: "rgba8".into(),
-        is_bigendian: 0,
-        step: w * 4,
-        data: (),
-    };
-    (image, (w * h * 4) as usize)
+    (rgba_frame(w, h), (w * h * 4) as usize)
 }
 
 /// Who sends to whom, and how.
@@ -341,12 +330,7 @@ fn publisher_main(args: &Args) {
     let their_key = std::env::var(THEIR_KEY_ENV).expect("their key");
     let domain: u32 = std::env::var(DOMAIN_ENV).expect("domain").parse().expect("domain");
     let gpu = Gpu::open(0).expect("a GPU");
-    let session = GpuSession::open(
-        zcs_tests::loopback_zenoh_config(None, Some(port), None),
-        ZcsConfig { device: DeviceChoice::Cuda, ..ZcsConfig::default() },
-    )
-    .wait()
-    .expect("the publishers' session");
+    let session = cuda_session(None, Some(port));
     let z = session.zenoh().clone();
     let go = z.declare_subscriber(format!("{key}/bench_go")).with(flume::unbounded()).wait().expect("control");
     // Blocking, so that the rate rows count frames, not Zenoh's drops.
@@ -429,12 +413,7 @@ fn main() {
     }
     let gpu = Gpu::open(0).expect("a GPU");
     let port = zcs_tests::free_tcp_port();
-    let session = GpuSession::open(
-        zcs_tests::loopback_zenoh_config(Some(port), None, None),
-        ZcsConfig { device: DeviceChoice::Cuda, ..ZcsConfig::default() },
-    )
-    .wait()
-    .expect("our session");
+    let session = cuda_session(Some(port), None);
     let domain = 90 + std::process::id() % 100;
     let node = RosNode::new(&session, NodeOptions::new("bench_sub").domain(domain).rmw_wire(RmwWire::BufferAware))
         .expect("node");
