@@ -440,6 +440,67 @@ fn silent_publishers_are_reported_once_with_a_reason() {
     wait_for("the silence tokens to go", || silences().is_empty());
 }
 
+/// On Humble's wire (rmw_zenoh 0.1.2 and later), our endpoints use the data key and
+/// tokens with `TypeHashNotSupported`: a Humble subscription of the topic is ordinary
+/// (it gets CDR on that key, with our GID), a Jazzy one is another key and is not
+/// counted; our subscription hears the Humble key only.
+#[test]
+fn humble_wire_counts_humble_subscriptions_and_ignores_later_ones() {
+    let _w = watchdog_guard("humble_wire_counts_humble_subscriptions_and_ignores_later_ones", Duration::from_secs(60));
+    let (node, raw) = sessions_with(NodeOptions::new("test_node").domain(18).rmw_wire(RmwWire::Humble));
+    assert_eq!(node.rmw_wire(), RmwWire::Humble);
+    let dds = <Image<()> as RosDataMessage>::DDS_TYPE_NAME;
+    let rihs = <Image<()> as RosDataMessage>::type_hash().to_string();
+    let publisher = node.publisher::<Image<()>>("/t", Qos::reliable(10)).unwrap();
+    let sub = node.subscriber::<Image<()>>("/t", Qos::reliable(10)).unwrap();
+    assert_eq!(publisher.key(), format!("18/t/{dds}/TypeHashNotSupported"));
+    assert_eq!(sub.key(), publisher.key());
+    for (token, gid) in [(publisher.token(), publisher.gid()), (sub.token(), sub.gid())] {
+        assert!(token.ends_with(&format!("/%t/{dds}/TypeHashNotSupported/1:2:1,10:,:,:1,,")), "{token}");
+        assert_eq!(gid, gid_of(token));
+    }
+    let (tx, rx) = flume::unbounded();
+    let _raw_sub = raw
+        .declare_subscriber(publisher.key())
+        .callback(move |s| {
+            let _ = tx.send((s.payload().to_bytes().into_owned(), s.attachment().map(|a| a.to_bytes().into_owned())));
+        })
+        .wait()
+        .unwrap();
+
+    // A Jazzy subscription of the topic: in the graph, but on another key.
+    let jazzy = endpoint(&raw, 18, 1, "MS", &rihs, "::,10:,:,:,,", "");
+    let _jazzy = raw.liveliness().declare_token(jazzy.clone()).wait().unwrap();
+    wait_for("the Jazzy MS token", || node.graph().entities.iter().any(|e| e.token == jazzy));
+    assert_eq!(publisher.ordinary_subscriptions(), 0);
+    assert!(!publisher.publish_host(&fields(), &[1; 16]).unwrap().base);
+
+    // A Humble subscription: ordinary, served CDR on the Humble key with our GID.
+    let humble = endpoint(&raw, 18, 2, "MS", "TypeHashNotSupported", "::,10:,:,:,,", "");
+    let _humble = raw.liveliness().declare_token(humble).wait().unwrap();
+    wait_for("the Humble MS token", || publisher.ordinary_subscriptions() == 1);
+    let r = publisher.publish_host(&fields(), &[2; 16]).unwrap();
+    assert!(r.base && r.seq == 2);
+    let (payload, att) = rx.recv_timeout(IO).unwrap();
+    let att = Attachment::decode(&att.expect("attachment")).unwrap();
+    assert_eq!((att.seq, att.gid), (2, publisher.gid()));
+    let (msg, range) = <Image<()> as RosDataMessage>::decode_cdr(&payload).unwrap();
+    assert_eq!((msg, &payload[range]), (fields(), &[2u8; 16][..]));
+
+    // Our subscription hears a Humble publisher's key, not a Jazzy one's.
+    raw_sees(&raw, sub.token());
+    let gid = [6; 16];
+    raw.put(format!("18/t/{dds}/{rihs}"), cdr(&[3; 16])).attachment(attachment(1, gid)).wait().unwrap();
+    raw.put(sub.key(), cdr(&[4; 16])).attachment(attachment(2, gid)).wait().unwrap();
+    let mut got = Vec::new();
+    while let Ok(s) = sub.recv_timeout(Duration::from_secs(2)) {
+        if s.attachment().gid == gid {
+            got.push(s.host_data().unwrap()[0]);
+        }
+    }
+    assert_eq!(got, vec![4], "the Humble key only");
+}
+
 /// Topic names resolve as rcl resolves them; invalid names are refused at declaration.
 #[test]
 fn topic_names_resolve_as_rcl_does() {
