@@ -7,6 +7,12 @@ Wires (--wire):
   old  rmw_zenoh before buffer backends (Jazzy, Kilted, Lyrical <= 0.10.4, Rolling
        <= 0.11): 13-chunk endpoint tokens; publishers put every message on the data
        key `<domain>/<topic>/<dds type>/<RIHS01 hash>` ("base"), numbered 1, 2, 3...
+  humble  Humble's rmw_zenoh, 0.1.2 to 0.1.9 (docs/ros2-humble.md, from the 0.1.9
+       sources): the old wire with the fixed text `TypeHashNotSupported` in place of
+       the type hash, for every type, in the data key and in the tokens' hash chunk.
+       No token has a 14th chunk, and Humble's parser reads nothing after the 13th;
+       it accepts liveliness 0, 1, 3 and 4 only (no BEST_AVAILABLE). The typestore is
+       rosbags' Humble one (Image and Header have the same fields as in Jazzy).
   new  rmw_zenoh with buffer backends (Lyrical 0.10.5, Rolling 0.12.0), for volatile
        endpoints (both types here have a top-level uint8[]): the token gets a 14th
        chunk `backends:<name>:<meta>;...` (--backends, default `cpu:`; `cuda:` for a
@@ -28,9 +34,10 @@ Roles:
            number. A second arrival of one (GID, sequence number) is an error
            ("duplicate": an rmw_zenoh application would see that message twice).
            Sequence gaps are counted as `lost` (rmw_zenoh's MESSAGE_LOST). With
-           --no-gaps (the default on the old wire) every publisher must also number
-           1, 2, 3... with no gap, and a gap is an error; --allow-gaps (the default on
-           the new wire, whose publishers number per put) only counts them.
+           --no-gaps (the default on the old and Humble wires) every publisher must
+           also number 1, 2, 3... with no gap, and a gap is an error; --allow-gaps
+           (the default on the new wire, whose publishers number per put) only counts
+           them.
            `gid_matches_token` says whether every GID received is the XXH3-128 of the
            canonical form of an MP token seen in the graph on the topic. --publishers
            (default 1) is the number of publisher GIDs expected.
@@ -39,7 +46,8 @@ Roles:
            subscription tokens are on the topic, then publish Images or tensors (CDR by
            rosbags, attachment built here); with --inject-bad, also malformed samples on
            the base key that a subscriber must drop and count.
-           Old wire: every message on the base key, numbered per message.
+           Old and Humble wires: every message on the base key, numbered per message
+           from 1 (Humble: rmw_publisher_data.cpp:189, :296-297 of 0.1.9).
            New wire, as rmw_zenoh 0.12.0's publisher does it: every MS token ever seen
            on the topic (with or without backends; never forgotten) is "discovered";
            one that advertises exactly `cpu` is served on `_buf_cpu`, any other one
@@ -101,6 +109,8 @@ HASHES = {
     IMAGE: "RIHS01_d31d41a9a4c4bc8eae9be757b0beed306564f7526c88ea6a4588fb9582527d47",
     TENSOR: "RIHS01_3137fa014c7c094b5e604cc24a07f342da9efe8d34af7b7169a3eac8447cab9f",
 }
+# Humble's rmw_zenoh writes this where later releases write the type hash.
+HUMBLE_TYPE_HASH = "TypeHashNotSupported"
 # The wrong hash the bad-input injection uses (a valid RIHS01 shape, not the type's).
 WRONG_HASH = "RIHS01_" + "ab" * 32
 ADMIN_SPACE = "@ros2_lv"
@@ -122,13 +132,16 @@ QOS_DEFAULTS = (1, 2, 1, 42, INF_S, INF_NS, INF_S, INF_NS, 1, INF_S, INF_NS)
 # The values rmw_zenoh's parser looks up for the enumerations (rmw/types.h; 0 is
 # "system default"), by field index; it looks them up by exact text, so "01" fails.
 QOS_ENUMS = {0: {0, 1, 2, 3}, 1: {0, 1, 2, 3}, 2: {0, 1, 2, 3}, 8: {0, 1, 3, 4, 5}}
+# Humble's rmw has no BEST_AVAILABLE liveliness (5) for its parser to accept.
+QOS_ENUMS_HUMBLE = {**QOS_ENUMS, 8: {0, 1, 3, 4}}
 RELIABLE, BEST_EFFORT = 1, 2
 TRANSIENT_LOCAL, VOLATILE = 1, 2
 
 
-def parse_qos(s):
+def parse_qos(s, wire="old"):
     """The 11 QoS values of a token's QoS component (empty fields take rmw_zenoh's
-    defaults), or None where rmw_zenoh's parser refuses it."""
+    defaults), or None where the parser of `wire`'s rmw_zenoh refuses it."""
+    enums = QOS_ENUMS_HUMBLE if wire == "humble" else QOS_ENUMS
     parts = s.split(":")
     if len(parts) < 6:
         return None
@@ -146,7 +159,7 @@ def parse_qos(s):
         if not re.fullmatch(r"[0-9]+", f):
             return None
         v = int(f)
-        if i in QOS_ENUMS and (v not in QOS_ENUMS[i] or f != str(v)):
+        if i in enums and (v not in enums[i] or f != str(v)):
             return None
         values.append(v)
     return tuple(values)
@@ -202,11 +215,12 @@ def token_backends(parts):
     return None
 
 
-def canonical_token(token):
+def canonical_token(token, wire="old"):
     """A token as rmw_zenoh rebuilds it from what it parsed (and then hashes): domain
     as a plain number, QoS in compact form, backends re-sorted and re-escaped, a 14th
     chunk without any backend (or not starting with `backends:`) and later chunks
-    dropped. None for a token rmw_zenoh refuses."""
+    dropped. On Humble's wire every chunk after the 13th is dropped. None for a token
+    rmw_zenoh refuses."""
     p = token.split("/")
     if len(p) < 9 or p[0] != ADMIN_SPACE or any(not x for x in p) or p[5] not in ENTITY_KINDS:
         return None
@@ -217,10 +231,12 @@ def canonical_token(token):
         return "/".join(out)
     if len(p) < 13:
         return None
-    qos = parse_qos(p[12])
+    qos = parse_qos(p[12], wire)
     if qos is None:
         return None
     out += p[9:12] + [format_qos(qos)]
+    if wire == "humble":
+        return "/".join(out)
     chunk = backends_chunk(token_backends(p))
     if chunk:
         out.append(chunk)
@@ -234,16 +250,16 @@ def hash_token(s):
     return xxhash.xxh3_128_intdigest(s.encode()).to_bytes(16, "little")
 
 
-def gid_of(token):
-    """rmw_zenoh's GID of the entity a token declares."""
-    return hash_token(canonical_token(token) or token)
+def gid_of(token, wire="old"):
+    """The GID that `wire`'s rmw_zenoh gives the entity a token declares."""
+    return hash_token(canonical_token(token, wire) or token)
 
 
 # --- names and keys ---------------------------------------------------------------
 
 
-def typestore():
-    ts = get_typestore(Stores.ROS2_JAZZY)
+def typestore(wire="old"):
+    ts = get_typestore(Stores.ROS2_HUMBLE if wire == "humble" else Stores.ROS2_JAZZY)
     ts.register(get_types_from_msg(TENSOR_MSG, TENSOR))
     return ts
 
@@ -251,6 +267,11 @@ def typestore():
 def dds_name(type_name):
     pkg, kind, name = type_name.split("/")
     return f"{pkg}::{kind}::dds_::{name}_"
+
+
+def type_hash_text(wire, type_name):
+    """What `wire`'s rmw_zenoh writes for the type's hash in keys and tokens."""
+    return HUMBLE_TYPE_HASH if wire == "humble" else HASHES[type_name]
 
 
 def data_key(domain, topic, type_name, type_hash=None):
@@ -263,11 +284,12 @@ def mangle(s):
     return s.replace("/", "%")
 
 
-def endpoint_token(domain, zid, nid, eid, kind, node, topic, type_name, qos, backends=None):
-    """An endpoint token in canonical form (root namespace and enclave)."""
+def endpoint_token(domain, zid, nid, eid, kind, node, topic, type_name, qos, backends=None, type_hash=None):
+    """An endpoint token in canonical form (root namespace and enclave); `type_hash`:
+    the hash text (default: the type's RIHS01 hash)."""
     tok = (
         f"{ADMIN_SPACE}/{domain}/{zid}/{nid}/{eid}/{kind}/%/%/{node}/{mangle(topic)}/"
-        f"{dds_name(type_name)}/{HASHES[type_name]}/{format_qos(qos)}"
+        f"{dds_name(type_name)}/{type_hash or HASHES[type_name]}/{format_qos(qos)}"
     )
     chunk = backends_chunk(backends)
     return f"{tok}/{chunk}" if chunk else tok
@@ -418,23 +440,24 @@ def data_field_offset(payload, type_name):
 
 def receive(args):
     type_name = IMAGE if args.type == "image" else TENSOR
-    qos = parse_qos(args.qos)
+    qos = parse_qos(args.qos, args.wire)
     if qos is None:
         print(json.dumps({"role": "peer_receive", "errors": [f"bad --qos {args.qos}"]}), flush=True)
         return 1
     # Buffer-aware (new wire, volatile): the token lists the accepted backends.
     buffer_aware = args.wire == "new" and qos[1] != TRANSIENT_LOCAL
     backends = parse_backends(args.backends) if buffer_aware else None
-    strict = args.no_gaps if args.no_gaps is not None else args.wire == "old"
-    ts = typestore()
+    strict = args.no_gaps if args.no_gaps is not None else args.wire != "new"
+    ts = typestore(args.wire)
     pattern = Pattern()
     session = open_session(args)
-    key = data_key(args.domain, args.topic, type_name)
+    hash_text = type_hash_text(args.wire, type_name)
+    key = data_key(args.domain, args.topic, type_name, hash_text)
     graph = Graph(session, args.domain)
     zid = str(session.zid())
     node = f"{ADMIN_SPACE}/{args.domain}/{zid}/0/0/NN/%/%/{args.node}"
-    ms = endpoint_token(args.domain, zid, 0, 1, "MS", args.node, args.topic, type_name, qos, backends)
-    gid = gid_of(ms) if xxhash or buffer_aware else None
+    ms = endpoint_token(args.domain, zid, 0, 1, "MS", args.node, args.topic, type_name, qos, backends, hash_text)
+    gid = gid_of(ms, args.wire) if xxhash or buffer_aware else None
     keys = {"base": key}
     if buffer_aware:
         if backends and set(backends) == {"cpu"}:
@@ -558,7 +581,7 @@ def receive(args):
     if args.frames and len(gids) != args.publishers:
         errors.append(f"{len(gids)} GIDs, expected {args.publishers}")
     publishers = graph.endpoints("MP", key, ever=True)
-    known = {gid_of(t).hex() for t in publishers} if xxhash else None
+    known = {gid_of(t, args.wire).hex() for t in publishers} if xxhash else None
     stop.set()
     del subs, ms_tok, node_tok
     print(
@@ -630,21 +653,22 @@ def plan_puts(discovered, total_matched):
 def publish(args):
     type_name = IMAGE if args.type == "image" else TENSOR
     make = image if type_name == IMAGE else tensor
-    qos = parse_qos(args.qos)
+    qos = parse_qos(args.qos, args.wire)
     if qos is None:
         print(json.dumps({"role": "peer_publish", "errors": [f"bad --qos {args.qos}"]}), flush=True)
         return 1
     buffer_aware = args.wire == "new" and qos[1] != TRANSIENT_LOCAL
     backends = parse_backends(args.backends) if buffer_aware else None
-    ts = typestore()
+    ts = typestore(args.wire)
     pattern = Pattern()
     session = open_session(args)
-    key = data_key(args.domain, args.topic, type_name)
+    hash_text = type_hash_text(args.wire, type_name)
+    key = data_key(args.domain, args.topic, type_name, hash_text)
     graph = Graph(session, args.domain)
     zid = str(session.zid())
     node = f"{ADMIN_SPACE}/{args.domain}/{zid}/0/0/NN/%/%/{args.node}"
-    mp = endpoint_token(args.domain, zid, 0, 1, "MP", args.node, args.topic, type_name, qos, backends)
-    gid = gid_of(mp)
+    mp = endpoint_token(args.domain, zid, 0, 1, "MP", args.node, args.topic, type_name, qos, backends, hash_text)
+    gid = gid_of(mp, args.wire)
     opts = dict(congestion_control=zenoh.CongestionControl.BLOCK, reliability=zenoh.Reliability.RELIABLE)
     pubs = {"base": session.declare_publisher(key, **opts)}
     if buffer_aware:
@@ -756,7 +780,10 @@ def main():
     ap.add_argument("--topic", default="/camera/image")
     ap.add_argument("--node", default="python_peer")
     ap.add_argument("--type", choices=["image", "tensor"], default="image")
-    ap.add_argument("--wire", choices=["old", "new"], default="old", help="before or after rmw_zenoh's buffer backends")
+    ap.add_argument(
+        "--wire", choices=["old", "new", "humble"], default="old",
+        help="before or after rmw_zenoh's buffer backends, or Humble's (0.1.2 and later)",
+    )
     ap.add_argument("--backends", default="cpu:", help="new wire: the token's backends (`cpu:`, `cuda:`, ...)")
     ap.add_argument("--qos", default=DEFAULT_QOS, help="QoS component (explicit or compact; the token has it compact)")
     ap.add_argument("-n", "--frames", type=int, default=10)
@@ -769,7 +796,7 @@ def main():
     ap.add_argument("--publishers", type=int, default=1, help="receive: distinct publisher GIDs expected")
     gaps = ap.add_mutually_exclusive_group()
     gaps.add_argument("--no-gaps", dest="no_gaps", action="store_const", const=True, default=None,
-                      help="receive: numbering 1, 2, 3... per publisher required (default on the old wire)")
+                      help="receive: numbering 1, 2, 3... per publisher required (default on the old and Humble wires)")
     gaps.add_argument("--allow-gaps", dest="no_gaps", action="store_const", const=False,
                       help="receive: gaps only counted as lost (default on the new wire)")
     args = ap.parse_args()

@@ -7,9 +7,11 @@ Every message is checked by whoever receives it (pixels, fields, attachment sequ
 numbers / timestamps / GID, CDR byte-exact against rosbags); each test then checks the
 counters both sides print.
 
-The peer speaks two wires: `old` (rmw_zenoh before buffer backends) and `new` (rmw_zenoh
+The peer speaks three wires: `old` (rmw_zenoh before buffer backends), `new` (rmw_zenoh
 0.12.0 / 0.10.5: a `backends:` token chunk, `_buf_cpu` and `_buf/<GID>` keys, sequence
-numbers per put). The tests named `test_peer_*` check the peer's wire model and run the
+numbers per put) and `humble` (rmw_zenoh 0.1.2 - 0.1.9: the old wire with
+`TypeHashNotSupported` in place of the type hash; our examples speak it with
+ROS_DISTRO=humble). The tests named `test_peer_*` check the peer's wire model and run the
 peer against itself, without our binaries (`pytest -k test_peer_`); the others run it
 against our examples.
 """
@@ -59,10 +61,14 @@ def examples():
     return target / "debug" / "examples"
 
 
-def zcs(examples, name, port, *args, listen=False):
+def zcs(examples, name, port, *args, listen=False, distro=None):
+    """One of our examples; `distro`: its ROS_DISTRO (which picks its rmw_zenoh wire)."""
     endpoint = ["-l" if listen else "-e", f"tcp/127.0.0.1:{port}"]
     cmd = [str(examples / name), "--no-multicast-scouting", "--device", "host", *endpoint, *map(str, args)]
-    STARTED.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT))
+    env = None if distro is None else {**os.environ, "ROS_DISTRO": distro}
+    STARTED.append(
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    )
     return STARTED[-1]
 
 
@@ -74,12 +80,18 @@ def peer(role, port, *args, listen=True):
 
 
 def result(proc, role):
-    """The process's JSON line with `role`, after checking it exited 0."""
+    """The process's JSON line with `role`, after checking it exited 0, and its stdout."""
+    line, out, _ = result_err(proc, role)
+    return line, out
+
+
+def result_err(proc, role):
+    """As `result`, with its stderr too."""
     out, err = proc.communicate(timeout=TIMEOUT)
     assert proc.returncode == 0, f"{role} exited {proc.returncode}\n{out}\n{err}"
     for line in out.splitlines():
         if line.startswith("{") and f'"{role}"' in line:
-            return json.loads(line), out
+            return json.loads(line), out, err
     raise AssertionError(f"no {role} line in:\n{out}\n{err}")
 
 
@@ -157,24 +169,27 @@ def test_tensor_from_us_to_peer_and_our_subscriber(examples):
     assert s["frames"] == n and s["extra"] == 0 and s["channel"] + s["base"] == n
 
 
-def test_transient_local_late_subscriber_gets_the_last_depth_messages(examples):
+@pytest.mark.parametrize("distro", [None, "humble"])
+def test_transient_local_late_subscriber_gets_the_last_depth_messages(examples, distro):
     """TRANSIENT_LOCAL: a subscriber that joins after the last publish still receives
-    the last `depth` messages (from the publication cache on the base key)."""
+    the last `depth` messages (from the publication cache on the base key), on the
+    default wire and on Humble's."""
     port, n, depth = free_port(), 15, 5
     pub = zcs(
         examples, "ros2_image_pub", port, "-n", n, "--width", 32, "--height", 8, "--qos", "transient",
-        "--depth", depth, "--linger", 15, listen=True,
+        "--depth", depth, "--linger", 15, listen=True, distro=distro,
     )
     # Wait until the publisher is done publishing (its JSON line comes before the linger).
     for line in pub.stdout:
         if '"ros2_pub"' in line:
             assert json.loads(line)["base_puts"] == n
             break
-    sub = zcs(examples, "ros2_image_sub", port, "-n", depth, "--qos", "transient", "--depth", depth)
-    s, _ = result(sub, "ros2_sub")
+    sub = zcs(examples, "ros2_image_sub", port, "-n", depth, "--qos", "transient", "--depth", depth, distro=distro)
+    s, sub_out = result(sub, "ros2_sub")
     pub.kill()
     pub.wait()
     assert s["frames"] == depth and s["base"] == depth and s["extra"] == 0 and s["gaps"] == 0
+    assert ("/TypeHashNotSupported'" in sub_out) == (distro == "humble"), sub_out
 
 
 # --- the peer's wire model, without processes ---------------------------------------
@@ -202,6 +217,33 @@ MS = f"{P}/7/MS/%/%/viewer/%camera%image/sensor_msgs::msg::dds_::Image_/{H}/2::,
 )
 def test_peer_gids_of_the_worked_example(token, gid):
     assert ros2_peer.gid_of(token).hex() == gid
+
+
+# The worked example on Humble's wire (docs/ros2-humble.md): only the hash chunk differs.
+MP_HUMBLE = MP.replace(H, "TypeHashNotSupported")
+
+
+def test_peer_humble_wire_names():
+    """Humble's data key, token and GID of the worked example, written from the 0.1.9
+    sources: `TypeHashNotSupported` for the hash, nothing after the 13th chunk, no
+    BEST_AVAILABLE liveliness."""
+    assert ros2_peer.type_hash_text("humble", ros2_peer.IMAGE) == "TypeHashNotSupported"
+    assert ros2_peer.type_hash_text("old", ros2_peer.IMAGE) == H
+    key = ros2_peer.data_key(0, "/camera/image", ros2_peer.IMAGE, ros2_peer.type_hash_text("humble", ros2_peer.IMAGE))
+    assert key == "0/camera/image/sensor_msgs::msg::dds_::Image_/TypeHashNotSupported"
+    qos = ros2_peer.parse_qos("::,10:,:,:,,", "humble")
+    tok = ros2_peer.endpoint_token(
+        0, "aac3178e146ba6f1fc6e6a4085e77f21", 0, 5, "MP", "camera_driver", "/camera/image", ros2_peer.IMAGE, qos,
+        type_hash="TypeHashNotSupported",
+    )
+    assert tok == MP_HUMBLE
+    assert ros2_peer.token_key(tok.split("/")) == key
+    assert ros2_peer.gid_of(MP_HUMBLE, "humble").hex() == "2e31dda785253c05d87f8406c5186be4"
+    c = ros2_peer.canonical_token
+    assert c(MP_HUMBLE + "/backends:cpu:", "humble") == MP_HUMBLE  # Humble reads 13 chunks
+    assert c(MP_HUMBLE + "/backends:cpu:", "old") == MP_HUMBLE + "/backends:cpu:"
+    assert c(MP_HUMBLE.replace("/::,10:,:,:,,", "/::,10:,:,:5,,"), "humble") is None
+    assert c(MP_HUMBLE.replace("/::,10:,:,:,,", "/::,10:,:,:5,,"), "old") is not None
 
 
 def test_peer_canonical_tokens():
@@ -358,6 +400,121 @@ def test_peer_new_publisher_never_reaches_an_old_receiver():
     assert t["puts"] == {"base": 0, "buf_cpu": 0, "buf_gid": n}
     assert t["discovered"] == {r["gid"]: "buf_gid"}
     assert r["errors"] == [] and r["frames"] == 0 and r["keys"] == {"base": 0, "buf_cpu": 0, "buf_gid": 0}
+
+
+def test_peer_humble_and_old_wires_never_meet():
+    """A Humble publisher and an old-wire one on one topic: each receiver hears exactly
+    the publisher of its own wire (one GID), numbered 1, 2, 3..."""
+    a, b, n = free_port(), free_port(), 12
+    common = ["--timeout", 30, "-n", n]
+    # Each receiver listens, each publisher connects to both: every pair that matters
+    # has a link of its own, whatever Zenoh's gossip does.
+    both = ["-e", f"tcp/127.0.0.1:{b}"]
+    rx_h = peer("receive", a, "--wire", "humble", *common)
+    rx_o = peer("receive", b, "--node", "old_rx", *common)
+    tx_h = peer("publish", a, "--wire", "humble", "--node", "humble_pub", *common, *both, listen=False)
+    tx_o = peer("publish", a, "--node", "old_pub", *common, *both, listen=False)
+    h, _ = result(tx_h, "peer_publish")
+    o, _ = result(tx_o, "peer_publish")
+    assert "/TypeHashNotSupported/" in h["token"] and "/RIHS01_" in o["token"]
+    for proc, own in ((rx_h, h), (rx_o, o)):
+        r, _ = result(proc, "peer_receive")
+        assert r["errors"] == [] and r["frames"] == r["cdr_exact"] == n and r["lost"] == 0
+        assert r["keys"] == {"base": n, "buf_cpu": 0, "buf_gid": 0}
+        assert r["gids"] == [own["gid"]] and r["gid_matches_token"] is True
+        assert r["publishers"] == [own["token"]]
+
+
+# --- Humble's wire against our examples (ROS_DISTRO=humble) ---------------------------
+
+
+def test_humble_receiver_from_us(examples):
+    """Our publisher on Humble's wire to a Humble subscription: every message once, on
+    the `TypeHashNotSupported` key, with the GID of our Humble token, CDR byte-exact by
+    rosbags' Humble typestore, every pixel checked."""
+    port, n = free_port(), 20
+    size = ["--width", 64, "--height", 32]
+    rx = peer("receive", port, "--wire", "humble", "-n", n, *size, "--timeout", 30)
+    pub = zcs(examples, "ros2_image_pub", port, "-n", n, *size, "--wait-subscriptions", 1, distro="humble")
+    p, pub_out = result(pub, "ros2_pub")
+    r, _ = result(rx, "peer_receive")
+    assert r["errors"] == [] and r["frames"] == r["cdr_exact"] == n, r
+    assert r["keys"] == {"base": n, "buf_cpu": 0, "buf_gid": 0} and r["duplicates"] == 0 and r["lost"] == 0
+    assert r["gids"] == [publisher_gid(pub_out)] and r["gid_matches_token"] is True, r
+    [ours] = r["publishers"]
+    assert "/zcs_image_pub/%camera%image/sensor_msgs::msg::dds_::Image_/TypeHashNotSupported/" in ours
+    assert "/backends:" not in ours
+    assert "'0/camera/image/sensor_msgs::msg::dds_::Image_/TypeHashNotSupported'" in pub_out
+    assert p["base_puts"] == n and p["ordinary_subscriptions"] == 1
+
+
+def test_humble_publisher_to_our_subscriber(examples):
+    """A Humble publisher to our subscriber on Humble's wire: every frame decoded, the
+    malformed samples dropped and counted, nothing reported silent."""
+    port, n = free_port(), 24
+    sub = zcs(examples, "ros2_image_sub", port, "-n", n, listen=True, distro="humble")
+    tx = peer("publish", port, "--wire", "humble", "-n", n, "--width", 200, "--height", 100, "--inject-bad",
+              listen=False)
+    t, _ = result(tx, "peer_publish")
+    s, _ = result(sub, "ros2_sub")
+    inj = t["injected"]
+    assert t["puts"] == {"base": n, "buf_cpu": 0, "buf_gid": 0} and "/TypeHashNotSupported/" in t["token"]
+    assert s["frames"] == n and s["bad"] == 0 and s["gaps"] == 0 and s["extra"] == 0 and s["lost"] == 0
+    assert s["base"] == n and s["paths"] == {"plain": n} and s["duplicates"] == 0
+    assert s["bad_attachment"] == inj["no_attachment"] + inj["bad_attachment"] == 6
+    assert s["bad_cdr"] == inj["bad_cdr"] == 4
+    assert not s["silent"]
+
+
+def test_humble_and_jazzy_peers_each_heard_by_their_own_wire(examples):
+    """A Humble and a Jazzy publisher on one topic, our subscriptions on both wires:
+    each receives its own wire's publisher, in order and complete, and reports the
+    other one as silent, with the reason for that pair of wires."""
+    a, b, n = free_port(), free_port(), 10
+    size = ["--width", 64, "--height", 32]
+    quick = ["--silence-after", 0.5, "--idle-timeout", 15]
+    # Each subscriber listens, each publisher connects to both (a link per pair).
+    on_humble = zcs(examples, "ros2_image_sub", a, "-n", n, *quick, listen=True, distro="humble")
+    on_jazzy = zcs(examples, "ros2_image_sub", b, "-n", n, *quick, listen=True, distro="jazzy")
+    # The publishers outlast the subscribers: a report stands only while its publisher
+    # is in the graph, and the subscribers print the reports that stand when they end.
+    paced = ["-n", 3 * n, *size, "--rate", 10, "-e", f"tcp/127.0.0.1:{b}"]
+    humble = peer("publish", a, "--wire", "humble", "--node", "humble_pub", *paced, listen=False)
+    jazzy = peer("publish", a, "--node", "jazzy_pub", *paced, listen=False)
+    h, _ = result(humble, "peer_publish")
+    j, _ = result(jazzy, "peer_publish")
+    for proc, other, why in ((on_humble, j, "after Humble"), (on_jazzy, h, "a Humble node")):
+        s, out, err = result_err(proc, "ros2_sub")
+        # `base` also counts what came during the subscriber's closing grace period.
+        assert s["frames"] == n and s["paths"] == {"plain": n} and s["base"] >= n, s
+        assert s["bad"] == 0 and s["extra"] == 0
+        assert s["gaps"] == 0 and s["lost"] == 0 and s["disorder"] == 0 and s["duplicates"] == 0
+        # Its own wire's publisher was heard (not silent); the other never was.
+        assert s["silent"] == 1, (s, err)
+        [line] = [x for x in err.splitlines() if x.startswith("[ros2] silent publisher ")]
+        assert line.startswith(f"[ros2] silent publisher {other['gid']} ") and why in line, line
+
+
+def test_our_humble_and_jazzy_publishers_each_reach_their_own_wire(examples):
+    """Our publishers on both wires and a Humble and a Jazzy subscription on one topic:
+    each subscription receives every message of the publisher of its own wire and
+    nothing of the other; each publisher counts only its own wire's subscription."""
+    a, b, n = free_port(), free_port(), 15
+    size = ["--width", 64, "--height", 32]
+    # Each subscription listens, each publisher connects to both (a link per pair).
+    rx_h = peer("receive", a, "--wire", "humble", "-n", n, *size, "--timeout", 30)
+    rx_j = peer("receive", b, "--node", "jazzy_rx", "-n", n, *size, "--timeout", 30)
+    wait = ["--wait-subscriptions", 1, "--silence-after", 0, "-e", f"tcp/127.0.0.1:{b}"]
+    pub_h = zcs(examples, "ros2_image_pub", a, "--node", "humble_pub", "-n", n, *size, *wait, distro="humble")
+    pub_j = zcs(examples, "ros2_image_pub", a, "--node", "jazzy_pub", "-n", n, *size, *wait, distro="jazzy")
+    ph, out_h = result(pub_h, "ros2_pub")
+    pj, out_j = result(pub_j, "ros2_pub")
+    for p in (ph, pj):
+        assert p["base_puts"] == n and p["ordinary_subscriptions"] == 1, p
+    for proc, out in ((rx_h, out_h), (rx_j, out_j)):
+        r, _ = result(proc, "peer_receive")
+        assert r["errors"] == [] and r["frames"] == r["cdr_exact"] == n and r["lost"] == 0, r
+        assert r["gids"] == [publisher_gid(out)] and r["gid_matches_token"] is True, r
 
 
 # --- the peer's new wire against our examples (needs the Rust side's backends support) --

@@ -138,7 +138,7 @@ impl TheirSubscription {
         use zenoh_cuda_shm_ros2::names::{gid_hex, gid_of, mangle, topic_key};
 
         let dds = <Image<()> as RosDataMessage>::DDS_TYPE_NAME;
-        let hash = <Image<()> as RosDataMessage>::type_hash();
+        let hash = <Image<()> as RosDataMessage>::type_hash().to_string();
         let key = topic_key(domain, topic, dds, &hash);
         let qos = zenoh_cuda_shm_ros2::Qos::reliable(10).to_keyexpr();
         let token = format!(

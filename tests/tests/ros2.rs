@@ -440,6 +440,131 @@ fn silent_publishers_are_reported_once_with_a_reason() {
     wait_for("the silence tokens to go", || silences().is_empty());
 }
 
+/// On Humble's wire (rmw_zenoh 0.1.2 and later), our endpoints use the data key and
+/// tokens with `TypeHashNotSupported`: a Humble subscription of the topic is ordinary
+/// (it gets CDR on that key, with our GID), a Jazzy one is another key and is not
+/// counted; our subscription hears the Humble key only.
+#[test]
+fn humble_wire_counts_humble_subscriptions_and_ignores_later_ones() {
+    let _w = watchdog_guard("humble_wire_counts_humble_subscriptions_and_ignores_later_ones", Duration::from_secs(60));
+    let (node, raw) = sessions_with(NodeOptions::new("test_node").domain(18).rmw_wire(RmwWire::Humble));
+    assert_eq!(node.rmw_wire(), RmwWire::Humble);
+    let dds = <Image<()> as RosDataMessage>::DDS_TYPE_NAME;
+    let rihs = <Image<()> as RosDataMessage>::type_hash().to_string();
+    let publisher = node.publisher::<Image<()>>("/t", Qos::reliable(10)).unwrap();
+    let sub = node.subscriber::<Image<()>>("/t", Qos::reliable(10)).unwrap();
+    assert_eq!(publisher.key(), format!("18/t/{dds}/TypeHashNotSupported"));
+    assert_eq!(sub.key(), publisher.key());
+    for (token, gid) in [(publisher.token(), publisher.gid()), (sub.token(), sub.gid())] {
+        assert!(token.ends_with(&format!("/%t/{dds}/TypeHashNotSupported/1:2:1,10:,:,:1,,")), "{token}");
+        assert_eq!(gid, gid_of(token));
+    }
+    let (tx, rx) = flume::unbounded();
+    let _raw_sub = raw
+        .declare_subscriber(publisher.key())
+        .callback(move |s| {
+            let _ = tx.send((s.payload().to_bytes().into_owned(), s.attachment().map(|a| a.to_bytes().into_owned())));
+        })
+        .wait()
+        .unwrap();
+
+    // A Jazzy subscription of the topic: in the graph, but on another key.
+    let jazzy = endpoint(&raw, 18, 1, "MS", &rihs, "::,10:,:,:,,", "");
+    let _jazzy = raw.liveliness().declare_token(jazzy.clone()).wait().unwrap();
+    wait_for("the Jazzy MS token", || node.graph().entities.iter().any(|e| e.token == jazzy));
+    assert_eq!(publisher.ordinary_subscriptions(), 0);
+    assert!(!publisher.publish_host(&fields(), &[1; 16]).unwrap().base);
+
+    // A Humble subscription: ordinary, served CDR on the Humble key with our GID.
+    let humble = endpoint(&raw, 18, 2, "MS", "TypeHashNotSupported", "::,10:,:,:,,", "");
+    let _humble = raw.liveliness().declare_token(humble).wait().unwrap();
+    wait_for("the Humble MS token", || publisher.ordinary_subscriptions() == 1);
+    let r = publisher.publish_host(&fields(), &[2; 16]).unwrap();
+    assert!(r.base && r.seq == 2);
+    let (payload, att) = rx.recv_timeout(IO).unwrap();
+    let att = Attachment::decode(&att.expect("attachment")).unwrap();
+    assert_eq!((att.seq, att.gid), (2, publisher.gid()));
+    let (msg, range) = <Image<()> as RosDataMessage>::decode_cdr(&payload).unwrap();
+    assert_eq!((msg, &payload[range]), (fields(), &[2u8; 16][..]));
+
+    // Our subscription hears a Humble publisher's key, not a Jazzy one's.
+    raw_sees(&raw, sub.token());
+    let gid = [6; 16];
+    raw.put(format!("18/t/{dds}/{rihs}"), cdr(&[3; 16])).attachment(attachment(1, gid)).wait().unwrap();
+    raw.put(sub.key(), cdr(&[4; 16])).attachment(attachment(2, gid)).wait().unwrap();
+    let mut got = Vec::new();
+    while let Ok(s) = sub.recv_timeout(Duration::from_secs(2)) {
+        if s.attachment().gid == gid {
+            got.push(s.host_data().unwrap()[0]);
+        }
+    }
+    assert_eq!(got, vec![4], "the Humble key only");
+}
+
+/// A subscription on Humble's wire reports a publisher of a later distribution as
+/// silent with its own reason (`later-distro`); one on the classic wire still reports a
+/// Humble publisher as `humble`. Each hears the publisher of its own wire.
+#[test]
+fn humble_and_later_publishers_are_reported_across_wires() {
+    let _w = watchdog_guard("humble_and_later_publishers_are_reported_across_wires", Duration::from_secs(60));
+    let window = Duration::from_millis(400);
+    let (humble_node, raw) = sessions_with(
+        NodeOptions::new("humble_node").domain(19).rmw_wire(RmwWire::Humble).silence_window(Some(window)),
+    );
+    let classic_node = RosNode::new(
+        humble_node.session(),
+        NodeOptions::new("classic_node").domain(19).rmw_wire(RmwWire::Classic).silence_window(Some(window)),
+    )
+    .unwrap();
+    let on_humble = humble_node.subscriber::<Image<()>>("/t", Qos::reliable(10)).unwrap();
+    let on_classic = classic_node.subscriber::<Image<()>>("/t", Qos::reliable(10)).unwrap();
+    assert_ne!(on_humble.key(), on_classic.key());
+    let rihs = <Image<()> as RosDataMessage>::type_hash().to_string();
+    let jazzy_mp = endpoint(&raw, 19, 1, "MP", &rihs, "::,10:,:,:,,", "");
+    let humble_mp = endpoint(&raw, 19, 2, "MP", "TypeHashNotSupported", "::,10:,:,:,,", "");
+    let (jazzy_gid, humble_gid) = (gid_of(&jazzy_mp), gid_of(&humble_mp));
+    let tokens: Vec<_> = [&jazzy_mp, &humble_mp]
+        .into_iter()
+        .map(|t| raw.liveliness().declare_token(t.clone()).wait().unwrap())
+        .collect();
+    raw_sees(&raw, on_humble.token());
+    raw_sees(&raw, on_classic.token());
+    let t0 = Instant::now();
+    let mut seq = 0;
+    while t0.elapsed() < window * 4 {
+        seq += 1;
+        raw.put(on_classic.key(), cdr(&[1; 4])).attachment(attachment(seq, jazzy_gid)).wait().unwrap();
+        raw.put(on_humble.key(), cdr(&[2; 4])).attachment(attachment(seq, humble_gid)).wait().unwrap();
+        std::thread::sleep(Duration::from_millis(40));
+        while let Some(s) = on_humble.try_recv() {
+            assert_eq!(s.attachment().gid, humble_gid, "only the Humble publisher reaches the Humble wire");
+        }
+        while let Some(s) = on_classic.try_recv() {
+            assert_eq!(s.attachment().gid, jazzy_gid, "only the Jazzy publisher reaches the classic wire");
+        }
+    }
+    wait_for("one report each", || {
+        on_humble.stats().silent_publishers == 1 && on_classic.stats().silent_publishers == 1
+    });
+    let only = |s: &zenoh_cuda_shm_ros2::RosSubscriber<Image<()>>| {
+        let silent = s.silent_publishers();
+        assert_eq!(silent.len(), 1, "{silent:?}");
+        silent.into_iter().next().unwrap()
+    };
+    let later = only(&on_humble);
+    assert_eq!((later.gid, later.reasons.clone()), (jazzy_gid, vec![SilenceReason::LaterDistro { theirs: rihs }]));
+    assert!(later.reasons[0].to_string().contains("ROS_DISTRO=humble"), "{}", later.reasons[0]);
+    let earlier = only(&on_classic);
+    assert_eq!((earlier.gid, earlier.reasons.clone()), (humble_gid, vec![SilenceReason::Humble]));
+    assert!(earlier.reasons[0].to_string().contains("ROS_DISTRO=humble"), "{}", earlier.reasons[0]);
+    assert!(
+        silence_token(19, &on_humble.gid(), &jazzy_gid, &later.reasons).ends_with("/later-distro"),
+        "the silence token's code"
+    );
+    assert!(silence_token(19, &on_classic.gid(), &humble_gid, &earlier.reasons).ends_with("/humble"));
+    drop(tokens);
+}
+
 /// Topic names resolve as rcl resolves them; invalid names are refused at declaration.
 #[test]
 fn topic_names_resolve_as_rcl_does() {

@@ -1,20 +1,26 @@
 //! Byte-exact checks of what the `ros2` module puts on the wire, against the worked
 //! example of rmw_zenoh's protocol (`/camera/image`, `sensor_msgs/msg/Image`, domain 0;
 //! written down in docs/ros2.md): data key, node and endpoint tokens, QoS component,
-//! GID (XXH3-128 of the token) and the 33-byte attachment. The CDR bodies are checked
-//! against `rosbags` by `tests/python/test_ros2_peer.py`.
+//! GID (XXH3-128 of the token) and the 33-byte attachment, on the Jazzy and later wires
+//! and on Humble's (docs/ros2-humble.md). The CDR bodies are checked against `rosbags` by
+//! `tests/python/test_ros2_peer.py`.
 
 use tensor_codec::cdr::{ExperimentalTensor, Header, Image, Time};
 use zenoh_cuda_shm::tensor_codec;
 use zenoh_cuda_shm_ros2::message::{RosDataMessage, decode_envelope, encode_envelope};
-use zenoh_cuda_shm_ros2::names::{NodeName, canonical_token, gid_hex, gid_of, hash_token, topic_key};
-use zenoh_cuda_shm_ros2::{Attachment, AttachmentError, Backends, Entity, EntityKind, Qos, channel_key};
+use zenoh_cuda_shm_ros2::names::{HUMBLE_TYPE_HASH, NodeName, canonical_token, gid_hex, gid_of, hash_token, topic_key};
+use zenoh_cuda_shm_ros2::{Attachment, AttachmentError, Backends, Entity, EntityKind, Qos, RmwWire, channel_key};
 
 const ZID: &str = "aac3178e146ba6f1fc6e6a4085e77f21";
 const IMAGE_HASH: &str = "RIHS01_d31d41a9a4c4bc8eae9be757b0beed306564f7526c88ea6a4588fb9582527d47";
 const DATA_KEY: &str = "0/camera/image/sensor_msgs::msg::dds_::Image_/RIHS01_d31d41a9a4c4bc8eae9be757b0beed306564f7526c88ea6a4588fb9582527d47";
 const NODE_TOKEN: &str = "@ros2_lv/0/aac3178e146ba6f1fc6e6a4085e77f21/0/0/NN/%/%/camera_driver";
 const PUB_TOKEN: &str = "@ros2_lv/0/aac3178e146ba6f1fc6e6a4085e77f21/0/5/MP/%/%/camera_driver/%camera%image/sensor_msgs::msg::dds_::Image_/RIHS01_d31d41a9a4c4bc8eae9be757b0beed306564f7526c88ea6a4588fb9582527d47/::,10:,:,:,,";
+
+/// The worked example on Humble's wire (rmw_zenoh 0.1.2 – 0.1.9): `TypeHashNotSupported`
+/// in place of the type hash, nothing else changed.
+const HUMBLE_DATA_KEY: &str = "0/camera/image/sensor_msgs::msg::dds_::Image_/TypeHashNotSupported";
+const HUMBLE_PUB_TOKEN: &str = "@ros2_lv/0/aac3178e146ba6f1fc6e6a4085e77f21/0/5/MP/%/%/camera_driver/%camera%image/sensor_msgs::msg::dds_::Image_/TypeHashNotSupported/::,10:,:,:,,";
 
 fn node() -> NodeName {
     NodeName {
@@ -29,8 +35,9 @@ fn node() -> NodeName {
 
 #[test]
 fn worked_example_key_and_tokens() {
-    let hash = <Image<()> as RosDataMessage>::type_hash();
-    assert_eq!(hash.to_string(), IMAGE_HASH);
+    let hash = RmwWire::Classic.type_hash_text(&<Image<()> as RosDataMessage>::type_hash());
+    assert_eq!(hash, IMAGE_HASH);
+    assert_eq!(RmwWire::BufferAware.type_hash_text(&<Image<()> as RosDataMessage>::type_hash()), IMAGE_HASH);
     assert_eq!(<Image<()> as RosDataMessage>::DDS_TYPE_NAME, "sensor_msgs::msg::dds_::Image_");
     assert_eq!(topic_key(0, "/camera/image", <Image<()> as RosDataMessage>::DDS_TYPE_NAME, &hash), DATA_KEY);
     // One leading and one trailing slash are stripped, inner ones kept.
@@ -61,7 +68,7 @@ fn worked_example_key_and_tokens() {
 fn namespaces_and_domains_are_mangled() {
     let n = NodeName { domain: 42, namespace: "/robot1/front".into(), ..node() };
     assert_eq!(n.node_token(), format!("@ros2_lv/42/{ZID}/0/0/NN/%/%robot1%front/camera_driver"));
-    let hash = <ExperimentalTensor<()> as RosDataMessage>::type_hash();
+    let hash = <ExperimentalTensor<()> as RosDataMessage>::type_hash().to_string();
     let dds = <ExperimentalTensor<()> as RosDataMessage>::DDS_TYPE_NAME;
     assert_eq!(dds, "tensor_msgs::msg::dds_::ExperimentalTensor_");
     assert_eq!(topic_key(42, "/robot1/front/tensor", dds, &hash), format!("42/robot1/front/tensor/{dds}/{hash}"));
@@ -94,12 +101,67 @@ fn worked_example_gid_and_attachment() {
     assert_ne!(gid_of(NODE_TOKEN), gid);
 }
 
+/// The worked example on Humble's wire, byte for byte: the data key and the publisher
+/// token with `TypeHashNotSupported` where Jazzy has the RIHS01 hash, the GID rmw_zenoh
+/// 0.1.9 computes for that token (XXH3-128 of it, low half then high half; computed
+/// independently with Python's `xxhash`), and the 33-byte attachment carrying it.
+#[test]
+fn worked_example_on_humbles_wire() {
+    let dds = <Image<()> as RosDataMessage>::DDS_TYPE_NAME;
+    let hash = RmwWire::Humble.type_hash_text(&<Image<()> as RosDataMessage>::type_hash());
+    assert_eq!((hash.as_str(), HUMBLE_TYPE_HASH), ("TypeHashNotSupported", "TypeHashNotSupported"));
+    assert_eq!(topic_key(0, "/camera/image", dds, &hash), HUMBLE_DATA_KEY);
+    let compact = Qos::reliable(10).to_keyexpr_compact();
+    let token = node().endpoint_token(5, EntityKind::Publisher, "/camera/image", dds, &hash, &compact, None);
+    assert_eq!(token, HUMBLE_PUB_TOKEN);
+    // Nothing but the hash chunk differs from Jazzy's token; the node token is shared.
+    assert_eq!(HUMBLE_PUB_TOKEN, PUB_TOKEN.replace(IMAGE_HASH, "TypeHashNotSupported"));
+    assert_eq!(HUMBLE_DATA_KEY, DATA_KEY.replace(IMAGE_HASH, "TypeHashNotSupported"));
+
+    // Humble's rmw_zenoh writes compact QoS and hashes the token as written; ours, with
+    // explicit QoS, hashes to the same GID through the rebuild.
+    let gid = gid_of(HUMBLE_PUB_TOKEN);
+    assert_eq!(gid_hex(&gid), "2e31dda785253c05d87f8406c5186be4");
+    assert_eq!(hash_token(HUMBLE_PUB_TOKEN), gid);
+    assert_eq!(canonical_token(HUMBLE_PUB_TOKEN).as_deref(), Some(HUMBLE_PUB_TOKEN));
+    let explicit = node().endpoint_token(
+        5,
+        EntityKind::Publisher,
+        "/camera/image",
+        dds,
+        &hash,
+        &Qos::reliable(10).to_keyexpr(),
+        None,
+    );
+    assert!(explicit.ends_with("/TypeHashNotSupported/1:2:1,10:,:,:1,,"), "{explicit}");
+    assert_eq!(gid_of(&explicit), gid);
+    assert_ne!(gid, gid_of(PUB_TOKEN), "another GID than Jazzy's");
+
+    // The parser reads it back to the Humble data key.
+    let e = Entity::parse(HUMBLE_PUB_TOKEN).unwrap();
+    let t = e.topic.unwrap();
+    assert_eq!((t.hash.as_str(), t.key.as_str(), t.backends), ("TypeHashNotSupported", HUMBLE_DATA_KEY, None));
+    assert_eq!(e.gid, gid);
+    assert_eq!(channel_key(HUMBLE_DATA_KEY), format!("{HUMBLE_DATA_KEY}/@zcs_ros2"));
+
+    // The attachment: the same 33-byte layout, carrying the Humble GID.
+    let att = Attachment { seq: 1, timestamp_ns: 1_700_000_000_000_000_123, gid };
+    let expected: [u8; 33] = [
+        0x01, 0, 0, 0, 0, 0, 0, 0, // seq
+        0x7b, 0x00, 0x2a, 0x36, 0xfe, 0x9c, 0x97, 0x17, // timestamp
+        0x10, // GID length
+        0x2e, 0x31, 0xdd, 0xa7, 0x85, 0x25, 0x3c, 0x05, 0xd8, 0x7f, 0x84, 0x06, 0xc5, 0x18, 0x6b, 0xe4,
+    ];
+    assert_eq!(att.encode(), expected);
+    assert_eq!(Attachment::decode(&expected), Ok(att));
+}
+
 /// The seven GIDs of the worked example of rmw_zenoh 0.12.0's buffer-aware wire: the
 /// same endpoints before and after PR #930, with and without backends, and a token
 /// with explicit QoS, which rmw_zenoh hashes in its compact rebuild.
 #[test]
 fn worked_example_gids_before_and_after_buffer_backends() {
-    let hash = <Image<()> as RosDataMessage>::type_hash();
+    let hash = <Image<()> as RosDataMessage>::type_hash().to_string();
     let dds = <Image<()> as RosDataMessage>::DDS_TYPE_NAME;
     let reliable = Qos::reliable(10).to_keyexpr_compact();
     let sensor = Qos::sensor_data().to_keyexpr_compact();

@@ -18,7 +18,9 @@
 //!   types with a top-level `uint8[]` list the `cpu` backend in their tokens
 //!   ([`backends`]), as rmw_zenoh's buffer-aware endpoints do; on Jazzy and Kilted they
 //!   list none, so that those releases hash our tokens to our GIDs ([`RmwWire`], from
-//!   `ROS_DISTRO`). GIDs are those rmw_zenoh computes ([`names::gid_of`]).
+//!   `ROS_DISTRO`). On Humble (rmw_zenoh 0.1.2 and later) they list none either, and
+//!   base keys and tokens carry `TypeHashNotSupported` in place of the type hash, as
+//!   Humble's do. GIDs are those rmw_zenoh computes ([`names::gid_of`]).
 //! - [`cuda_backend`]: blocks of ROS 2's CUDA buffer backend (`rosidl::Buffer`)
 //!   imported into this process and read in place after their writer's event. Not yet
 //!   wired to subscriptions.

@@ -4,13 +4,15 @@
 
 use std::fmt::Write as _;
 
-use tensor_codec::type_hash::TypeHash;
-
 use super::backends::{Backends, BackendsError};
 pub use super::qos::{DEFAULT_DEPTH, Durability, History, Liveliness, Qos, Reliability, canonical_qos};
 
 /// The admin space every rmw_zenoh graph token lives under.
 pub const ADMIN_SPACE: &str = "@ros2_lv";
+
+/// What Humble's rmw_zenoh (0.1.x) writes in place of the type hash, for every type, in
+/// data keys and endpoint tokens.
+pub const HUMBLE_TYPE_HASH: &str = "TypeHashNotSupported";
 
 /// Why a ROS name was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -50,8 +52,10 @@ pub fn demangle(name: &str) -> String {
     name.replace('%', "/")
 }
 
-/// A topic's data key: `<domain>/<topic without outer slashes>/<dds type>/<RIHS01 hash>`.
-pub fn topic_key(domain: u32, topic: &str, dds_type: &str, hash: &TypeHash) -> String {
+/// A topic's data key: `<domain>/<topic without outer slashes>/<dds type>/<hash text>`,
+/// the hash text being the type's RIHS01 hash, or [`HUMBLE_TYPE_HASH`] on Humble's wire
+/// ([`RmwWire::type_hash_text`](crate::RmwWire::type_hash_text)).
+pub fn topic_key(domain: u32, topic: &str, dds_type: &str, hash: &str) -> String {
     format!("{domain}/{}/{dds_type}/{hash}", strip_slashes(topic))
 }
 
@@ -129,6 +133,7 @@ impl NodeName {
     /// An endpoint's token:
     /// `@ros2_lv/<domain>/<zid>/<nid>/<eid>/<MP|MS>/<enclave>/<ns>/<node>/<topic>/<type>/<hash>/<qos>`,
     /// followed by `/backends:…` for a buffer-aware endpoint ([`Backends::to_chunk`]).
+    /// `hash` is the hash text, as for [`topic_key`].
     #[allow(clippy::too_many_arguments)]
     pub fn endpoint_token(
         &self,
@@ -136,7 +141,7 @@ impl NodeName {
         kind: EntityKind,
         topic: &str,
         dds_type: &str,
-        hash: &TypeHash,
+        hash: &str,
         qos: &str,
         backends: Option<&Backends>,
     ) -> String {
@@ -151,7 +156,7 @@ impl NodeName {
             mangle(&self.name),
             mangle(topic),
             mangle(dds_type),
-            mangle(&hash.to_string()),
+            mangle(hash),
         );
         if let Some(chunk) = backends.and_then(Backends::to_chunk) {
             token.push('/');

@@ -312,7 +312,8 @@ impl RosNode {
     /// backend installed does, and sends descriptors to CUDA subscriptions. Every other
     /// endpoint lists `cpu`: publishers serve such a subscription plain CDR on
     /// `_buf_cpu`. Our own GPU data travels on our channel either way. On the classic
-    /// wire no token lists backends.
+    /// and Humble wires no token lists backends; on Humble's, the key and the token
+    /// carry `TypeHashNotSupported` instead of the type hash.
     pub(crate) fn endpoint<M: RosDataMessage>(
         &self,
         kind: EntityKind,
@@ -321,7 +322,7 @@ impl RosNode {
     ) -> Result<Endpoint, NameError> {
         let topic = self.resolve_topic(topic)?;
         let n = &self.0.name;
-        let hash = M::type_hash();
+        let hash = self.0.wire.type_hash_text(&M::type_hash());
         let key = topic_key(n.domain, &topic, M::DDS_TYPE_NAME, &hash);
         let listed = self.0.wire.lists_backends() && M::HAS_BUFFER_FIELDS && qos.durability == Durability::Volatile;
         let cuda = listed && self.0.cuda_buffers && self.0.session.gpu().is_some();
@@ -334,7 +335,7 @@ impl RosNode {
         let token =
             n.endpoint_token(next_id(), kind, &topic, M::DDS_TYPE_NAME, &hash, &qos.to_keyexpr(), backends.as_ref());
         let gid = gid_of(&token);
-        Ok(Endpoint { topic, key, hash: hash.to_string(), token, gid, buffer_aware: backends.is_some(), cuda })
+        Ok(Endpoint { topic, key, hash, token, gid, buffer_aware: backends.is_some(), cuda })
     }
 
     /// The session.

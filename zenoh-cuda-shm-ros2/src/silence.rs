@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::graph::{Graph, MARKER_PREFIX};
-use super::names::{Durability, Entity, Qos, Reliability, gid_hex, strip_slashes};
+use super::names::{Durability, Entity, HUMBLE_TYPE_HASH, Qos, Reliability, gid_hex, strip_slashes};
 use crate::sync::Unpoisoned;
 
 /// Why a publisher may be silent, as far as the graph tells.
@@ -32,8 +32,16 @@ pub enum SilenceReason {
         /// Its type hash.
         theirs: String,
     },
-    /// A Humble publisher (no type hashes): Humble's keys are not supported.
+    /// A Humble publisher (no type hashes in its keys) and a subscription of a later
+    /// distribution's wire: their data keys never meet. Declaring the node with
+    /// `ROS_DISTRO=humble` ([`RmwWire::Humble`](crate::RmwWire::Humble)) speaks its wire.
     Humble,
+    /// A publisher of a later distribution (a type hash in its keys) and a subscription
+    /// on Humble's wire (`TypeHashNotSupported` in its keys): their data keys never meet.
+    LaterDistro {
+        /// Its type hash.
+        theirs: String,
+    },
     /// The QoS do not match (rmw_zenoh drops nothing for it, but a buffer-aware
     /// publisher leaves incompatible subscriptions out of its count).
     QosIncompatible(&'static str),
@@ -63,6 +71,7 @@ impl SilenceReason {
             Self::TypeMismatch { .. } => "type",
             Self::TypeHashMismatch { .. } => "type-hash",
             Self::Humble => "humble",
+            Self::LaterDistro { .. } => "later-distro",
             Self::QosIncompatible(_) => "qos",
             Self::UnheardKey { .. } => "unheard-key",
             Self::DescriptorsRefused { .. } => "refused",
@@ -84,7 +93,15 @@ impl std::fmt::Display for SilenceReason {
             Self::TypeHashMismatch { theirs } => {
                 write!(f, "type hash mismatch: it has {theirs} (another message definition or ROS distro)")
             }
-            Self::Humble => write!(f, "it is a Humble node (no type hashes), and Humble is not supported"),
+            Self::Humble => write!(
+                f,
+                "it is a Humble node (no type hashes in its keys); declare this node with ROS_DISTRO=humble to hear it"
+            ),
+            Self::LaterDistro { theirs } => write!(
+                f,
+                "it is a node of a distribution after Humble (type hash {theirs}), and this node speaks Humble's \
+                 wire (ROS_DISTRO=humble)"
+            ),
             Self::QosIncompatible(what) => write!(f, "incompatible QoS: {what}"),
             Self::UnheardKey { key } => write!(
                 f,
@@ -171,10 +188,14 @@ pub(crate) fn diagnose(
     };
     if t.dds_type != sub.dds_type {
         reasons.push(SilenceReason::TypeMismatch { theirs: t.dds_type.clone() });
-    } else if t.hash == "TypeHashNotSupported" {
-        reasons.push(SilenceReason::Humble);
     } else if t.hash != sub.hash {
-        reasons.push(SilenceReason::TypeHashMismatch { theirs: t.hash.clone() });
+        reasons.push(if t.hash == HUMBLE_TYPE_HASH {
+            SilenceReason::Humble
+        } else if sub.hash == HUMBLE_TYPE_HASH {
+            SilenceReason::LaterDistro { theirs: t.hash.clone() }
+        } else {
+            SilenceReason::TypeHashMismatch { theirs: t.hash.clone() }
+        });
     }
     if let Some(q) = t.qos {
         if q.reliability == Reliability::BestEffort && sub.qos.reliability == Reliability::Reliable {

@@ -28,7 +28,7 @@ pub struct Silence {
     pub subscription: String,
     /// The publisher's GID (32 hex).
     pub publisher: String,
-    /// Reason codes: `type`, `type-hash`, `humble`, `qos`, `unheard-key`, `refused`, `unknown`.
+    /// Reason codes: `type`, `type-hash`, `humble`, `later-distro`, `qos`, `unheard-key`, `refused`, `unknown`.
     pub reasons: Vec<String>,
     /// When the router first saw the token, in milliseconds since the Unix epoch.
     pub first_seen_ms: u64,
