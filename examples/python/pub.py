@@ -8,8 +8,8 @@ through host memory; without PyTorch it publishes NumPy arrays through host memo
 
     python3 examples/python/pub.py
 
-Flags: --key (demo/tensor), --shape (4,1080,1920), -n (100 messages), --device,
--e/--connect, -l/--listen.
+Flags: -k/--key (demo/tensor), --shape (4,1080,1920), -n (100 messages), --device,
+-e/--connect, -l/--listen, -m/--mode (peer).
 """
 
 import argparse
@@ -30,16 +30,17 @@ import zenoh_cuda_shm as zcs
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--key", default="demo/tensor")
+    ap.add_argument("-k", "--key", default="demo/tensor", help="key to publish on")
     ap.add_argument("--shape", default="4,1080,1920", help="comma-separated dimensions (float32)")
     ap.add_argument("-n", type=int, default=100, help="messages to publish")
     ap.add_argument("--device", choices=["auto", "cuda", "host"], default="auto")
     ap.add_argument("-e", "--connect", action="append", default=[], help="Zenoh endpoint to connect to")
     ap.add_argument("-l", "--listen", action="append", default=[], help="Zenoh endpoint to listen on")
+    ap.add_argument("-m", "--mode", choices=["peer", "client", "router"], default="peer", help="Zenoh mode")
     args = ap.parse_args()
     shape = tuple(int(d) for d in args.shape.split(","))
 
-    zenoh = {"mode": "peer"}
+    zenoh = {"mode": args.mode}
     if args.connect:
         zenoh["connect"] = {"endpoints": args.connect}
     if args.listen:

@@ -12,7 +12,8 @@ reads host memory in place; without PyTorch it does so with NumPy.
 
     python3 examples/python/sub.py
 
-Flags: --key (demo/tensor), -n (100 messages), --device, -e/--connect, -l/--listen.
+Flags: -k/--key (demo/tensor), -n (100 messages), --device, -e/--connect, -l/--listen,
+-m/--mode (peer).
 """
 
 import argparse
@@ -32,14 +33,15 @@ import zenoh_cuda_shm as zcs
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--key", default="demo/tensor")
+    ap.add_argument("-k", "--key", default="demo/tensor", help="key to subscribe to")
     ap.add_argument("-n", type=int, default=100, help="messages to receive")
     ap.add_argument("--device", choices=["auto", "cuda", "host"], default="auto")
     ap.add_argument("-e", "--connect", action="append", default=[], help="Zenoh endpoint to connect to")
     ap.add_argument("-l", "--listen", action="append", default=[], help="Zenoh endpoint to listen on")
+    ap.add_argument("-m", "--mode", choices=["peer", "client", "router"], default="peer", help="Zenoh mode")
     args = ap.parse_args()
 
-    zenoh = {"mode": "peer"}
+    zenoh = {"mode": args.mode}
     if args.connect:
         zenoh["connect"] = {"endpoints": args.connect}
     if args.listen:
