@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs the tests of tests/ros2_real/ (our example nodes against real rclpy nodes on
 # rmw_zenoh_cpp) for one distro: builds or reuses the stack (scripts/ros2-real.sh, same
-# options and environment), builds our two example binaries, then runs pytest.
+# options and environment), builds our example binaries, then runs pytest.
 #
 #   scripts/ros2-real-test.sh <jazzy|kilted> [ros2-real.sh options] [-- pytest arguments]
 #
-# ZCS_EXAMPLES_DIR=DIR  take ros2_image_pub / ros2_image_sub from DIR, build nothing
+# ZCS_EXAMPLES_DIR=DIR  take our example binaries (ros2_image_pub / _sub, ros2_talker /
+#                       ros2_listener) from DIR, build nothing
 # ROS2_REAL_REPEAT=N    run the whole set N times in a row (default 1); stops at a failure
 # Logs of every process: target/ros2-real/<distro>/run-<i>/<test>/
 # See docs/ros2-real.md.
@@ -25,7 +26,7 @@ trap 'rm -f "$env_file"' EXIT
 if [ -z "${ZCS_EXAMPLES_DIR:-}" ]; then
     echo "==> our examples (cargo build --release -p zcs-examples)"
     t0=$(date +%s)
-    (cd "$root" && cargo build --release -q -p zcs-examples --example ros2_image_pub --example ros2_image_sub)
+    (cd "$root" && cargo build --release -q -p zcs-examples --example ros2_image_pub --example ros2_image_sub --example ros2_talker --example ros2_listener)
     echo "<== our examples: $(($(date +%s) - t0)) s"
     target="$(cd "$root" && cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
     export ZCS_EXAMPLES_DIR="$target/release/examples"

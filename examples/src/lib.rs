@@ -416,6 +416,7 @@ pub fn init_logging() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
 }
+pub mod chatter;
 pub mod ros2;
 
 #[cfg(test)]

@@ -51,7 +51,8 @@ pub struct RosArgs {
 }
 
 impl RosArgs {
-    fn qos(&self) -> Result<Qos, BoxError> {
+    /// The QoS `--qos` and `--depth` name.
+    pub(crate) fn qos(&self) -> Result<Qos, BoxError> {
         Ok(match self.qos.as_str() {
             "reliable" => Qos::reliable(self.depth),
             "keep-all" => Qos::reliable(self.depth).keep_all(),
@@ -61,7 +62,8 @@ impl RosArgs {
         })
     }
 
-    fn node(&self, session: &GpuSession, default_name: &str) -> Result<RosNode, BoxError> {
+    /// The node the flags describe (`--node`, else `default_name`).
+    pub(crate) fn node(&self, session: &GpuSession, default_name: &str) -> Result<RosNode, BoxError> {
         let window = (self.silence_after > 0.0).then(|| Duration::from_secs_f64(self.silence_after));
         let mut o = NodeOptions::new(self.node.clone().unwrap_or_else(|| default_name.to_owned()))
             .namespace(self.namespace.clone())
@@ -158,7 +160,8 @@ fn now_ns() -> i64 {
     zenoh_cuda_shm_ros2::attachment::now_ns()
 }
 
-fn wait_subscriptions(node: &RosNode, key: &str, n: usize) {
+/// Waits (up to 60 s) until `n` subscriptions of `key` are in the node's graph.
+pub(crate) fn wait_subscriptions(node: &RosNode, key: &str, n: usize) {
     let t = Instant::now();
     while n > 0 && t.elapsed() < Duration::from_secs(60) {
         let subs = node

@@ -36,7 +36,7 @@ use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
-use crate::cdr::{ExperimentalTensor, Header, Image, Time};
+use crate::cdr::{ExperimentalTensor, Header, Image, StringMsg, Time};
 
 /// A RIHS01 type hash: the 32-byte SHA-256 digest. `Display` writes `RIHS01_<64 hex>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -288,6 +288,8 @@ fn canonical_json(top: &Description) -> String {
     out
 }
 
+const STRING_MSG: Description = Description { type_name: "std_msgs/msg/String", fields: &[field("data", STRING)] };
+
 fn compute(top: &Description) -> TypeHash {
     TypeHash(Sha256::digest(canonical_json(top).as_bytes()).into())
 }
@@ -300,6 +302,7 @@ static TIME_HASH: OnceLock<TypeHash> = OnceLock::new();
 static HEADER_HASH: OnceLock<TypeHash> = OnceLock::new();
 static IMAGE_HASH: OnceLock<TypeHash> = OnceLock::new();
 static EXPERIMENTAL_TENSOR_HASH: OnceLock<TypeHash> = OnceLock::new();
+static STRING_MSG_HASH: OnceLock<TypeHash> = OnceLock::new();
 
 impl RosMessage for Time {
     const TYPE_NAME: &'static str = TIME.type_name;
@@ -343,6 +346,17 @@ impl<D> RosMessage for ExperimentalTensor<D> {
     }
 }
 
+/// One hash for every text representation `D`.
+impl<D> RosMessage for StringMsg<D> {
+    const TYPE_NAME: &'static str = STRING_MSG.type_name;
+    const HAS_BUFFER_FIELDS: bool = has_buffer_fields(&STRING_MSG);
+    const DDS_TYPE_NAME: &'static str = "std_msgs::msg::dds_::String_";
+
+    fn type_hash() -> TypeHash {
+        cached(&STRING_MSG_HASH, &STRING_MSG)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,10 +394,8 @@ mod tests {
 
     #[test]
     fn std_msgs_string_hash() {
-        // A type outside the crate's messages, as a second check of the JSON rendering.
-        const STRING_MSG: Description =
-            Description { type_name: "std_msgs/msg/String", fields: &[field("data", STRING)] };
-        assert_eq!(compute(&STRING_MSG).to_string(), EXPECTED_STRING_HASH);
+        assert_eq!(<StringMsg<()> as RosMessage>::type_hash().to_string(), EXPECTED_STRING_HASH);
+        const { assert!(!<StringMsg<()> as RosMessage>::HAS_BUFFER_FIELDS) };
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! ROS 2 over rmw_zenoh, on zenoh-cuda-shm: a Rust process as a well-formed participant
 //! of an rmw_zenoh graph, publishing and receiving `sensor_msgs/msg/Image` and
-//! `tensor_msgs/msg/ExperimentalTensor` whose data may stay on the GPU.
+//! `tensor_msgs/msg/ExperimentalTensor` whose data may stay on the GPU, and
+//! `std_msgs/msg/String` ([`StringMsg`](zenoh_cuda_shm::tensor_codec::cdr::StringMsg), its
+//! text as the data).
 //!
 //! - [`RosNode`] declares the node token (`@ros2_lv/<domain>/<zid>/<nid>/<nid>/NN/…`),
 //!   watches the domain's graph tokens, resolves topic names as rcl does, and reports
@@ -73,7 +75,7 @@ pub use attachment::{ATTACHMENT_LEN, Attachment, AttachmentError};
 pub use backends::{Backends, BackendsError};
 pub use distro::{RmwWire, UnknownDistro};
 pub use graph::{MARKER_PREFIX, marker_token, publisher_marker_token};
-pub use message::{DataField, EnvelopeError, RosDataMessage};
+pub use message::{DataField, EnvelopeError, RosDataMessage, check_data};
 pub use names::{Entity, EntityKind, NameError, TopicInfo};
 pub use node::{DEFAULT_SILENCE_WINDOW, GraphView, NodeOptions, RosDeclareError, RosNode};
 pub use publisher::{RosPublishError, RosPublisher, RosPublisherStats, RosPutReport};

@@ -1,6 +1,8 @@
 //! ROS messages whose last field is a `uint8[] data` buffer, split into the small
 //! fields (the message with no data) and the data bytes: the split that lets the data
-//! travel in a GPU block while everything else travels as CDR beside it.
+//! travel in a GPU block while everything else travels as CDR beside it. A
+//! `std_msgs/msg/String` is split the same way, its text as the data
+//! ([`RosDataMessage::DATA_IS_TEXT`]).
 //!
 //! The **envelope** is the typed metadata of every sample on our channel:
 //!
@@ -12,7 +14,9 @@
 
 use std::ops::Range;
 
-use tensor_codec::cdr::{BufferData, CdrDecodeError, CdrEncodeError, CudaBufferDescriptor, ExperimentalTensor, Image};
+use tensor_codec::cdr::{
+    BufferData, CdrDecodeError, CdrEncodeError, CudaBufferDescriptor, ExperimentalTensor, Image, StringMsg,
+};
 use tensor_codec::type_hash::{RosMessage, TypeHash};
 
 use super::attachment::{ATTACHMENT_LEN, Attachment, AttachmentError};
@@ -32,6 +36,10 @@ pub trait RosDataMessage: Clone + Send + Sync + 'static {
     /// Whether the type has a top-level `uint8[]` field, which makes its volatile
     /// endpoints buffer-aware in rmw_zenoh 0.10.5 / 0.12.0 and later.
     const HAS_BUFFER_FIELDS: bool;
+    /// Whether `data` is a `string` (`std_msgs/msg/String`): UTF-8 without NUL bytes,
+    /// followed in CDR by its terminating NUL. Such data is checked before it is
+    /// published ([`check_data`]) and when it arrives on our channel.
+    const DATA_IS_TEXT: bool = false;
     /// The RIHS01 type hash.
     fn type_hash() -> TypeHash;
     /// The CDR message up to and including the `data` length field (`data_len`).
@@ -61,6 +69,21 @@ pub trait RosDataMessage: Clone + Send + Sync + 'static {
     fn encode_cdr_cuda(&self, d: &CudaBufferDescriptor) -> Result<Vec<u8>, CdrEncodeError>;
     /// The message with `data` filled in.
     fn with_data(&self, data: Vec<u8>) -> Self::Owned;
+}
+
+/// What follows the data bytes in `M`'s CDR: the NUL of a `string`, nothing after a
+/// `uint8[]`.
+pub(crate) fn data_suffix<M: RosDataMessage>() -> &'static [u8] {
+    if M::DATA_IS_TEXT { &StringMsg::SUFFIX } else { &[] }
+}
+
+/// Checks data bytes of `M` before they are published: text must be UTF-8 without NUL
+/// bytes; `uint8[]` data may be anything.
+///
+/// # Errors
+/// [`CdrEncodeError::InvalidText`] for text that is not.
+pub fn check_data<M: RosDataMessage>(data: &[u8]) -> Result<(), CdrEncodeError> {
+    if M::DATA_IS_TEXT { StringMsg::check_text(data) } else { Ok(()) }
 }
 
 /// Where a message's `data` is, as [`RosDataMessage::decode_cdr_buffer`] found it.
@@ -155,6 +178,46 @@ impl RosDataMessage for ExperimentalTensor<()> {
     }
 }
 
+/// `std_msgs/msg/String`, its text as the data.
+impl RosDataMessage for StringMsg<()> {
+    type Owned = StringMsg<String>;
+    const TYPE_NAME: &'static str = <StringMsg<()> as RosMessage>::TYPE_NAME;
+    const DDS_TYPE_NAME: &'static str = <StringMsg<()> as RosMessage>::DDS_TYPE_NAME;
+    const HAS_BUFFER_FIELDS: bool = <StringMsg<()> as RosMessage>::HAS_BUFFER_FIELDS;
+    const DATA_IS_TEXT: bool = true;
+
+    fn type_hash() -> TypeHash {
+        <StringMsg<()> as RosMessage>::type_hash()
+    }
+
+    fn encode_cdr_prefix(&self, data_len: usize) -> Result<Vec<u8>, CdrEncodeError> {
+        StringMsg::encode_cdr_prefix(self, data_len)
+    }
+
+    fn decode_cdr(bytes: &[u8]) -> Result<(Self, Range<usize>), CdrDecodeError> {
+        let m = StringMsg::decode_cdr_borrowed(bytes)?;
+        Ok((StringMsg { data: () }, range_in(bytes, m.data.as_bytes())))
+    }
+
+    fn decode_cdr_buffer(bytes: &[u8]) -> Result<(Self, DataField), CdrDecodeError> {
+        let (m, range) = <Self as RosDataMessage>::decode_cdr(bytes)?;
+        Ok((m, DataField::Bytes(range)))
+    }
+
+    /// A String has no buffer field: never asked of it (its endpoints are not
+    /// buffer-aware), and refused if it were.
+    fn encode_cdr_cuda(&self, _d: &CudaBufferDescriptor) -> Result<Vec<u8>, CdrEncodeError> {
+        Err(CdrEncodeError::NoBufferField { type_name: <Self as RosDataMessage>::TYPE_NAME })
+    }
+
+    fn with_data(&self, data: Vec<u8>) -> StringMsg<String> {
+        // Text is checked before it is published and when it arrives, so this is UTF-8;
+        // were it not, the bytes are kept readable rather than lost.
+        let text = String::from_utf8(data).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        StringMsg { data: text }
+    }
+}
+
 /// Why an envelope was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -186,10 +249,12 @@ pub enum EnvelopeError {
 /// ([`RosDataMessage::encode_cdr_prefix`]).
 pub fn encode_envelope<M: RosDataMessage>(att: &Attachment, msg: &M) -> Result<Vec<u8>, CdrEncodeError> {
     let cdr = msg.encode_cdr_prefix(0)?;
-    let mut out = Vec::with_capacity(1 + ATTACHMENT_LEN + cdr.len());
+    let suffix = data_suffix::<M>();
+    let mut out = Vec::with_capacity(1 + ATTACHMENT_LEN + cdr.len() + suffix.len());
     out.push(ENVELOPE_VERSION);
     out.extend_from_slice(&att.encode());
     out.extend_from_slice(&cdr);
+    out.extend_from_slice(suffix);
     Ok(out)
 }
 
@@ -253,5 +318,26 @@ mod tests {
         let mut with_data = env[..1 + ATTACHMENT_LEN].to_vec();
         with_data.extend(&full);
         assert_eq!(decode_envelope::<Image<()>>(&with_data), Err(EnvelopeError::DataInside(6)));
+    }
+
+    #[test]
+    fn string_text_is_the_data() {
+        let full = StringMsg { data: "Hello World: 3" }.encode_cdr().unwrap();
+        let (m, r) = <StringMsg<()> as RosDataMessage>::decode_cdr(&full).unwrap();
+        assert_eq!(&full[r.clone()], b"Hello World: 3");
+        assert_eq!(m.with_data(full[r].to_vec()).data, "Hello World: 3");
+        // Prefix, text and suffix make the message, as the publisher assembles it.
+        let mut parts = StringMsg { data: () }.encode_cdr_prefix(14).unwrap();
+        parts.extend_from_slice(b"Hello World: 3");
+        parts.extend_from_slice(data_suffix::<StringMsg<()>>());
+        assert_eq!(parts, full);
+        // The envelope holds the empty string, whole.
+        let att = Attachment { seq: 1, timestamp_ns: 2, gid: [3; 16] };
+        let env = encode_envelope(&att, &StringMsg { data: () }).unwrap();
+        assert_eq!(decode_envelope::<StringMsg<()>>(&env), Ok((att, StringMsg { data: () })));
+        // Text is checked; bytes are not.
+        assert!(check_data::<StringMsg<()>>(b"ok").is_ok());
+        assert_eq!(check_data::<StringMsg<()>>(b"n\0"), Err(CdrEncodeError::InvalidText { field: "data", at: 1 }));
+        assert!(check_data::<Image<()>>(b"\0\xff").is_ok());
     }
 }

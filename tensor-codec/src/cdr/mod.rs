@@ -35,6 +35,7 @@
 
 mod buffer;
 mod image;
+mod string;
 mod tensor;
 
 pub use buffer::{
@@ -42,6 +43,7 @@ pub use buffer::{
     DESCRIPTOR_MARKER_1, DESCRIPTOR_MARKER_2,
 };
 pub use image::{Header, Image, Time};
+pub use string::StringMsg;
 pub use tensor::ExperimentalTensor;
 
 /// The encapsulation header the encoders write: `CDR_LE`, options 0.
@@ -130,6 +132,21 @@ pub enum CdrEncodeError {
         field: &'static str,
         /// Its length (bytes for strings, elements for sequences).
         len: usize,
+    },
+    /// Text for a `string` field that is not UTF-8 or holds a NUL byte.
+    #[error("{field}: not UTF-8 without NUL bytes (at byte {at})")]
+    InvalidText {
+        /// The string field.
+        field: &'static str,
+        /// The offset of the first byte that is not allowed.
+        at: usize,
+    },
+    /// A buffer backend's descriptor was to be encoded into a message type that has no
+    /// buffer field.
+    #[error("{type_name} has no buffer field to carry a descriptor")]
+    NoBufferField {
+        /// The message type.
+        type_name: &'static str,
     },
 }
 
@@ -242,16 +259,21 @@ impl<'a> Reader<'a> {
 
     /// `string` (unbounded), as UTF-8.
     pub(crate) fn string(&mut self, field: &'static str) -> Result<String, CdrDecodeError> {
+        self.str(field).map(str::to_owned)
+    }
+
+    /// `string` (unbounded), borrowed.
+    pub(crate) fn str(&mut self, field: &'static str) -> Result<&'a str, CdrDecodeError> {
         let len = self.u32(field)? as usize;
         if len == 0 {
-            return Ok(String::new());
+            return Ok("");
         }
         let bytes = self.take_padded(0, len, field)?;
         let (&nul, text) = bytes.split_last().ok_or(CdrDecodeError::UnterminatedString { field })?;
         if nul != 0 {
             return Err(CdrDecodeError::UnterminatedString { field });
         }
-        std::str::from_utf8(text).map(str::to_owned).map_err(|source| CdrDecodeError::InvalidUtf8 { field, source })
+        std::str::from_utf8(text).map_err(|source| CdrDecodeError::InvalidUtf8 { field, source })
     }
 
     /// Ends decoding: at most [`MAX_TRAILING`] bytes may be left.

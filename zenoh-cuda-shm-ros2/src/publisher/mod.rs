@@ -35,7 +35,7 @@ use zenoh::qos::{CongestionControl, Reliability as ZReliability};
 use super::attachment::{Attachment, now_ns};
 use super::channel_key;
 use super::graph::publisher_marker_token;
-use super::message::{RosDataMessage, encode_envelope};
+use super::message::{RosDataMessage, check_data, data_suffix, encode_envelope};
 use super::names::{Durability, EntityKind, History, Qos, Reliability, gid_hex};
 use super::node::{Endpoint, RosDeclareError, RosNode};
 use crate::api::{GpuLoan, GpuPublisher, PublishError};
@@ -44,7 +44,7 @@ use crate::sync::Unpoisoned;
 use crate::transport::publisher::{PutError, PutReport};
 use lending::Lending;
 use route::Plan;
-use tensor_codec::cdr::CdrEncodeError;
+use tensor_codec::cdr::{CdrEncodeError, StringMsg};
 
 /// Publishing a ROS message failed.
 #[derive(Debug, thiserror::Error)]
@@ -353,16 +353,19 @@ impl<M: RosDataMessage> RosPublisher<M> {
         fill: impl FnOnce(&mut [u8]) -> Result<(), RosPublishError>,
     ) -> Result<ZBytes, RosPublishError> {
         let mut cdr = msg.encode_cdr_prefix(len)?;
-        let at = cdr.len();
+        let (at, suffix) = (cdr.len(), data_suffix::<M>());
+        let end = at + len;
         #[cfg(feature = "zenoh-shm")]
-        if let Some(mut buf) = self.gpu.shm_buffer(at + len) {
+        if let Some(mut buf) = self.gpu.shm_buffer(end + suffix.len()) {
             buf[..at].copy_from_slice(&cdr);
-            fill(&mut buf[at..])?;
+            fill(&mut buf[at..end])?;
+            buf[end..].copy_from_slice(suffix);
             self.base_shm.fetch_add(1, Ordering::Relaxed);
             return Ok(ZBytes::from(buf));
         }
-        cdr.resize(at + len, 0);
+        cdr.resize(end, 0);
         fill(&mut cdr[at..])?;
+        cdr.extend_from_slice(suffix);
         Ok(ZBytes::from(cdr))
     }
 
@@ -417,12 +420,19 @@ impl<M: RosDataMessage> RosPublisher<M> {
     /// ordinary ROS subscribers, if any, get the CDR message, copied device→host once.
     ///
     /// # Errors
-    /// [`RosPublishError::Encode`] when the fields do not encode;
+    /// [`RosPublishError::Encode`] when the fields do not encode, or the text of a
+    /// `std_msgs/msg/String` is not UTF-8 without NUL bytes;
     /// [`RosPublishError::Copy`] when the device→host copy for ordinary subscribers
-    /// fails; [`RosPublishError::Channel`] when our channel refuses the loan (one of
+    /// (or of a String's text, to check it) fails; [`RosPublishError::Channel`] when our channel refuses the loan (one of
     /// another publisher's, a Zenoh failure); [`RosPublishError::Base`] when the put on
     /// the base key fails (the channel has the message by then).
     pub fn publish(&self, msg: &M, mut loan: GpuLoan) -> Result<RosPutReport, RosPublishError> {
+        if M::DATA_IS_TEXT {
+            // Text is small: checked in a host copy, whichever memory the loan is.
+            let mut text = vec![0; loan.len()];
+            loan.read_to_host(0, &mut text).map_err(RosPublishError::Copy)?;
+            check_data::<M>(&text)?;
+        }
         let att = self.next_attachment();
         let mut plan = match (&self.lending, self.buffer_aware) {
             (Some(l), true) => l.plan(&self.node.0.graph.ordinary_subscribers(&self.key), loan.device_ptr().is_some()),
@@ -474,11 +484,13 @@ impl<M: RosDataMessage> RosPublisher<M> {
     /// is (or always, for TRANSIENT_LOCAL).
     ///
     /// # Errors
-    /// [`RosPublishError::Encode`] when the fields do not encode;
+    /// [`RosPublishError::Encode`] when the fields do not encode, or the text of a
+    /// `std_msgs/msg/String` is not UTF-8 without NUL bytes (nothing is sent);
     /// [`RosPublishError::ChannelBytes`] when our channel refuses the data (no block,
     /// a failed copy or put); [`RosPublishError::Base`] when the put on the base key
     /// fails.
     pub fn publish_host(&self, msg: &M, data: &[u8]) -> Result<RosPutReport, RosPublishError> {
+        check_data::<M>(data)?;
         let att = self.next_attachment();
         let channel = if self.gpu.aware_subscribers() > 0 {
             Some(self.gpu.put_bytes_meta(data, Some(encode_envelope(&att, msg)?))?)
@@ -495,6 +507,18 @@ impl<M: RosDataMessage> RosPublisher<M> {
         }
         self.published.fetch_add(1, Ordering::Relaxed);
         Ok(RosPutReport { seq: att.seq, channel, base })
+    }
+}
+
+impl RosPublisher<StringMsg<()>> {
+    /// Publishes a `std_msgs/msg/String` with `text` as its `data`
+    /// ([`RosPublisher::publish_host`] with the text's bytes).
+    ///
+    /// # Errors
+    /// As [`RosPublisher::publish_host`]: [`RosPublishError::Encode`] for text with a NUL
+    /// byte (nothing is sent).
+    pub fn publish_str(&self, text: &str) -> Result<RosPutReport, RosPublishError> {
+        self.publish_host(&StringMsg { data: () }, text.as_bytes())
     }
 }
 

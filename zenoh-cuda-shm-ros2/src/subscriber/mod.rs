@@ -88,7 +88,8 @@ pub struct RosSubscriberStats {
     pub bad_attachment: u64,
     /// Base-key samples whose CDR does not decode, dropped.
     pub bad_cdr: u64,
-    /// Channel samples without a valid envelope, dropped.
+    /// Channel samples without a valid envelope (or, for a `std_msgs/msg/String`, whose
+    /// text is not UTF-8 without NUL bytes), dropped.
     pub bad_envelope: u64,
     /// KEEP_LAST: messages dropped, oldest first, because the queue of `depth` was full
     /// (the application reads slower than they come).

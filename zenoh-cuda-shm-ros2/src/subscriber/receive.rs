@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use super::super::attachment::{Attachment, AttachmentError};
 use super::super::cuda_backend::{BackendBuffer, BackendImportError, ImportQueue};
-use super::super::message::{DataField, EnvelopeError, RosDataMessage, decode_envelope};
+use super::super::message::{DataField, EnvelopeError, RosDataMessage, check_data, decode_envelope};
 use super::dedup::{Dedup, MAX_PUBLISHERS};
 use super::sample::{Body, RosSample};
 use crate::api::GpuSubscriber;
@@ -123,6 +123,12 @@ impl<M: RosDataMessage> Shared<M> {
                 return;
             }
         };
+        if M::DATA_IS_TEXT && sample.host_bytes().is_none_or(|t| check_data::<M>(&t).is_err()) {
+            // Our publishers check text before sending it: this one did not.
+            self.core.counters.bad_envelope.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(key = %sample.info().key, "dropping a channel sample whose text is not UTF-8 host bytes");
+            return;
+        }
         if let Some(seq_per_put) = self.first(&attachment, false) {
             self.core.counters.channel.fetch_add(1, Ordering::Relaxed);
             self.queue(RosSample { msg, attachment, seq_per_put, body: Body::Channel(sample) });
