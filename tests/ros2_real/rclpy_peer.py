@@ -6,10 +6,12 @@ Roles:
          seeded with the message's rmw sequence number (1, 2, 3, ... per publisher);
          first wait until the graph shows --wait-subs subscriptions of the topic.
          --count 0: until SIGTERM/SIGINT; --linger: stay that long after the last.
-         --type string: std_msgs/msg/String instead ("message <seq>"); --idle: declare
+         --type string: std_msgs/msg/String instead ("Hello World: <seq>", as ROS's
+         talker demo and our ros2_talker write it); --idle: declare
          the publisher and publish nothing until SIGTERM/SIGINT.
   sub    subscribe and check every message: fields, every data byte against the
-         pattern seeded with the message's publication sequence number, sequence
+         pattern seeded with the message's publication sequence number (--type
+         string: the text against "Hello World: <seq>"), sequence
          numbers contiguous per publisher; exit after --count messages (or --timeout),
          or --grace seconds after them (what comes meanwhile is counted too).
   graph  wait until the topic has the expected publishers/subscriptions (node names),
@@ -176,7 +178,7 @@ def run_string_pub(node, pub, a):
     msg = String()
 
     def fill(seq):
-        msg.data = f"message {seq}"
+        msg.data = f"Hello World: {seq}"
 
     sent = publish_paced(node, pub, a, msg, fill)
     emit("summary", frames=sent, topic=pub.topic_name)
@@ -206,6 +208,15 @@ def run_sub(node, a):
                     state["gaps"] += seq - last[key] - 1
             last[key] = seq
             first.setdefault(key, seq)
+        if a.type == "string":
+            if msg.data != f"Hello World: {seq}":
+                state["bad"] += 1
+                if state["first_bad"] is None:
+                    state["first_bad"] = {"seq": seq, "text": msg.data[:80]}
+            state["n"] += 1
+            if state["n"] == 1:
+                emit("first_message", seq=seq, text=msg.data[:80])
+            return
         ok_fields = (msg.encoding == "rgba8" and msg.step == msg.width * 4
                      and len(msg.data) == msg.step * msg.height
                      and (a.width == 0 or (msg.width, msg.height) == (a.width, a.height)))
@@ -226,7 +237,8 @@ def run_sub(node, a):
         if state["n"] == 1:
             emit("first_message", seq=seq, width=msg.width, height=msg.height)
 
-    sub = node.create_subscription(Image, a.topic, callback, qos_profile(a.qos, a.depth))
+    sub = node.create_subscription(String if a.type == "string" else Image, a.topic, callback,
+                                   qos_profile(a.qos, a.depth))
     emit("ready", topic=sub.topic_name)
     deadline = time.monotonic() + a.timeout
     while state["n"] < a.count and not stop and time.monotonic() < deadline:
@@ -317,7 +329,7 @@ def main():
     p.add_argument("--topic", default="/camera/image")
     p.add_argument("--node", default=None)
     p.add_argument("--namespace", default="", help="the node's namespace")
-    p.add_argument("--type", default="image", choices=["image", "string"], help="pub: the message type")
+    p.add_argument("--type", default="image", choices=["image", "string"], help="pub, sub: the message type")
     p.add_argument("--idle", action="store_true", help="pub: publish nothing")
     p.add_argument("--grace", type=float, default=0.0, help="sub: seconds to stay after --count messages")
     p.add_argument("--qos", default="reliable", choices=["reliable", "keep-all", "sensor", "transient"])
