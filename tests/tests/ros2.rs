@@ -332,8 +332,9 @@ fn gaps_in_per_message_numbering_count_as_lost() {
 /// that delivers it: a subscription on another topic of the same session still
 /// receives. KEEP_ALL keeps everything that fits (the negative control: no drop).
 #[test]
-fn keep_last_drops_the_oldest_and_stalls_nobody() {
-    let _w = watchdog_guard("keep_last_drops_the_oldest_and_stalls_nobody", Duration::from_secs(60));
+fn keep_last_drops_the_oldest_keep_all_keeps_all_and_both_stall_nobody() {
+    let _w =
+        watchdog_guard("keep_last_drops_the_oldest_keep_all_keeps_all_and_both_stall_nobody", Duration::from_secs(60));
     let (node, raw) = sessions(16);
     let stalled = node.subscriber::<Image<()>>("/t", Qos::reliable(2)).unwrap();
     let other = node.subscriber::<Image<()>>("/u", Qos::reliable(10)).unwrap();
@@ -345,18 +346,21 @@ fn keep_last_drops_the_oldest_and_stalls_nobody() {
     for seq in 1..=20 {
         raw.put(stalled.key(), cdr(&[seq as u8; 4])).attachment(attachment(seq, gid)).wait().unwrap();
     }
-    for seq in 1..=5 {
+    // KEEP_ALL, depth 10, not read: it keeps all 50 and holds up nobody either.
+    for seq in 1..=50 {
         raw.put(all.key(), cdr(&[seq as u8; 4])).attachment(attachment(seq, gid)).wait().unwrap();
     }
     raw.put(other.key(), cdr(&[42; 4])).attachment(attachment(1, gid)).wait().unwrap();
-    let s = other.recv_timeout(IO).expect("another topic is delivered while /t is not read");
+    let s = other.recv_timeout(IO).expect("another topic is delivered while /t and /v are not read");
     assert_eq!(s.host_data().unwrap().as_ref(), &[42; 4]);
     wait_for("18 of 20 dropped", || stalled.stats().dropped_queue_full == 18);
     let kept: Vec<i64> = (0..2).map(|_| stalled.recv_timeout(IO).unwrap().attachment().seq).collect();
     assert_eq!(kept, vec![19, 20], "the newest two, in order");
     assert!(stalled.try_recv().is_none());
-    let got: Vec<i64> = (0..5).map(|_| all.recv_timeout(IO).unwrap().attachment().seq).collect();
-    assert_eq!((got, all.stats().dropped_queue_full), ((1..=5).collect::<Vec<_>>(), 0));
+    wait_for("50 queued", || all.stats().queued == 50);
+    assert_eq!(stalled.stats().queued, 0);
+    let got: Vec<i64> = (0..50).map(|_| all.recv_timeout(IO).unwrap().attachment().seq).collect();
+    assert_eq!((got, all.stats().dropped_queue_full, all.stats().queued), ((1..=50).collect::<Vec<_>>(), 0, 0));
 }
 
 /// Publishers that never reach a subscription are reported once each, with the reason;

@@ -81,7 +81,7 @@ pub use node::{DEFAULT_SILENCE_WINDOW, GraphView, NodeOptions, RosDeclareError, 
 pub use publisher::{RosPublishError, RosPublisher, RosPublisherStats, RosPutReport};
 pub use qos::{Durability, History, Liveliness, Qos, Reliability};
 pub use silence::{SilenceReason, SilentPublisher, silence_token};
-pub use subscriber::{RosSample, RosSubscriber, RosSubscriberStats};
+pub use subscriber::{KEEP_ALL_WARN, RosSample, RosSubscriber, RosSubscriberStats};
 
 // The layers below, under the names the modules of this crate use.
 pub(crate) use zcs_memory::sync;

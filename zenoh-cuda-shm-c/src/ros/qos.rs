@@ -36,8 +36,8 @@ pub struct zcs_ros_qos_t {
     /// `ZCS_ROS_HISTORY_KEEP_LAST` or `ZCS_ROS_HISTORY_KEEP_ALL`.
     pub history: u32,
     /// Messages kept with `ZCS_ROS_HISTORY_KEEP_LAST` (at least 1); ignored with
-    /// `ZCS_ROS_HISTORY_KEEP_ALL`. A subscription queues this many received messages
-    /// (42 for keep all) and then holds the sender back.
+    /// `ZCS_ROS_HISTORY_KEEP_ALL`. A keep-last subscription queues this many received
+    /// messages and then drops the oldest; a keep-all one queues without limit.
     pub depth: u32,
 }
 

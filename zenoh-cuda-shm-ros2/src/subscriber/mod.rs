@@ -55,6 +55,7 @@ use crate::api::{GpuSubscriber, RecvError};
 use crate::config::PlainListen;
 use crate::sync::Unpoisoned;
 use crate::transport::subscriber::spin::{SpinWindow, count_polled, recv_queue};
+pub use receive::KEEP_ALL_WARN;
 use receive::{Core, Shared};
 use sample::Body;
 pub use sample::RosSample;
@@ -94,6 +95,10 @@ pub struct RosSubscriberStats {
     /// KEEP_LAST: messages dropped, oldest first, because the queue of `depth` was full
     /// (the application reads slower than they come).
     pub dropped_queue_full: u64,
+    /// Messages received and not read yet. A KEEP_ALL queue has no limit: past
+    /// [`KEEP_ALL_WARN`] unread messages a warning is logged, once each time it grows
+    /// past that mark.
+    pub queued: u64,
     /// Time this subscription's threads spent busy-polling for messages, in µs (its
     /// `recv` and its channel's link threads; see `spin_us`).
     pub polled_us: u64,
@@ -167,9 +172,15 @@ impl<M: RosDataMessage> RosSubscriber<M> {
         let Endpoint { topic, key, hash, token, gid, buffer_aware, cuda } =
             node.endpoint::<M>(EntityKind::Subscription, topic, &qos)?;
         let domain = node.0.name.domain;
-        let (tx, rx) = flume::bounded(qos.depth().max(1) as usize);
+        // KEEP_LAST: `depth` messages, the oldest dropped for a new one. KEEP_ALL: no
+        // limit, as rmw_zenoh's subscriptions have none (rmw_subscription_data.cpp,
+        // add_new_message, 0.6.7): no Zenoh thread ever waits for the application, and
+        // a publisher is held back only on its own side (its pool of GPU blocks empties
+        // while we hold them; congestion control for bytes).
+        let keep_last = matches!(qos.history, History::KeepLast(_));
+        let (tx, rx) = if keep_last { flume::bounded(qos.depth().max(1) as usize) } else { flume::unbounded() };
         let core = Arc::new(Core::default());
-        let oldest = matches!(qos.history, History::KeepLast(_)).then(|| rx.clone());
+        let oldest = keep_last.then(|| rx.clone());
         let shared = Arc::new(Shared { tx, oldest, core: Arc::clone(&core) });
 
         // Nobody publishes plain samples on our channel key: never listen there.
@@ -371,6 +382,7 @@ impl<M: RosDataMessage> RosSubscriber<M> {
             bad_cdr: c.bad_cdr.load(Ordering::Relaxed),
             bad_envelope: c.bad_envelope.load(Ordering::Relaxed),
             dropped_queue_full: c.dropped_queue_full.load(Ordering::Relaxed),
+            queued: self.rx.len() as u64,
             polled_us: c.polled_ns.load(Ordering::Relaxed) / 1000 + self.channel.stats().polled_us,
         }
     }

@@ -31,6 +31,10 @@ pub(super) struct Counters {
     pub(super) polled_ns: AtomicU64,
 }
 
+/// Unread messages of a KEEP_ALL subscription past which it warns (again once it has
+/// drained to half of it).
+pub const KEEP_ALL_WARN: usize = 1024;
+
 /// The state of a subscription that does not depend on its message type.
 #[derive(Default)]
 pub(super) struct Core {
@@ -45,6 +49,8 @@ pub(super) struct Core {
     /// `_buf/<our GID>` (at most [`MAX_PUBLISHERS`] of each).
     pub(super) refused_only: Mutex<HashMap<[u8; 16], &'static str>>,
     pub(super) delivered_from: Mutex<std::collections::HashSet<[u8; 16]>>,
+    /// Whether the KEEP_ALL queue's warning was given since it last drained.
+    pub(super) warned_queue: std::sync::atomic::AtomicBool,
 }
 
 impl Core {
@@ -83,12 +89,23 @@ pub(super) struct Shared<M> {
 }
 
 impl<M: RosDataMessage> Shared<M> {
-    /// Queues a message for the application. KEEP_LAST, as ROS does: a full queue
-    /// drops its oldest message (counted in `dropped_queue_full`) and never waits, so an
-    /// application that stops reading holds up no Zenoh thread. KEEP_ALL waits for room.
+    /// Queues a message for the application, never waiting, so that an application that
+    /// stops reading holds up no Zenoh thread (and so no other topic). KEEP_LAST, as ROS
+    /// does: a full queue drops its oldest message (counted in `dropped_queue_full`).
+    /// KEEP_ALL: the queue has no limit; it warns as it grows past [`KEEP_ALL_WARN`].
     fn queue(&self, mut msg: RosSample<M>) {
         let Some(oldest) = &self.oldest else {
             let _ = self.tx.send(msg);
+            let queued = self.tx.len();
+            if queued < KEEP_ALL_WARN / 2 {
+                self.core.warned_queue.store(false, Ordering::Relaxed);
+            } else if queued >= KEEP_ALL_WARN && !self.core.warned_queue.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    queued,
+                    "a KEEP_ALL subscription has this many messages not read yet: the application reads slower than \
+                     they come (memory grows; publishers of GPU blocks are held back as their pools empty)"
+                );
+            }
             return;
         };
         loop {
