@@ -19,6 +19,9 @@ mod closable;
 mod dtype;
 mod loan;
 mod publisher;
+mod ros_node;
+mod ros_publisher;
+mod ros_subscription;
 mod session;
 mod stream;
 mod subscriber;
@@ -77,6 +80,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loan::Loan>()?;
     m.add_class::<subscriber::Subscriber>()?;
     m.add_class::<subscriber::Sample>()?;
+    m.add_function(wrap_pyfunction!(ros_node::ros2_node, m)?)?;
+    m.add_function(wrap_pyfunction!(ros_node::pixel_layout, m)?)?;
+    m.add_class::<ros_node::Node>()?;
+    m.add_class::<ros_publisher::RosPub>()?;
+    m.add_class::<ros_subscription::RosSub>()?;
+    m.add_class::<ros_subscription::RosMsg>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -49,6 +49,11 @@ impl LoanCell {
         Self { loan: Mutex::new(Some(loan)), meta, addr, nbytes, gpu, streams: Mutex::new(Vec::new()) }
     }
 
+    /// The loaned length in bytes.
+    pub(crate) fn nbytes(&self) -> usize {
+        self.nbytes
+    }
+
     fn is_open(&self) -> bool {
         self.loan.lock().unwrap_or_else(|p| p.into_inner()).is_some()
     }

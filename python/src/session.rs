@@ -27,7 +27,7 @@ impl SessionState {
             .ok_or_else(|| ClosedError::new_err("the session is closed"))
     }
 
-    fn adopt(&self, child: Weak<dyn Closable>) {
+    pub(crate) fn adopt(&self, child: Weak<dyn Closable>) {
         let mut c = self.children.lock().unwrap_or_else(|p| p.into_inner());
         c.retain(|w| w.strong_count() > 0);
         c.push(child);
@@ -85,7 +85,7 @@ pub fn open(py: Python<'_>, config: Option<&Bound<'_, PyAny>>, zenoh: Option<&Bo
 /// A Zenoh session with a GPU (or host-memory) block provider.
 #[pyclass(frozen, module = "zenoh_cuda_shm._native")]
 pub struct Session {
-    state: Arc<SessionState>,
+    pub(crate) state: Arc<SessionState>,
 }
 
 #[pymethods]

@@ -162,6 +162,68 @@ fn export_err(e: &ExportError) -> PyErr {
     }
 }
 
+/// What a consumer passes to `__dlpack__`.
+pub(crate) struct DlpackArgs<'a, 'py> {
+    pub(crate) stream: Option<&'a Bound<'py, PyAny>>,
+    pub(crate) max_version: Option<(u32, u32)>,
+    pub(crate) dl_device: Option<(i32, i32)>,
+    pub(crate) copy: Option<bool>,
+}
+
+/// Exports `sample` as DLPack asks (see `Sample.__dlpack__`), described by `meta` or, when
+/// `None`, by the sample's own tensor description.
+pub(crate) fn export<'py>(
+    py: Python<'py>,
+    sample: &GpuSample,
+    meta: Option<&TensorMeta>,
+    args: DlpackArgs<'_, 'py>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let DlpackArgs { stream, max_version, dl_device, copy } = args;
+    let own = sample.dlpack_device();
+    let cpu = DeviceType::Cpu.as_i32();
+    let to_host = match dl_device {
+        None => false,
+        Some(d) if d == (own.device_type, own.device_id) => false,
+        Some((t, 0)) if t == cpu => true,
+        Some((t, id)) => {
+            return Err(PyBufferError::new_err(format!(
+                "the sample is on device ({}, {}) and can be exported there or to (1, 0), not ({t}, {id})",
+                own.device_type, own.device_id
+            )));
+        }
+    };
+    let s = stream::parse(stream)?;
+    let consumer = if own.device_type == cpu || to_host {
+        stream::check_cpu(s)?;
+        ConsumerStream::no_sync()
+    } else {
+        // SAFETY: DLPack's contract: a stream value above 2 is a live `cudaStream_t` of
+        // the consumer on the sample's device (the primary context, which every runtime
+        // API framework uses), which the consumer keeps alive while it uses the tensor,
+        // i.e. until it calls the deleter.
+        unsafe { ConsumerStream::from_dlpack(s.unwrap_or(1)) }.map_err(|e| export_err(&e))?
+    };
+    let options = ExportOptions { copy, to_host };
+    let versioned = max_version.is_some_and(|(major, _)| major >= 1);
+    if versioned {
+        let t = py
+            .detach(|| match meta {
+                None => sample.to_dlpack_versioned_with(&consumer, options),
+                Some(m) => sample.to_dlpack_versioned_as(m, &consumer, options),
+            })
+            .map_err(|e| export_err(&e))?;
+        capsule::versioned(py, t)
+    } else {
+        let t = py
+            .detach(|| match meta {
+                None => sample.to_dlpack_legacy_with(&consumer, options),
+                Some(m) => sample.to_dlpack_legacy_as(m, &consumer, options),
+            })
+            .map_err(|e| export_err(&e))?;
+        capsule::legacy(py, t)
+    }
+}
+
 #[pymethods]
 impl Sample {
     /// Exports the payload as a tensor (DLPack). On CUDA, `stream` is the consumer's
@@ -181,40 +243,7 @@ impl Sample {
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.tensor()?;
-        let own = self.sample.dlpack_device();
-        let cpu = DeviceType::Cpu.as_i32();
-        let to_host = match dl_device {
-            None => false,
-            Some(d) if d == (own.device_type, own.device_id) => false,
-            Some((t, 0)) if t == cpu => true,
-            Some((t, id)) => {
-                return Err(PyBufferError::new_err(format!(
-                    "the sample is on device ({}, {}) and can be exported there or to (1, 0), not ({t}, {id})",
-                    own.device_type, own.device_id
-                )));
-            }
-        };
-        let s = stream::parse(stream)?;
-        let consumer = if own.device_type == cpu || to_host {
-            stream::check_cpu(s)?;
-            ConsumerStream::no_sync()
-        } else {
-            // SAFETY: DLPack's contract: a stream value above 2 is a live `cudaStream_t` of
-            // the consumer on the sample's device (the primary context, which every runtime
-            // API framework uses), which the consumer keeps alive while it uses the tensor,
-            // i.e. until it calls the deleter.
-            unsafe { ConsumerStream::from_dlpack(s.unwrap_or(1)) }.map_err(|e| export_err(&e))?
-        };
-        let options = ExportOptions { copy, to_host };
-        let versioned = max_version.is_some_and(|(major, _)| major >= 1);
-        let sample = &self.sample;
-        if versioned {
-            let t = py.detach(|| sample.to_dlpack_versioned_with(&consumer, options)).map_err(|e| export_err(&e))?;
-            capsule::versioned(py, t)
-        } else {
-            let t = py.detach(|| sample.to_dlpack_legacy_with(&consumer, options)).map_err(|e| export_err(&e))?;
-            capsule::legacy(py, t)
-        }
+        export(py, &self.sample, None, DlpackArgs { stream, max_version, dl_device, copy })
     }
 
     /// `(device_type, device_id)` of an export: `(2, ordinal)` in CUDA sessions, `(1, 0)`

@@ -34,6 +34,7 @@
 //! shared-memory buffer) without assembling the message in between.
 
 mod buffer;
+mod encoding;
 mod image;
 mod string;
 mod tensor;
@@ -42,6 +43,7 @@ pub use buffer::{
     BufferData, CUDA_BACKEND, CUDA_ELEMENT_TYPE_U8, CudaBufferDescriptor, CudaDescriptorError, CudaDescriptorLayout,
     DESCRIPTOR_MARKER_1, DESCRIPTOR_MARKER_2,
 };
+pub use encoding::{PixelLayoutError, pixel_layout};
 pub use image::{Header, Image, Time};
 pub use string::StringMsg;
 pub use tensor::ExperimentalTensor;

@@ -6,7 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tensor_codec::{DecodeError, Device};
+use tensor_codec::{DecodeError, Device, TensorMeta};
 
 use crate::cuda::{CudaError, DeviceBlock, Fence, Gpu, Stream, copy};
 use crate::pool::Fence as PoolFence;
@@ -324,18 +324,84 @@ impl GpuSample {
         Ok(ManagedTensorLegacy { ptr })
     }
 
+    /// [`GpuSample::to_dlpack_versioned_with`] for a sample whose metadata is not a
+    /// tensor description (a ROS message's data, say), with `meta` describing its
+    /// payload instead. `meta` is checked against the payload's length.
+    ///
+    /// # Errors
+    /// [`ExportError::Meta`] when `meta` does not fit the payload; as
+    /// [`GpuSample::to_dlpack_versioned_with`] otherwise.
+    pub fn to_dlpack_versioned_as(
+        &self,
+        meta: &TensorMeta,
+        stream: &ConsumerStream,
+        options: ExportOptions,
+    ) -> Result<ManagedTensorVersioned, ExportError> {
+        let p = self.export_parts_as(Some(meta), stream, options)?;
+        let managed = DLManagedTensorVersioned {
+            version: DLPACK_VERSION,
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(delete_versioned),
+            flags: p.flags,
+            dl_tensor: tensor_of(&p),
+        };
+        let ptr = into_export(managed, p.shape, p.strides, p.owner, |m| &mut m.dl_tensor, |m, c| m.manager_ctx = c);
+        Ok(ManagedTensorVersioned { ptr })
+    }
+
+    /// [`GpuSample::to_dlpack_legacy_with`] with `meta` describing the payload (see
+    /// [`GpuSample::to_dlpack_versioned_as`]).
+    ///
+    /// # Errors
+    /// As [`GpuSample::to_dlpack_versioned_as`].
+    pub fn to_dlpack_legacy_as(
+        &self,
+        meta: &TensorMeta,
+        stream: &ConsumerStream,
+        options: ExportOptions,
+    ) -> Result<ManagedTensorLegacy, ExportError> {
+        let p = self.export_parts_as(Some(meta), stream, options)?;
+        let managed = DLManagedTensor {
+            dl_tensor: tensor_of(&p),
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(delete_legacy),
+        };
+        let ptr = into_export(managed, p.shape, p.strides, p.owner, |m| &mut m.dl_tensor, |m, c| m.manager_ctx = c);
+        Ok(ManagedTensorLegacy { ptr })
+    }
+
     fn export_parts(&self, stream: &ConsumerStream, options: ExportOptions) -> Result<Parts, ExportError> {
-        let meta = self.tensor_meta()?.ok_or(ExportError::NoMeta)?;
+        self.export_parts_as(None, stream, options)
+    }
+
+    /// The parts of an export, described by `given` or else by the sample's own metadata.
+    fn export_parts_as(
+        &self,
+        given: Option<&TensorMeta>,
+        stream: &ConsumerStream,
+        options: ExportOptions,
+    ) -> Result<Parts, ExportError> {
+        let meta = match given {
+            Some(m) => {
+                m.validate(self.len() as u64).map_err(DecodeError::from)?;
+                m.clone()
+            }
+            None => self.tensor_meta()?.ok_or(ExportError::NoMeta)?,
+        };
         let strides = meta.effective_strides().map_err(DecodeError::from)?.into_boxed_slice();
         let shape = meta.shape.clone().into_boxed_slice();
         let dtype = meta.dtype.to_dl();
         let no_copy = |why| if options.copy == Some(false) { Err(ExportError::CopyRequired { why }) } else { Ok(()) };
         if options.to_host && self.delivery().subscriber_gpu().is_some() {
             no_copy("the payload is in device memory")?;
-            // The bytes the view touches, rebased to offset 0 (same explicit strides).
-            let (_, data) = self.to_owned_tensor().map_err(ExportError::HostCopy)?.into_parts();
+            // The bytes the view touches, rebased to offset 0 (same explicit strides); for
+            // a given description, the whole payload at its offset.
+            let (data, offset) = match given {
+                None => (self.to_owned_tensor().map_err(ExportError::HostCopy)?.into_parts().1, 0),
+                Some(m) => (self.to_vec().map_err(|e| ExportError::HostCopy(e.into()))?, m.byte_offset),
+            };
             let (copy, at) = aligned_copy(&data);
-            let base = copy.as_ptr() as u64 + at as u64;
+            let base = copy.as_ptr() as u64 + at as u64 + offset;
             let owner = Owner::Host { _sample: self.clone(), _copy: Some(copy) };
             let (device, flags) = (Device::CPU.into(), DLPACK_FLAG_BITMASK_IS_COPIED);
             return Ok(Parts { data: base, device, dtype, shape, strides, flags, owner });
