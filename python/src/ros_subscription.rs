@@ -315,8 +315,9 @@ impl RosMsg {
         }
     }
 
-    /// Whether the data is in a block this process reads in place (`__dlpack__` then
-    /// copies nothing); `False` for CDR bytes.
+    /// Whether the data came on our channel, which `__dlpack__` exports itself: in place
+    /// for the zero-copy paths, as the library's other paths serve it otherwise; `False`
+    /// for CDR bytes (exported from a copy by the Python layer).
     #[getter]
     fn in_place(&self) -> bool {
         with_sample!(&self.sample, s => s.gpu_sample().is_some())

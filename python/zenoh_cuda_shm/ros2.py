@@ -420,6 +420,11 @@ class Publisher:
         return self._native.gid
 
     @property
+    def next_seq(self) -> int:
+        """The sequence number the next message will carry (1, 2, …)."""
+        return self._native.next_seq
+
+    @property
     def closed(self) -> bool:
         return self._native.closed
 

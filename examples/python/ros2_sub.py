@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""A PyTorch node that takes camera frames from a ROS 2 graph in place.
+
+It subscribes to sensor_msgs/msg/Image and reads each frame with
+`torch.from_dlpack(msg)`: a frame from one of our publishers on this GPU is read in its
+block, ordered after the publisher's writes on the current stream (no copy, no host
+wait); a frame from an rclpy or rclcpp publisher arrives as CDR and is copied once.
+Without PyTorch (or without a GPU) it does the same with NumPy on host memory.
+
+Every frame is checked against the examples' pattern seeded with its ROS sequence
+number (what ros2_pub.py, ros2_image_pub and the tests' rclpy publishers write);
+a frame that differs is printed as MISMATCH and the program exits with status 1.
+
+    python3 examples/python/ros2_sub.py -n 100
+
+Flags: -t/--topic (/camera/image), -n (100 messages; 0: until Ctrl-C), --qos
+(keep-all, reliable, sensor), --domain, --device, -e/--connect, -l/--listen, -m/--mode,
+--idle-timeout (60 s).
+"""
+
+import argparse
+import json
+import signal
+import sys
+import time
+
+import numpy
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+import zenoh_cuda_shm as zcs
+from zenoh_cuda_shm import ros2
+
+QOS = {
+    "keep-all": ros2.QoSProfile(depth=10, history=ros2.HistoryPolicy.KEEP_ALL),
+    "reliable": ros2.qos_profile_default,
+    "sensor": ros2.qos_profile_sensor_data,
+}
+
+
+def pattern(n, seed, xp, device=None):
+    """As in ros2_pub.py: zcs_memory's pattern_byte for offsets 0..n."""
+    m = 0xFFFFFFFF
+    arange = xp.arange(n, dtype=xp.int64) if device is None else xp.arange(n, dtype=xp.int64, device=device)
+    x = arange & m
+    h = ((x * 0x9E3779B1) & m) + ((seed * 0x85EBCA77) & m)
+    return (((h & m) >> 24) ^ x) & 0xFF
+
+
+def mismatches(msg, use_torch):
+    """Bytes of the frame that are not the pattern of its sequence number."""
+    if use_torch:
+        frame = torch.from_dlpack(msg)  # in place; on the GPU when it came there
+        want = pattern(frame.numel(), msg.seq, torch, frame.device).to(torch.uint8)
+        return int((frame.reshape(-1) != want).sum())
+    frame = numpy.from_dlpack(msg)
+    return int((frame.reshape(-1) != pattern(frame.size, msg.seq, numpy).astype(numpy.uint8)).sum())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-t", "--topic", default="/camera/image")
+    ap.add_argument("-n", type=int, default=100, help="messages to receive (0: until Ctrl-C)")
+    ap.add_argument("--qos", choices=sorted(QOS), default="keep-all")
+    ap.add_argument("--domain", type=int, default=None, help="ROS domain id (default: ROS_DOMAIN_ID, else 0)")
+    ap.add_argument("--device", choices=["auto", "cuda", "host"], default="auto")
+    ap.add_argument("-e", "--connect", action="append", default=[], help="Zenoh endpoint to connect to")
+    ap.add_argument("-l", "--listen", action="append", default=[], help="Zenoh endpoint to listen on")
+    ap.add_argument("-m", "--mode", choices=["peer", "client", "router"], default="peer", help="Zenoh mode")
+    ap.add_argument("--no-multicast-scouting", action="store_true")
+    ap.add_argument("--idle-timeout", type=float, default=60.0, help="give up after this long without a message")
+    args = ap.parse_args()
+
+    zenoh = {"mode": args.mode}
+    if args.connect:
+        zenoh["connect"] = {"endpoints": args.connect}
+    if args.listen:
+        zenoh["listen"] = {"endpoints": args.listen}
+    if args.no_multicast_scouting:
+        zenoh["scouting"] = {"multicast": {"enabled": False}}
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with zcs.open({"device": args.device}, zenoh=zenoh) as session:
+        use_torch = torch is not None and (session.backend == "cuda-vmm" or not hasattr(numpy, "from_dlpack"))
+        node = ros2.Node(session, "zcs_py_image_sub", domain=args.domain)
+        sub = node.create_subscription(ros2.Image, args.topic, qos_profile=QOS[args.qos])
+        print(f"[ros2] subscribed to {sub.topic!r} gid {sub.gid} (checking with {'PyTorch' if use_torch else 'NumPy'})",
+              flush=True)
+        n = bad = gaps = disorder = 0
+        paths, last = {}, {}
+        start = None
+        try:
+            while args.n == 0 or n < args.n:
+                try:
+                    msg = sub.recv(timeout=min(2.0, args.idle_timeout) if n == 0 else args.idle_timeout)
+                except TimeoutError:
+                    if n > 0 or args.idle_timeout <= 2.0:
+                        print(f"[ros2] no message for {args.idle_timeout} s", file=sys.stderr)
+                        break
+                    print(f"[ros2] waiting for a publisher on {sub.topic}…", flush=True)
+                    try:
+                        msg = sub.recv(timeout=args.idle_timeout - 2.0)
+                    except TimeoutError:
+                        print(f"[ros2] no message for {args.idle_timeout} s", file=sys.stderr)
+                        break
+                start = start or time.monotonic()
+                if msg.path not in paths:
+                    why = msg.path_reason
+                    print(f"[ros2] first message by path {msg.path}" + (f" ({why})" if why else ""), flush=True)
+                paths[msg.path] = paths.get(msg.path, 0) + 1
+                prev = last.get(msg.publisher_gid)
+                if prev is not None:
+                    disorder += msg.seq <= prev
+                    gaps += max(0, msg.seq - prev - 1)
+                last[msg.publisher_gid] = msg.seq
+                if msg.encoding != "rgba8" or mismatches(msg, use_torch):
+                    bad += 1
+                    print(f"[ros2] message {msg.seq} from {msg.publisher_gid}: MISMATCH", file=sys.stderr)
+                n += 1
+        except KeyboardInterrupt:
+            pass
+        if use_torch and torch.cuda.is_available():
+            torch.cuda.synchronize()
+        secs = time.monotonic() - start if start else 0.0
+        s = sub.stats()
+        print(json.dumps({"role": "ros2_sub", "frames": n, "bad": bad, "gaps": gaps, "disorder": disorder,
+                          "fps": round((n - 1) / secs, 2) if n > 1 and secs else 0, "paths": paths,
+                          "channel": s["channel"], "base": s["base"], "lost": s["lost"],
+                          "dropped_queue_full": s["dropped_queue_full"]}, separators=(",", ":")), flush=True)
+    return 1 if bad or disorder or (args.n and n < args.n) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
