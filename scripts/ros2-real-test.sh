@@ -7,6 +7,8 @@
 #
 # ZCS_EXAMPLES_DIR=DIR  take our example binaries (ros2_image_pub / _sub, ros2_talker /
 #                       ros2_listener) from DIR, build nothing
+# ZCS_PYTHON=PYTHON     the interpreter with our Python package (default: target/py-venv,
+#                       made by scripts/python-test.sh when missing)
 # ROS2_REAL_REPEAT=N    run the whole set N times in a row (default 1); stops at a failure
 # Logs of every process: target/ros2-real/<distro>/run-<i>/<test>/
 # See docs/ros2-real.md.
@@ -16,7 +18,7 @@ setup_args=()
 while [ $# -gt 0 ] && [ "$1" != -- ]; do setup_args+=("$1"); shift; done
 [ "${1:-}" != -- ] || shift
 case " ${setup_args[*]} " in
-    *" -h "*|*" --help "*) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *" -h "*|*" --help "*) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 
 env_file="$(mktemp)"
@@ -32,6 +34,14 @@ if [ -z "${ZCS_EXAMPLES_DIR:-}" ]; then
     export ZCS_EXAMPLES_DIR="$target/release/examples"
 fi
 
+if [ -z "${ZCS_PYTHON:-}" ]; then
+    # Our Python package, for the tests of examples/python/ros2_*.py (test_python.py).
+    export ZCS_PYTHON="$root/target/py-venv/bin/python"
+    if ! "$ZCS_PYTHON" -c "import zenoh_cuda_shm.ros2" 2>/dev/null; then
+        echo "==> our Python package (scripts/python-test.sh)"
+        "$root/scripts/python-test.sh" -q -k test_package >/dev/null
+    fi
+fi
 while IFS= read -r line; do export "${line?}"; done <"$env_file"
 cd "$root/tests/ros2_real"
 runs="${ROS2_REAL_REPEAT:-1}"

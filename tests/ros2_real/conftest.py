@@ -223,6 +223,20 @@ class Net:
             argv += ["-e", connect]
         return self.start(name, argv)
 
+    def ours_py(self, name, script, *args, connect=None, listen="tcp/127.0.0.1:0"):
+        """One of our Python examples (examples/python/<script>) on our package, in the
+        interpreter ZCS_PYTHON names (scripts/ros2-real-test.sh sets it), without the ROS
+        stack's library and module paths."""
+        python = os.environ.get("ZCS_PYTHON", str(ROOT / "target" / "py-venv" / "bin" / "python"))
+        assert pathlib.Path(python).exists(), f"{python} is missing: scripts/python-test.sh makes it"
+        argv = [python, ROOT / "examples" / "python" / script, "--no-multicast-scouting", "-l", listen,
+                "--domain", str(self.domain), "--device", "host", *args]
+        connect = connect or (f"tcp/127.0.0.1:{self.port}" if self.port else None)
+        if connect:
+            argv += ["-e", connect]
+        env = {k: v for k, v in self.env().items() if k not in ("LD_LIBRARY_PATH", "PYTHONPATH")}
+        return self.start(name, argv, env)
+
     def close(self):
         for p in reversed(self.procs):
             p.kill()
