@@ -63,8 +63,9 @@ pub fn open(py: Python<'_>, config: Option<&Bound<'_, PyAny>>, zenoh: Option<&Bo
     let bad = |what: &str, e: &dyn std::error::Error| PyValueError::new_err(format!("{what}: {}", chain(e)));
     let cfg = match config_source(config, "config")? {
         None => ZcsConfig::default(),
-        Some(ConfigSource::Text(t)) => ZcsConfig::from_json5(&t).map_err(|e| bad("invalid config", &e))?,
-        Some(ConfigSource::File(p)) => ZcsConfig::from_file(p).map_err(|e| bad("invalid config", &e))?,
+        // The error says "invalid configuration: …" itself.
+        Some(ConfigSource::Text(t)) => ZcsConfig::from_json5(&t).map_err(|e| PyValueError::new_err(chain(&e)))?,
+        Some(ConfigSource::File(p)) => ZcsConfig::from_file(p).map_err(|e| PyValueError::new_err(chain(&e)))?,
     };
     let cfg = cfg.with_env_overrides().map_err(|e| bad("invalid environment override", &e))?;
     let zcfg = match config_source(zenoh, "zenoh")? {

@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import pathlib
+import re
 import threading
 import traceback
 from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
@@ -92,7 +93,13 @@ def open(config: ConfigLike = None, *, zenoh: ConfigLike = None) -> "Session":  
     an ``os.PathLike``), ``FileNotFoundError`` for a str ending in .json5 or .json that
     names no file, and ``ZcsError`` when Zenoh or the device cannot be opened.
     """
-    return Session(_native.open(_config_arg(config), _config_arg(zenoh)))
+    try:
+        return Session(_native.open(_config_arg(config), _config_arg(zenoh)))
+    except ValueError as e:
+        if isinstance(config, dict) and str(e).startswith("invalid configuration: line "):
+            # A dict has no lines: the key the message names is what locates the fault.
+            raise ValueError(re.sub(r"^invalid configuration: line \d+: ", "invalid configuration: ", str(e))) from None
+        raise
 
 
 def _dtype_name(dtype: Any) -> str:
