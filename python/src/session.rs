@@ -101,7 +101,9 @@ impl Session {
     }
 
     /// Declares a subscriber on a key expression, delivering through a FIFO queue of
-    /// `capacity` samples (a full queue holds back delivery, as Zenoh's default handler).
+    /// `capacity` samples (when it is full, a sample that arrives in a Zenoh callback
+    /// replaces the oldest, counted in `dropped_queue_full`; one on the zero-copy path
+    /// waits, holding back its publisher only).
     /// `peer_gpus` (`"in_place"`, `"copy"`, `"host"` or `"off"`) overrides the session's
     /// choice for publishers on another GPU of this host.
     #[pyo3(signature = (key, capacity = 256, peer_gpus = None))]

@@ -164,7 +164,10 @@ class Session(_Native):
     ) -> "Subscriber":
         """Declares a subscriber on a key expression (wildcards allowed).
 
-        Samples queue in a FIFO of ``capacity`` (a full queue holds back delivery).
+        Samples queue in a FIFO of ``capacity``. When it is full, a sample that arrives
+        as bytes replaces the oldest queued one (counted in ``stats()["dropped_queue_full"]``),
+        so that no other key waits for this one; a zero-copy sample waits for room,
+        holding back its publisher only.
         With ``callback``, a thread of this process calls it for every sample, in order;
         Zenoh's own threads never wait for Python code or the GIL. ``peer_gpus``
         (``"in_place"``, ``"copy"``, ``"host"`` or ``"off"``) overrides the session's

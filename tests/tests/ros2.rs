@@ -396,7 +396,7 @@ fn silent_publishers_are_reported_once_with_a_reason() {
         raw.put(latched.key(), cdr(&[1; 4])).attachment(attachment(seq, old_gid)).wait().unwrap();
         ours.publish_host(&fields(), &[2; 4]).unwrap();
         std::thread::sleep(Duration::from_millis(40));
-        // Drain: a full queue holds Zenoh back.
+        // Drain: the queues hold what this round sent only.
         while latched.try_recv().or_else(|| volatile.try_recv()).is_some() {}
     }
     wait_for("three reports each", || {

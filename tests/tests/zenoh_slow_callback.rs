@@ -31,7 +31,8 @@ fn payload(seq: u64) -> Vec<u8> {
 /// fast as the slow one is served: the callback runs on the thread that reads the link.
 #[test]
 fn a_slow_callback_with_block_loses_nothing_and_holds_back_the_link() {
-    let _w = watchdog_guard("a_slow_callback_with_block_loses_nothing_and_holds_back_the_link", Duration::from_secs(120));
+    let _w =
+        watchdog_guard("a_slow_callback_with_block_loses_nothing_and_holds_back_the_link", Duration::from_secs(120));
     let port = free_tcp_port();
     let subs = zenoh::open(loopback_zenoh_config(Some(port), None, None)).wait().unwrap();
     let pubs = zenoh::open(loopback_zenoh_config(None, Some(port), None)).wait().unwrap();

@@ -47,6 +47,7 @@ use crate::pool::recycler::Recycler;
 use crate::protocol::{self, Group, Request, Role, Token};
 use crate::sync::Unpoisoned;
 pub use delivery::{Delivery, DeviceRead, ForeignBlock, ReadError};
+pub use order::delivering_on_zenoh_thread;
 
 use dedup::Dedup;
 use discovery::{publisher_appeared, publisher_vanished};
@@ -107,6 +108,9 @@ pub struct SubscriberStats {
     /// Time this subscriber's threads spent busy-polling for messages, in µs: what
     /// `spin_us` cost in CPU time (each polling thread keeps one core busy).
     pub polled_us: u64,
+    /// Samples dropped, oldest first, by a full queue of the subscriber's handler where
+    /// waiting for room would have held up a Zenoh thread.
+    pub dropped_queue_full: u64,
 }
 
 #[derive(Default)]
@@ -206,6 +210,8 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     /// Host providers reached by this session (lent blocks are opened there).
     providers: Arc<crate::provider::Providers>,
+    /// Samples the handler's queue dropped (counted by the handler).
+    queue_drops: Arc<AtomicU64>,
     /// What this process sees of the host's GPUs (CUDA subscribers): decides whether
     /// a publisher on another GPU is read in place.
     peer: Option<PeerView>,
@@ -251,13 +257,26 @@ pub struct SubscriberSpec {
     /// Host-memory subscribers: whether GPU publishers of this host serve it host
     /// blocks.
     pub host_blocks: bool,
+    /// Samples its handler's queue dropped rather than make a Zenoh thread wait
+    /// ([`SubscriberStats::dropped_queue_full`]; the handler counts them here).
+    pub queue_drops: Arc<AtomicU64>,
 }
 
 impl SubscriberCore {
     /// Declares a subscriber; every sample received goes to `deliver`.
     pub fn new(session: &zenoh::Session, spec: SubscriberSpec, deliver: Deliver) -> Result<Self, DeclareError> {
-        let SubscriberSpec { key, group, medium, plain_listen, handshake_timeout, spin, providers, peer, host_blocks } =
-            spec;
+        let SubscriberSpec {
+            key,
+            group,
+            medium,
+            plain_listen,
+            handshake_timeout,
+            spin,
+            providers,
+            peer,
+            host_blocks,
+            queue_drops,
+        } = spec;
         let key = key.as_str();
         let ke = KeyExpr::try_from(key.to_owned()).map_err(|source| DeclareError::Key { key: key.into(), source })?;
         crate::step!("subscriber: declaring");
@@ -292,6 +311,7 @@ impl SubscriberCore {
             session: session.clone(),
             closed: AtomicBool::new(false),
             providers,
+            queue_drops,
             peer,
             host_blocks,
             release_stream: ReleaseStream::default(),
@@ -374,6 +394,7 @@ impl SubscriberCore {
             late_bytes: l(&c.late_bytes),
             lost: self.shared.dedup.lost(),
             polled_us: l(&c.polled_ns) / 1000,
+            dropped_queue_full: l(&self.shared.queue_drops),
         }
     }
 

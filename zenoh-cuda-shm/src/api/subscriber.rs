@@ -3,6 +3,7 @@
 
 use std::future::{IntoFuture, Ready, ready};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::config::PeerGpus;
@@ -15,8 +16,13 @@ use crate::transport::subscriber::{SubMedium, SubscriberCore, SubscriberSpec, Su
 
 use super::*;
 
-/// Handler: a FIFO channel of the given capacity (blocks the delivery when full,
-/// like Zenoh's default handler).
+/// Handler: a FIFO channel of the given capacity. When it is full, a sample that
+/// arrives in a Zenoh callback (bytes, inline and plain samples) takes the place of the
+/// oldest one queued, which is dropped and counted in
+/// [`SubscriberStats::dropped_queue_full`]: waiting there would hold up every other key
+/// of the session's link. A sample that arrives on the subscriber's own link (the
+/// zero-copy paths) waits for room, holding back its publisher only, which stops
+/// routing to this subscriber after a second and serves it bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct Fifo(pub usize);
 
@@ -66,7 +72,12 @@ impl<H> SubscriberBuilder<H> {
         self
     }
 
-    fn core(&self, deliver: Box<dyn Fn(GpuSample) + Send + Sync>) -> Result<SubscriberCore, DeclareError> {
+    /// The subscriber's core; its handler counts in `queue_drops` what its queue drops.
+    fn core(
+        &self,
+        queue_drops: Arc<AtomicU64>,
+        deliver: Box<dyn Fn(GpuSample) + Send + Sync>,
+    ) -> Result<SubscriberCore, DeclareError> {
         let s = &self.session.0;
         let medium = match &s.gpu {
             Some(g) => SubMedium::Cuda(g.clone()),
@@ -90,6 +101,7 @@ impl<H> SubscriberBuilder<H> {
             providers: Arc::clone(&s.providers),
             peer,
             host_blocks: s.cfg.host_blocks,
+            queue_drops,
         };
         let core = SubscriberCore::new(&s.zenoh, spec, Box::new(move |d| deliver(GpuSample::new(d))))?;
         let report = core.reporter();
@@ -107,8 +119,26 @@ impl SubscriberBuilder<Fifo> {
     /// [`DeclareError::Io`] when a delivery thread cannot be started.
     pub fn wait(self) -> Result<GpuSubscriber<flume::Receiver<GpuSample>>, DeclareError> {
         let (tx, rx) = flume::bounded(self.handler.0);
-        let core = self.core(Box::new(move |s| {
-            let _ = tx.send(s);
+        let (oldest, drops) = (rx.clone(), Arc::new(AtomicU64::new(0)));
+        let counted = Arc::clone(&drops);
+        let key = self.key.clone();
+        let core = self.core(drops, Box::new(move |s| {
+            if !crate::transport::subscriber::delivering_on_zenoh_thread() {
+                let _ = tx.send(s);
+                return;
+            }
+            let mut s = s;
+            loop {
+                match tx.try_send(s) {
+                    Ok(()) | Err(flume::TrySendError::Disconnected(_)) => return,
+                    Err(flume::TrySendError::Full(back)) => {
+                        s = back;
+                        if oldest.try_recv().is_ok() && counted.fetch_add(1, Ordering::Relaxed) == 0 {
+                            tracing::warn!(%key, "a subscriber's queue is full: its oldest samples are dropped (SubscriberStats::dropped_queue_full); the application reads slower than they come");
+                        }
+                    }
+                }
+            }
         }))?;
         Ok(GpuSubscriber { core, handler: rx })
     }
@@ -131,7 +161,7 @@ impl SubscriberBuilder<Callback> {
     /// [`DeclareError::Io`] when a delivery thread cannot be started.
     pub fn wait(mut self) -> Result<GpuSubscriber<()>, DeclareError> {
         let f = std::mem::replace(&mut self.handler.0, Box::new(|_| {}));
-        let core = self.core(f)?;
+        let core = self.core(Arc::new(AtomicU64::new(0)), f)?;
         Ok(GpuSubscriber { core, handler: () })
     }
 }

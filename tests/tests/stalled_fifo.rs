@@ -1,0 +1,59 @@
+//! A subscriber whose application stops reading holds up no other key of its process:
+//! its FIFO drops the oldest sample for a new one that arrives in a Zenoh callback
+//! (counted in `dropped_queue_full`) instead of making Zenoh's thread wait, which would
+//! stall every key of the link (docs/reliability.md, "Slow consumers").
+//!
+//! Host-memory sessions, loopback TCP; the stalled key is fed by a plain Zenoh
+//! publisher, whose samples are delivered in Zenoh's callback.
+
+use std::time::Duration;
+
+use zcs_tests::{free_tcp_port, loopback_zenoh_config, watchdog_guard};
+use zenoh::Wait;
+use zenoh_cuda_shm::config::DeviceChoice;
+use zenoh_cuda_shm::{GpuSession, Path, ZcsConfig};
+
+const IO: Duration = Duration::from_secs(10);
+
+#[test]
+fn a_stalled_fifo_drops_its_oldest_and_holds_up_no_other_key() {
+    let _w = watchdog_guard("a_stalled_fifo_drops_its_oldest_and_holds_up_no_other_key", Duration::from_secs(60));
+    let port = free_tcp_port();
+    let cfg = ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() };
+    let subs = GpuSession::open(loopback_zenoh_config(Some(port), None, None), cfg.clone()).wait().unwrap();
+    let raw = zenoh::open(loopback_zenoh_config(None, Some(port), None)).wait().unwrap();
+
+    let stalled = subs.declare_subscriber("zcs-test/stalled/a").fifo(4).wait().unwrap();
+    let healthy = subs.declare_subscriber("zcs-test/stalled/b").wait().unwrap();
+    let block = raw.declare_publisher("zcs-test/stalled/a").congestion_control(zenoh::qos::CongestionControl::Block);
+    let a = block.wait().unwrap();
+    let b = raw.declare_publisher("zcs-test/stalled/b").wait().unwrap();
+    // Routes: the first sample of each key arrives.
+    let t = std::time::Instant::now();
+    while healthy.try_recv().is_none() {
+        b.put(vec![0u8]).wait().unwrap();
+        assert!(t.elapsed() < IO, "no route to the healthy subscriber");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    a.put(vec![0u8]).wait().unwrap();
+    assert_eq!(stalled.recv_timeout(IO).unwrap().to_vec().unwrap(), [0]);
+    while healthy.try_recv().is_some() {}
+
+    // The application stops reading `a`; 50 samples come.
+    for i in 1..=50u8 {
+        a.put(vec![i]).wait().unwrap();
+    }
+    b.put(vec![42u8]).wait().unwrap();
+    let s = healthy.recv_timeout(IO).expect("the other key is delivered while `a` is not read");
+    assert_eq!((s.to_vec().unwrap(), s.path()), (vec![42], Path::Plain));
+    let t = std::time::Instant::now();
+    while stalled.stats().dropped_queue_full < 46 {
+        assert!(t.elapsed() < IO, "drops not counted: {:?}", stalled.stats());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(stalled.stats().dropped_queue_full, 46);
+    let kept: Vec<u8> = (0..4).map(|_| stalled.recv_timeout(IO).unwrap().to_vec().unwrap()[0]).collect();
+    assert_eq!(kept, [47, 48, 49, 50], "the newest four, in order");
+    assert!(stalled.try_recv().is_none());
+    assert_eq!(healthy.stats().dropped_queue_full, 0);
+}
