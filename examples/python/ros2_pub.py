@@ -10,7 +10,7 @@ copy), with NumPy otherwise. ros2_sub.py, ros2_image_sub and rclpy subscribers r
 
 Flags: -t/--topic (/camera/image), --width 640, --height 480, -r (30 messages per
 second), -n (0: until Ctrl-C), --qos (keep-all, reliable, sensor), --domain, --device,
--e/--connect, -l/--listen, -m/--mode (peer), --wait-subscriptions N.
+-e/--connect, -l/--listen, -m/--mode (peer), --wait-subscriptions N, --wait-zero-copy N.
 """
 
 import argparse
@@ -62,6 +62,8 @@ def main():
     ap.add_argument("--no-multicast-scouting", action="store_true")
     ap.add_argument("--wait-subscriptions", type=int, default=0,
                     help="wait (up to 60 s) until this many subscriptions are in the graph")
+    ap.add_argument("--wait-zero-copy", type=int, default=0,
+                    help="wait (up to 60 s) until this many of our subscriptions are on the zero-copy path")
     args = ap.parse_args()
 
     zenoh = {"mode": args.mode}
@@ -85,6 +87,8 @@ def main():
             if len(subs) >= args.wait_subscriptions:
                 break
             time.sleep(0.02)
+        while pub.zero_copy_subscribers < args.wait_zero_copy and time.monotonic() < end:
+            time.sleep(0.01)
         n, nbytes = 0, args.width * args.height * 4
         period = 1.0 / args.rate if args.rate > 0 else 0.0
         start = nxt = time.monotonic()

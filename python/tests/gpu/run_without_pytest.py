@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs the GPU tests of test_gpu.py where pytest is not installed (the GPU machine has
+"""Runs the GPU tests of test_gpu.py and test_gpu_ros2.py where pytest is not installed (the GPU machine has
 no network): each test gets a free port and a fresh key, as the pytest fixtures give.
 Prints `PASSED <test>` / `FAILED <test>`, the SKIPPED lines, then `N passed, N failed`."""
 
@@ -12,14 +12,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
 import test_gpu  # noqa: E402
+import test_gpu_ros2  # noqa: E402
 import zcs_testing  # noqa: E402
 
 
 def main() -> int:
     passed = failed = 0
-    for name in sorted(n for n in dir(test_gpu) if n.startswith("test_")):
+    tests = [(m, n) for m in (test_gpu, test_gpu_ros2) for n in sorted(dir(m)) if n.startswith("test_")]
+    for module, name in tests:
         try:
-            getattr(test_gpu, name)(zcs_testing.free_port(), f"zcspy{uuid.uuid4().hex[:12]}/t")
+            getattr(module, name)(zcs_testing.free_port(), f"zcspy{uuid.uuid4().hex[:12]}/t")
         except Exception:
             traceback.print_exc()
             print(f"FAILED {name}", flush=True)
