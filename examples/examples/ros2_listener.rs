@@ -2,7 +2,7 @@
 //! See docs/ros2.md.
 //!
 //! ```text
-//! cargo run --release -p zcs-examples --example ros2_listener -- -e tcp/127.0.0.1:7447
+//! cargo run --release -p zcs-examples --example ros2_listener -- -e tcp/127.0.0.1:7447 -n 5
 //! ```
 
 use std::process::ExitCode;
