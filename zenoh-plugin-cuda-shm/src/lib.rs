@@ -410,6 +410,18 @@ mod tests {
         session.close().wait().unwrap();
     }
 
+    /// Only a required plugin ends the router, and only while zenoh builds it (no
+    /// listener yet): a failed start otherwise returns its error.
+    #[test]
+    fn only_a_required_plugin_stops_a_router_being_built() {
+        let (_rt, runtime) = router_runtime("{}");
+        assert!(runtime.get_locators().is_empty(), "built, not started: no listener");
+        assert!(stops_the_router(&json!({ "__required__": true }), &runtime));
+        assert!(!stops_the_router(&json!({ "__required__": false }), &runtime));
+        assert!(!stops_the_router(&json!({ "__required__": "true" }), &runtime));
+        assert!(!stops_the_router(&json!({}), &runtime));
+    }
+
     #[test]
     fn a_bad_section_fails_the_start_by_key() {
         let (_rt, runtime) = router_runtime("{ max_entries: 8, colour: \"blue\" }");
