@@ -97,17 +97,19 @@ impl Proc {
     /// Waits until a line of the output satisfies `pred`; panics if the process exits
     /// first or `IO` passes.
     fn wait_line(&mut self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        self.try_wait_line(what, pred)
+            .unwrap_or_else(|status| panic!("{} exited ({status}) before printing {what}\n{}", self.name, self.dump()))
+    }
+
+    /// As [`Proc::wait_line`], but the exit status if the process exits first.
+    fn try_wait_line(&mut self, what: &str, pred: impl Fn(&str) -> bool) -> Result<String, ExitStatus> {
         let t = Instant::now();
         loop {
             if let Some(line) = self.output().lines().find(|l| pred(l)) {
-                return line.to_owned();
+                return Ok(line.to_owned());
             }
             if let Some(status) = self.child.try_wait().expect("try_wait") {
-                let out = self.output();
-                if let Some(line) = out.lines().find(|l| pred(l)) {
-                    return line.to_owned();
-                }
-                panic!("{} exited ({status}) before printing {what}\n{}", self.name, self.dump());
+                return self.output().lines().find(|l| pred(l)).map(str::to_owned).ok_or(status);
             }
             assert!(t.elapsed() < IO, "{}: no {what} within {IO:?}\n{}", self.name, self.dump());
             std::thread::sleep(Duration::from_millis(50));
@@ -205,10 +207,22 @@ fn a_waiting_ros2_subscriber_names_a_publisher_of_another_type() {
     let _watchdog = watchdog_guard("a_waiting_ros2_subscriber_names_a_publisher_of_another_type", TEST_LIMIT);
     let scratch = Scratch::new("hints");
     let topic = format!("/zcs_examples_hints_{}", std::process::id());
-    let port = free_tcp_port();
-    let listen = format!("tcp/127.0.0.1:{port}");
-    let mut sub = Proc::spawn("ros2_image_sub", &scratch.0, &["-l", &listen, "-t", &topic]);
-    sub.wait_line("its subscription", |l| l.starts_with("[ros2] subscribed to"));
+    // The subscriber listens on a port found free a moment before, which another process
+    // may take meanwhile (a listen that fails ends the example): then another port.
+    let (mut sub, listen) = (1..=3)
+        .find_map(|attempt| {
+            let listen = format!("tcp/127.0.0.1:{}", free_tcp_port());
+            let mut sub = Proc::spawn("ros2_image_sub", &scratch.0, &["-l", &listen, "-t", &topic]);
+            match sub.try_wait_line("its subscription", |l| l.starts_with("[ros2] subscribed to")) {
+                Ok(_) => Some((sub, listen)),
+                Err(status) if attempt < 3 => {
+                    eprintln!("attempt {attempt}: {} exited ({status}); another port\n{}", sub.name, sub.dump());
+                    None
+                }
+                Err(status) => panic!("{} exited ({status})\n{}", sub.name, sub.dump()),
+            }
+        })
+        .expect("a subscriber listening");
     let args = ["-e", &listen, "-t", &topic, "--width", "8", "--height", "4", "-r", "10", "-q"];
     let publisher = Proc::spawn("ros2_tensor_pub", &scratch.0, &args);
     let hint = sub.wait_line("the hint", |l| l.contains("will not be heard"));
