@@ -22,9 +22,12 @@ extern "C" {
 
 int main(int argc, char **argv) try {
     zcs_flags f = zcs_parse(argc, argv, 0, 10);
-    char zenoh[1024], ours[128];
-    zcs_configs(&f, zenoh, ours);
-    zcs::Session session(zenoh, ours);
+    char *zenoh = zcs_zenoh_config(&f);
+    char ours[128];
+    zcs_our_config(&f, ours);
+    std::string zenoh_text(zenoh);
+    std::free(zenoh);
+    zcs::Session session(zenoh_text.c_str(), ours);
     // On a GPU: this program's own stream, and a host buffer to copy frames into.
     zcs_cuda cu{};
     zcs_cu_stream stream = nullptr;

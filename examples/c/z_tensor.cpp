@@ -45,20 +45,27 @@ enum class How { Alternate, Copy, Loan };
 
 struct Args {
     bool publish = false;
-    zcs_flags zenoh{"demo/tensor", nullptr, nullptr, nullptr, 0, 100};
+    zcs_flags zenoh{"demo/tensor", nullptr, nullptr, nullptr, 0, 100, nullptr, nullptr};
     std::vector<int64_t> shape{4, 1080, 1920};
     How how = How::Alternate;
     double rate = 0;  // messages per second; 0: as fast as the pool allows
     size_t wait_zero_copy = 0;
 };
 
-[[noreturn]] void usage(const char *prog) {
-    std::fprintf(stderr,
-                 "usage: %s pub|sub [-k KEY] [-e CONNECT] [-l LISTEN] [-n COUNT] [--device auto|host|cuda]\n"
-                 "       [--shape D,D,...] (float32; default 4,1080,1920)\n"
-                 "       pub only: [--how alternate|copy|loan] [-r RATE] [--wait-zero-copy N]\n",
-                 prog);
-    std::exit(2);
+// The usage text on stdout (asked for: status 0), or, after `why` (and the value or
+// flag refused), on stderr (status 2).
+[[noreturn]] void usage(const char *prog, const char *why = nullptr, const char *arg = nullptr) {
+    std::FILE *out = why ? stderr : stdout;
+    if (why) std::fprintf(stderr, "error: %s%s%s%s\n", why, arg ? " '" : "", arg ? arg : "", arg ? "'" : "");
+    std::fprintf(out, "usage: %s pub|sub [flags]\n", prog);
+    zcs_flags_help(out, "demo/tensor", 100, 0);
+    std::fprintf(out,
+                 "  --shape D,D,...         the tensor's shape (float32; default 4,1080,1920)\n"
+                 "pub only:\n"
+                 "  --how alternate|copy|loan  how tensors are put (default alternate)\n"
+                 "  -r, --rate RATE         messages per second (default 0: as fast as the pool allows)\n"
+                 "  --wait-zero-copy N      wait (up to 10 s) for N subscribers on the zero-copy path\n");
+    std::exit(why ? 2 : 0);
 }
 
 std::vector<int64_t> parse_shape(const char *text, const char *prog) {
@@ -67,53 +74,57 @@ std::vector<int64_t> parse_shape(const char *text, const char *prog) {
     while (*p) {
         char *end = nullptr;
         long long d = std::strtoll(p, &end, 10);
-        if (end == p || d <= 0 || (*end != ',' && *end != '\0')) usage(prog);
+        if (end == p || d <= 0 || (*end != ',' && *end != '\0'))
+            usage(prog, "--shape takes sizes above 0 separated by commas, not", text);
         shape.push_back(d);
         p = *end == ',' ? end + 1 : end;
     }
-    if (shape.empty()) usage(prog);
+    if (shape.empty()) usage(prog, "--shape takes sizes above 0 separated by commas, not", text);
     return shape;
 }
 
 // A number flag's value, all of it a number.
-double number(const char *v, const char *prog) {
+double number(const char *flag, const char *v, const char *prog) {
     char *end = nullptr;
     double d = std::strtod(v, &end);
-    if (end == v || *end != '\0' || !(d >= 0)) usage(prog);
+    if (end == v || *end != '\0' || !(d >= 0)) usage(prog, flag, v);
     return d;
 }
 
-uint64_t count(const char *v, const char *prog) {
-    char *end = nullptr;
-    unsigned long long n = std::strtoull(v, &end, 10);
-    if (end == v || *end != '\0' || *v == '-') usage(prog);
+uint64_t count(const char *flag, const char *v, const char *prog) {
+    uint64_t n = 0;
+    if (!zcs_parse_count(v, &n)) usage(prog, flag, v);
     return n;
 }
 
 Args parse(int argc, char **argv) {
     Args a;
-    if (argc < 2) usage(argv[0]);
+    if (argc >= 2 && zcs_is(argv[1], "-h", "--help")) usage(argv[0]);
+    if (argc < 2) usage(argv[0], "pub or sub must come first");
     if (!std::strcmp(argv[1], "pub")) a.publish = true;
-    else if (std::strcmp(argv[1], "sub") != 0) usage(argv[0]);
+    else if (std::strcmp(argv[1], "sub") != 0) usage(argv[0], "pub or sub must come first, not", argv[1]);
     for (int i = 2; i < argc; i += 2) {
         const char *f = argv[i];
+        if (zcs_is(f, "-h", "--help")) usage(argv[0]);
         const char *v = i + 1 < argc ? argv[i + 1] : nullptr;
-        if (v == nullptr) usage(argv[0]);
-        if (!std::strcmp(f, "-k") || !std::strcmp(f, "--key")) a.zenoh.key = v;
-        else if (!std::strcmp(f, "-e")) a.zenoh.connect = v;
-        else if (!std::strcmp(f, "-l")) a.zenoh.listen = v;
-        else if (!std::strcmp(f, "--device")) a.zenoh.device = v;
-        else if (!std::strcmp(f, "-n")) a.zenoh.count = count(v, argv[0]);
-        else if (!std::strcmp(f, "--shape")) a.shape = parse_shape(v, argv[0]);
-        else if (a.publish && !std::strcmp(f, "-r")) a.rate = number(v, argv[0]);
-        else if (a.publish && !std::strcmp(f, "--wait-zero-copy")) a.wait_zero_copy = count(v, argv[0]);
+        if (f[0] != '-') usage(argv[0], "unexpected argument", f);
+        if (v == nullptr) usage(argv[0], "a value is missing after", f);
+        const char *why = nullptr;
+        int taken = zcs_take_flag(&a.zenoh, f, v, &why);
+        if (taken < 0) usage(argv[0], why, v);
+        if (taken > 0) continue;
+        if (!std::strcmp(f, "--shape")) a.shape = parse_shape(v, argv[0]);
+        else if (a.publish && zcs_is(f, "-r", "--rate")) a.rate = number("-r/--rate takes a rate of 0 or more, not", v, argv[0]);
+        else if (a.publish && !std::strcmp(f, "--wait-zero-copy"))
+            a.wait_zero_copy = count("--wait-zero-copy takes a whole number, not", v, argv[0]);
         else if (a.publish && !std::strcmp(f, "--how")) {
             if (!std::strcmp(v, "alternate")) a.how = How::Alternate;
             else if (!std::strcmp(v, "copy")) a.how = How::Copy;
             else if (!std::strcmp(v, "loan")) a.how = How::Loan;
-            else usage(argv[0]);
-        } else usage(argv[0]);
+            else usage(argv[0], "--how takes alternate, copy or loan, not", v);
+        } else usage(argv[0], "unknown flag", f);
     }
+    if (const char *conflict = zcs_flags_conflict(&a.zenoh)) usage(argv[0], conflict);
     return a;
 }
 
@@ -142,9 +153,12 @@ std::string shape_text(const std::vector<int64_t> &shape) {
 }
 
 zcs::Session open_session(const Args &a) {
-    char zenoh[1024], ours[128];
-    zcs_configs(&a.zenoh, zenoh, ours);
-    return zcs::Session(zenoh, ours);
+    char *zenoh = zcs_zenoh_config(&a.zenoh);
+    char ours[128];
+    zcs_our_config(&a.zenoh, ours);
+    std::string zenoh_text(zenoh);
+    std::free(zenoh);
+    return zcs::Session(zenoh_text.c_str(), ours);
 }
 
 // What the copy path copies from, on a GPU: a device buffer and the stream that fills

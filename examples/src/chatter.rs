@@ -15,8 +15,8 @@ use zenoh_cuda_shm::RecvError;
 use zenoh_cuda_shm::tensor_codec::cdr::StringMsg;
 use zenoh_cuda_shm_ros2::names::gid_hex;
 
-use crate::ros2::{RosArgs, SeqCheck, wait_subscriptions};
-use crate::{CommonArgs, catch_interrupt, interrupted, next_or_interrupt, open};
+use crate::ros2::{RosArgs, SeqCheck, WaitingForPublisher, wait_subscriptions};
+use crate::{CommonArgs, catch_interrupt, ended_early, interrupted, next_or_interrupt, open};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -54,6 +54,7 @@ pub struct ListenerArgs {
 
 /// Publishes "Hello World: N" on `chatter` (or `--topic`).
 pub fn run_talker(common: &CommonArgs, ros: &RosArgs, args: &TalkerArgs) -> Result<(), BoxError> {
+    catch_interrupt();
     let session = open(common)?;
     let node = ros.node(&session, "talker")?;
     let p = node.publisher::<StringMsg<()>>(ros.topic.as_deref().unwrap_or("chatter"), ros.qos()?)?;
@@ -62,7 +63,6 @@ pub fn run_talker(common: &CommonArgs, ros: &RosArgs, args: &TalkerArgs) -> Resu
     let period = if args.rate > 0.0 { Duration::from_secs_f64(1.0 / args.rate) } else { Duration::ZERO };
     let mut next = Instant::now();
     let mut n = 0u64;
-    catch_interrupt();
     while (args.count == 0 || n < args.count) && !interrupted() {
         let text = format!("Hello World: {}", p.next_seq());
         p.publish_str(&text)?;
@@ -77,10 +77,11 @@ pub fn run_talker(common: &CommonArgs, ros: &RosArgs, args: &TalkerArgs) -> Resu
     }
     let s = p.stats();
     println!(
-        "{{\"role\":\"talker\",\"messages\":{n},\"base_puts\":{},\"ordinary_subscriptions\":{},\"our_subscriptions\":{}}}",
+        "{{\"role\":\"talker\",\"messages\":{n},\"base_puts\":{},\"ordinary_subscriptions\":{},\"our_subscriptions\":{},\"interrupted\":{}}}",
         s.base_puts,
         p.ordinary_subscriptions(),
-        p.channel().aware_subscribers()
+        p.channel().aware_subscribers(),
+        interrupted()
     );
     Ok(())
 }
@@ -93,22 +94,36 @@ fn trailing_number(text: &str) -> Option<i64> {
 
 /// Prints what arrives on `chatter` (or `--topic`), checking each text.
 pub fn run_listener(common: &CommonArgs, ros: &RosArgs, args: &ListenerArgs) -> Result<(), BoxError> {
+    catch_interrupt();
     let session = open(common)?;
     let node = ros.node(&session, "listener")?;
-    let s = node.subscriber::<StringMsg<()>>(ros.topic.as_deref().unwrap_or("chatter"), ros.qos()?)?;
+    let topic = ros.topic.as_deref().unwrap_or("chatter");
+    let s = node.subscriber::<StringMsg<()>>(topic, ros.qos()?)?;
     println!("[listener] subscribed to '{}' gid {}", s.key(), gid_hex(&s.gid()));
     let mut checks = SeqCheck::default();
     // Per publisher: the text's number minus the sequence number, from its first message.
     let mut offsets: HashMap<[u8; 16], i64> = HashMap::new();
     let mut paths: BTreeMap<String, u64> = BTreeMap::new();
     let (mut n, mut bad) = (0u64, 0u64);
-    catch_interrupt();
+    let mut waiting = WaitingForPublisher::new("listener", topic, &node, s.gid());
+    // Why the loop ended before `-n` messages, reported after the summary.
+    let mut failed: Option<String> = None;
     while args.count == 0 || n < args.count {
         let idle = (args.idle_timeout > 0).then(|| Duration::from_secs(args.idle_timeout));
-        let sample = match next_or_interrupt(idle, |t| s.recv_timeout(t), |e| *e == RecvError::Timeout) {
+        let recv = |t| {
+            let r = s.recv_timeout(t);
+            if r.is_err() {
+                waiting.idle(n);
+            }
+            r
+        };
+        let sample = match next_or_interrupt(idle, recv, |e| *e == RecvError::Timeout) {
             Ok(Some(v)) => v,
             Ok(None) => break,
-            Err(e) => return Err(format!("after {n} messages: {e}; stats {:?}", s.stats()).into()),
+            Err(e) => {
+                failed = Some(ended_early(&e, n, args.idle_timeout));
+                break;
+            }
         };
         let a = *sample.attachment();
         checks.see(a.gid, a.seq, a.timestamp_ns, sample.seq_per_put());
@@ -125,13 +140,24 @@ pub fn run_listener(common: &CommonArgs, ros: &RosArgs, args: &ListenerArgs) -> 
     }
     let st = s.stats();
     println!(
-        "{{\"role\":\"listener\",\"messages\":{n},\"bad\":{bad},\"gaps\":{},\"disorder\":{},\"paths\":{paths:?},\"channel\":{},\"base\":{},\"lost\":{},\"dropped_queue_full\":{},\"bad_cdr\":{},\"bad_envelope\":{}}}",
-        checks.gaps, checks.disorder, st.channel, st.base, st.lost, st.dropped_queue_full, st.bad_cdr, st.bad_envelope
+        "{{\"role\":\"listener\",\"messages\":{n},\"bad\":{bad},\"gaps\":{},\"disorder\":{},\"paths\":{paths:?},\"channel\":{},\"base\":{},\"lost\":{},\"dropped_queue_full\":{},\"bad_cdr\":{},\"bad_envelope\":{},\"interrupted\":{}}}",
+        checks.gaps,
+        checks.disorder,
+        st.channel,
+        st.base,
+        st.lost,
+        st.dropped_queue_full,
+        st.bad_cdr,
+        st.bad_envelope,
+        interrupted()
     );
     if bad > 0 || checks.gaps > 0 || checks.disorder > 0 {
         return Err(format!("{bad} bad, {} gaps, {} out of order of {n} messages", checks.gaps, checks.disorder).into());
     }
-    Ok(())
+    match failed {
+        Some(why) => Err(why.into()),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -143,6 +143,7 @@ pub struct PubArgs {
 /// Publishes frames filled with a pattern that depends on the sequence number.
 pub fn run_pub(common: &CommonArgs, args: &PubArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     check_key("-k/--key", &args.key)?;
+    catch_interrupt();
     let session = open(common)?;
     let publisher = session.declare_publisher(args.key.clone()).wait()?;
     println!("[zcs] publishing {} bytes on '{}' ({})", args.size, args.key, publisher.backend());
@@ -151,7 +152,10 @@ pub fn run_pub(common: &CommonArgs, args: &PubArgs) -> Result<(), Box<dyn std::e
         None => None,
     };
     let t = Instant::now();
-    while publisher.zero_copy_subscribers() < args.wait_zero_copy && t.elapsed() < Duration::from_secs(30) {
+    while publisher.zero_copy_subscribers() < args.wait_zero_copy
+        && t.elapsed() < Duration::from_secs(30)
+        && !interrupted()
+    {
         std::thread::sleep(Duration::from_millis(10));
     }
     let period = if args.rate > 0.0 { Duration::from_secs_f64(1.0 / args.rate) } else { Duration::ZERO };
@@ -159,7 +163,6 @@ pub fn run_pub(common: &CommonArgs, args: &PubArgs) -> Result<(), Box<dyn std::e
     let mut last_report = Instant::now();
     let mut sent_bytes = 0u64;
     let mut n = 0u64;
-    catch_interrupt();
     while (args.count == 0 || n < args.count) && !interrupted() {
         let mut loan = publisher.loan(args.size)?;
         let seed = n + 1; // the seq this message will carry
@@ -250,6 +253,7 @@ impl DeviceChecker {
 /// Receives frames, checks every byte, and reports the path each publisher uses.
 pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     check_key("-k/--key", &args.key)?;
+    catch_interrupt();
     let session = open(common)?;
     let subscriber = session.declare_subscriber(args.key.clone()).wait()?;
     println!("[zcs] subscribed to '{}'", args.key);
@@ -258,14 +262,25 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
     let (mut n, mut bad, mut bytes) = (0u64, 0u64, 0u64);
     let mut lat_us: Vec<f64> = Vec::new();
     let mut last_report = Instant::now();
-    catch_interrupt();
     let idle = (args.idle_timeout > 0).then(|| Duration::from_secs(args.idle_timeout));
+    let mut waiting = WaitingNotice::new(WAITING_NOTICE);
+    // Why the loop ended early, reported after the summary.
+    let mut failed: Option<String> = None;
     while args.count == 0 || n < args.count {
-        let next = next_or_interrupt(idle, |t| subscriber.recv_timeout(t), |e| *e == RecvError::Timeout);
-        let sample = match next {
+        let recv = |t| {
+            let r = subscriber.recv_timeout(t);
+            if r.is_err() && waiting.due(n) {
+                println!("[sub] waiting for a publisher on '{}'…", args.key);
+            }
+            r
+        };
+        let sample = match next_or_interrupt(idle, recv, |e| *e == RecvError::Timeout) {
             Ok(Some(s)) => s,
             Ok(None) => break,
-            Err(e) => return Err(format!("after {n} messages: {e}").into()),
+            Err(e) => {
+                failed = Some(ended_early(&e, n, args.idle_timeout));
+                break;
+            }
         };
         let info = sample.info();
         if info.timestamp_ns > 0 {
@@ -313,7 +328,13 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
         }
     }
     let s = subscriber.stats();
-    let how = if interrupted() { "interrupted" } else { "done" };
+    let how = if interrupted() {
+        "interrupted"
+    } else if failed.is_some() {
+        "stopped"
+    } else {
+        "done"
+    };
     println!(
         "[sub] {how}: {n} messages (zero-copy {}, cpu-bytes {}, inline {}, plain {}; lost {}, duplicates dropped {})",
         s.zero_copy, s.cpu_bytes, s.inline, s.plain, s.lost, s.duplicates
@@ -321,7 +342,11 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
     if bad > 0 {
         return Err(format!("{bad} of {n} messages had wrong content").into());
     }
-    if !args.no_check {
+    if let Some(why) = failed {
+        return Err(why.into());
+    }
+    // Nothing received, nothing checked: not worth a line that reads as a success.
+    if !args.no_check && n > 0 {
         println!("[sub] every byte checked");
     }
     Ok(())
@@ -350,25 +375,71 @@ pub fn with_progress<T>(what: &str, step: impl FnOnce() -> T) -> T {
     })
 }
 
+/// How long a subscriber goes without its first message before it says that it waits.
+pub const WAITING_NOTICE: Duration = Duration::from_secs(2);
+
+/// Says, once, that a subscriber has received nothing yet: [`WaitingNotice::due`] is true
+/// the first time it is asked `after` its creation with no message received, and never
+/// again (nor after a first message).
+#[derive(Debug)]
+pub struct WaitingNotice {
+    since: Instant,
+    after: Duration,
+    done: bool,
+}
+
+impl WaitingNotice {
+    /// Starts the wait now.
+    pub fn new(after: Duration) -> Self {
+        Self { since: Instant::now(), after, done: false }
+    }
+
+    /// Whether to say it now, `received` messages having arrived so far.
+    pub fn due(&mut self, received: u64) -> bool {
+        self.due_at(received, Instant::now())
+    }
+
+    fn due_at(&mut self, received: u64, now: Instant) -> bool {
+        if self.done || received > 0 {
+            self.done = true;
+            return false;
+        }
+        self.done = now.saturating_duration_since(self.since) >= self.after;
+        self.done
+    }
+}
+
+/// Why a subscriber's loop ended before its count: a receive error, or `--idle-timeout`
+/// seconds without a message (`idle_timeout`).
+pub fn ended_early(e: &RecvError, received: u64, idle_timeout: u64) -> String {
+    match e {
+        RecvError::Timeout => format!("no message for {idle_timeout} s (--idle-timeout), after {received} messages"),
+        e => format!("after {received} messages: {e}"),
+    }
+}
+
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_interrupt(_: nix::libc::c_int) {
     INTERRUPTED.store(true, Ordering::Relaxed);
 }
 
-/// Makes Ctrl-C (SIGINT) end the example's loop, which then prints its summary, rather
-/// than kill the process mid-line. A second Ctrl-C kills it as usual.
+/// Makes Ctrl-C (SIGINT) and `kill` (SIGTERM) end the example's loop, which then prints
+/// its summary, rather than kill the process mid-line. A second one of the same signal
+/// kills it as usual.
 pub fn catch_interrupt() {
     use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
     let action =
         SigAction::new(SigHandler::Handler(on_interrupt), SaFlags::SA_RESETHAND | SaFlags::SA_RESTART, SigSet::empty());
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    if let Err(e) = unsafe { sigaction(Signal::SIGINT, &action) } {
-        eprintln!("[zcs] cannot catch Ctrl-C ({e}); it ends the process without a summary");
+    for (signal, what) in [(Signal::SIGINT, "Ctrl-C (SIGINT)"), (Signal::SIGTERM, "SIGTERM")] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        if let Err(e) = unsafe { sigaction(signal, &action) } {
+            eprintln!("[zcs] cannot catch {what} ({e}); it ends the process without a summary");
+        }
     }
 }
 
-/// Whether Ctrl-C was pressed since [`catch_interrupt`].
+/// Whether SIGINT or SIGTERM arrived since [`catch_interrupt`].
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::Relaxed)
 }
@@ -455,6 +526,39 @@ mod tests {
         let e = zenoh_config_file(ours.to_str().unwrap()).unwrap_err();
         assert!(e.ends_with("pass it with --zcs-config"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_waiting_notice_comes_once_and_only_before_a_first_message() {
+        let mut w = WaitingNotice::new(Duration::from_secs(2));
+        let t0 = w.since;
+        assert!(!w.due_at(0, t0 + Duration::from_millis(1999)), "too early");
+        assert!(w.due_at(0, t0 + Duration::from_secs(2)));
+        assert!(!w.due_at(0, t0 + Duration::from_secs(5)), "said once");
+        let mut w = WaitingNotice::new(Duration::from_secs(2));
+        let t0 = w.since;
+        assert!(!w.due_at(1, t0 + Duration::from_secs(3)), "a message arrived: nothing to say");
+        assert!(!w.due_at(0, t0 + Duration::from_secs(4)));
+    }
+
+    #[test]
+    fn an_early_end_says_why_in_words() {
+        assert_eq!(ended_early(&RecvError::Timeout, 0, 3), "no message for 3 s (--idle-timeout), after 0 messages");
+        assert_eq!(ended_early(&RecvError::Closed, 7, 3), "after 7 messages: subscriber closed");
+    }
+
+    #[test]
+    fn sigterm_ends_the_loop_as_sigint_does() {
+        use nix::sys::signal::{Signal, raise};
+        // Only this test raises signals in this process; each signal's handler is reset
+        // once it has run (SA_RESETHAND), so each is raised once.
+        for signal in [Signal::SIGTERM, Signal::SIGINT] {
+            INTERRUPTED.store(false, Ordering::Relaxed);
+            catch_interrupt();
+            raise(signal).unwrap();
+            assert!(interrupted(), "{signal} did not end the loop");
+        }
+        INTERRUPTED.store(false, Ordering::Relaxed);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! sequence numbers (contiguous per publisher) and timestamps (non-decreasing), and
 //! print one JSON summary line at the end.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -15,10 +15,16 @@ use zcs_memory::cuda::Kernels;
 use zcs_memory::cuda::kernels::{check_pattern, fill_pattern};
 use zenoh_cuda_shm::tensor_codec::cdr::{ExperimentalTensor, Header, Image, Time};
 use zenoh_cuda_shm::{GpuSession, RecvError};
+use zenoh_cuda_shm_ros2::names::HUMBLE_TYPE_HASH;
 use zenoh_cuda_shm_ros2::names::gid_hex;
-use zenoh_cuda_shm_ros2::{EntityKind, NodeOptions, Qos, RosDataMessage, RosNode, RosSample};
+use zenoh_cuda_shm_ros2::{
+    Durability, EntityKind, NodeOptions, Qos, Reliability, RosDataMessage, RosNode, RosSample, SilenceReason,
+};
 
-use crate::{CommonArgs, DeviceChecker, catch_interrupt, interrupted, next_or_interrupt, open, with_progress};
+use crate::{
+    CommonArgs, DeviceChecker, WAITING_NOTICE, WaitingNotice, catch_interrupt, ended_early, interrupted,
+    next_or_interrupt, open, with_progress,
+};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -102,6 +108,9 @@ pub struct RosPubArgs {
     /// Seconds to stay alive after the last message (TRANSIENT_LOCAL late joiners).
     #[arg(long, default_value_t = 0.5)]
     pub linger: f64,
+    /// No progress line each second (the summary still ends the run).
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 /// Flags of the subscribers.
@@ -160,10 +169,11 @@ fn now_ns() -> i64 {
     zenoh_cuda_shm_ros2::attachment::now_ns()
 }
 
-/// Waits (up to 60 s) until `n` subscriptions of `key` are in the node's graph.
+/// Waits (up to 60 s, or until a signal) until `n` subscriptions of `key` are in the
+/// node's graph.
 pub(crate) fn wait_subscriptions(node: &RosNode, key: &str, n: usize) {
     let t = Instant::now();
-    while n > 0 && t.elapsed() < Duration::from_secs(60) {
+    while n > 0 && t.elapsed() < Duration::from_secs(60) && !interrupted() {
         let subs = node
             .graph()
             .entities
@@ -179,6 +189,7 @@ pub(crate) fn wait_subscriptions(node: &RosNode, key: &str, n: usize) {
 
 /// Publishes `args.count` messages of `kind`.
 pub fn run_pub(kind: Kind, common: &CommonArgs, ros: &RosArgs, args: &RosPubArgs) -> Result<(), BoxError> {
+    catch_interrupt();
     let session = open(common)?;
     match kind {
         Kind::Image => {
@@ -213,7 +224,10 @@ fn pub_loop<M: RosDataMessage>(
     };
     wait_subscriptions(node, p.key(), args.wait_subscriptions);
     let t = Instant::now();
-    while p.channel().zero_copy_subscribers() < args.wait_zero_copy && t.elapsed() < Duration::from_secs(60) {
+    while p.channel().zero_copy_subscribers() < args.wait_zero_copy
+        && t.elapsed() < Duration::from_secs(60)
+        && !interrupted()
+    {
         std::thread::sleep(Duration::from_millis(10));
     }
     let period = if args.rate > 0.0 { Duration::from_secs_f64(1.0 / args.rate) } else { Duration::ZERO };
@@ -221,7 +235,7 @@ fn pub_loop<M: RosDataMessage>(
     let start = Instant::now();
     let mut next = start;
     let mut n = 0u64;
-    catch_interrupt();
+    let (mut last_report, mut n_reported) = (start, 0u64);
     while (args.count == 0 || n < args.count) && !interrupted() {
         let seq = p.next_seq();
         let msg = fields(seq);
@@ -241,6 +255,15 @@ fn pub_loop<M: RosDataMessage>(
             p.publish(&msg, loan)?;
         }
         n += 1;
+        if !args.quiet && last_report.elapsed() >= Duration::from_secs(1) {
+            println!(
+                "[ros2] {n} frames  {:.1} fps  zero-copy subscribers: {}  ordinary subscriptions: {}",
+                (n - n_reported) as f64 / last_report.elapsed().as_secs_f64(),
+                p.channel().zero_copy_subscribers(),
+                p.ordinary_subscriptions()
+            );
+            (last_report, n_reported) = (Instant::now(), n);
+        }
         if !period.is_zero() {
             next += period;
             if let Some(d) = next.checked_duration_since(Instant::now()) {
@@ -252,13 +275,14 @@ fn pub_loop<M: RosDataMessage>(
     let s = p.stats();
     let c = p.channel().stats();
     println!(
-        "{{\"role\":\"ros2_pub\",\"frames\":{n},\"bytes\":{len},\"fps\":{:.2},\"base_puts\":{},\"device_to_host\":{},\"zero_copy_subscribers\":{},\"ordinary_subscriptions\":{},\"channel_copies_out\":{}}}",
+        "{{\"role\":\"ros2_pub\",\"frames\":{n},\"bytes\":{len},\"fps\":{:.2},\"base_puts\":{},\"device_to_host\":{},\"zero_copy_subscribers\":{},\"ordinary_subscriptions\":{},\"channel_copies_out\":{},\"interrupted\":{}}}",
         n as f64 / secs,
         s.base_puts,
         s.device_to_host,
         p.channel().zero_copy_subscribers(),
         p.ordinary_subscriptions(),
-        c.copies_out
+        c.copies_out,
+        interrupted()
     );
     // Give subscribers a moment to finish reading before the publisher goes away.
     std::thread::sleep(Duration::from_secs_f64(args.linger.max(0.0)));
@@ -303,15 +327,101 @@ fn report_silent<M: RosDataMessage>(s: &zenoh_cuda_shm_ros2::RosSubscriber<M>) {
     }
 }
 
+/// Why the publishers of a subscription's topic that the node's graph shows will not be
+/// heard by it (another type or type hash, incompatible QoS): each one's GID and a line
+/// in the words of the silent-publisher report ([`SilenceReason`]); none when the graph
+/// does not show the subscription or such publishers.
+pub fn graph_hints(graph: &zenoh_cuda_shm_ros2::GraphView, subscription: [u8; 16]) -> Vec<([u8; 16], String)> {
+    let ours = graph.entities.iter().find(|e| e.kind == EntityKind::Subscription && e.gid == subscription);
+    let Some(sub) = ours.and_then(|e| e.topic.as_ref()) else { return Vec::new() };
+    let mut hints = Vec::new();
+    for e in graph.entities.iter().filter(|e| e.kind == EntityKind::Publisher) {
+        let Some(t) = e.topic.as_ref().filter(|t| t.name == sub.name) else { continue };
+        let mut reasons = Vec::new();
+        if t.dds_type != sub.dds_type {
+            reasons.push(SilenceReason::TypeMismatch { theirs: t.dds_type.clone() });
+        } else if t.hash != sub.hash {
+            reasons.push(if t.hash == HUMBLE_TYPE_HASH {
+                SilenceReason::Humble
+            } else if sub.hash == HUMBLE_TYPE_HASH {
+                SilenceReason::LaterDistro { theirs: t.hash.clone() }
+            } else {
+                SilenceReason::TypeHashMismatch { theirs: t.hash.clone() }
+            });
+        }
+        if let (Some(theirs), Some(mine)) = (t.qos, sub.qos) {
+            if theirs.reliability == Reliability::BestEffort && mine.reliability == Reliability::Reliable {
+                reasons.push(SilenceReason::QosIncompatible("a best-effort publisher and a reliable subscription"));
+            }
+            if theirs.durability == Durability::Volatile && mine.durability == Durability::TransientLocal {
+                reasons.push(SilenceReason::QosIncompatible("a volatile publisher and a transient-local subscription"));
+            }
+        }
+        if !reasons.is_empty() {
+            let reasons: Vec<String> = reasons.iter().map(ToString::to_string).collect();
+            let line = format!(
+                "publisher {} of {} (node {}/{}) will not be heard: {}",
+                gid_hex(&e.gid),
+                t.name,
+                e.namespace.trim_end_matches('/'),
+                e.node,
+                reasons.join("; ")
+            );
+            hints.push((e.gid, line));
+        }
+    }
+    hints
+}
+
+/// What a subscription says while it has received nothing: once, after
+/// [`WAITING_NOTICE`], that it waits for a publisher of its topic; from then on, about
+/// once a second until a first message, each publisher of the topic in the graph that it
+/// will not hear ([`graph_hints`]), once.
+pub(crate) struct WaitingForPublisher<'a> {
+    notice: WaitingNotice,
+    said: bool,
+    who: &'static str,
+    topic: &'a str,
+    node: &'a RosNode,
+    subscription: [u8; 16],
+    told: HashSet<[u8; 16]>,
+    looked: Option<Instant>,
+}
+
+impl<'a> WaitingForPublisher<'a> {
+    pub(crate) fn new(who: &'static str, topic: &'a str, node: &'a RosNode, subscription: [u8; 16]) -> Self {
+        let notice = WaitingNotice::new(WAITING_NOTICE);
+        Self { notice, said: false, who, topic, node, subscription, told: HashSet::new(), looked: None }
+    }
+
+    /// Called when a receive timed out, `received` messages having arrived so far.
+    pub(crate) fn idle(&mut self, received: u64) {
+        if self.notice.due(received) {
+            self.said = true;
+            println!("[{}] waiting for a publisher on {}…", self.who, self.topic);
+        }
+        if !self.said || received > 0 || self.looked.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            return;
+        }
+        self.looked = Some(Instant::now());
+        for (gid, hint) in graph_hints(&self.node.graph(), self.subscription) {
+            if self.told.insert(gid) {
+                println!("[{}] {hint}", self.who);
+            }
+        }
+    }
+}
+
 /// Receives `args.count` messages of `kind` and checks each.
 pub fn run_sub(kind: Kind, common: &CommonArgs, ros: &RosArgs, args: &RosSubArgs) -> Result<(), BoxError> {
+    catch_interrupt();
     let session = open(common)?;
     match kind {
         Kind::Image => {
             let node = ros.node(&session, "zcs_image_sub")?;
             let topic = ros.topic.clone().unwrap_or_else(|| "/camera/image".into());
             let s = node.subscriber::<Image<()>>(&topic, ros.qos()?)?;
-            sub_loop(&session, &s, args, |m: &Image<()>, len| {
+            sub_loop(&session, &node, &topic, &s, args, |m: &Image<()>, len| {
                 m.step == m.width * 4 && len == (m.step as usize) * (m.height as usize) && m.encoding == "rgba8"
             })
         }
@@ -319,7 +429,7 @@ pub fn run_sub(kind: Kind, common: &CommonArgs, ros: &RosArgs, args: &RosSubArgs
             let node = ros.node(&session, "zcs_tensor_sub")?;
             let topic = ros.topic.clone().unwrap_or_else(|| "/tensor".into());
             let s = node.subscriber::<ExperimentalTensor<()>>(&topic, ros.qos()?)?;
-            sub_loop(&session, &s, args, |m: &ExperimentalTensor<()>, len| {
+            sub_loop(&session, &node, &topic, &s, args, |m: &ExperimentalTensor<()>, len| {
                 m.dtype().is_ok() && m.shape.len() == 2 && (m.shape[0] * m.shape[1] * 4) as usize == len
             })
         }
@@ -328,6 +438,8 @@ pub fn run_sub(kind: Kind, common: &CommonArgs, ros: &RosArgs, args: &RosSubArgs
 
 fn sub_loop<M: RosDataMessage>(
     session: &GpuSession,
+    node: &RosNode,
+    topic: &str,
     s: &zenoh_cuda_shm_ros2::RosSubscriber<M>,
     args: &RosSubArgs,
     fields_ok: impl Fn(&M, usize) -> bool,
@@ -341,16 +453,24 @@ fn sub_loop<M: RosDataMessage>(
     // Made at the first device sample (the kernels load once, not per message).
     let mut checker: Option<DeviceChecker> = None;
     let mut first: Option<Instant> = None;
-    catch_interrupt();
+    let mut waiting = WaitingForPublisher::new("ros2", topic, node, s.gid());
+    // Why the loop ended before `-n` messages, reported after the summary.
+    let mut failed: Option<String> = None;
     while args.count == 0 || n < args.count {
         let idle = (args.idle_timeout > 0).then(|| Duration::from_secs(args.idle_timeout));
-        let next = next_or_interrupt(idle, |t| s.recv_timeout(t), |e| *e == RecvError::Timeout);
-        let sample: RosSample<M> = match next {
+        let recv = |t| {
+            let r = s.recv_timeout(t);
+            if r.is_err() {
+                waiting.idle(n);
+            }
+            r
+        };
+        let sample: RosSample<M> = match next_or_interrupt(idle, recv, |e| *e == RecvError::Timeout) {
             Ok(Some(v)) => v,
             Ok(None) => break,
             Err(e) => {
-                report_silent(s);
-                return Err(format!("after {n} messages: {e}; stats {:?}", s.stats()).into());
+                failed = Some(ended_early(&e, n, args.idle_timeout));
+                break;
             }
         };
         first.get_or_insert_with(Instant::now);
@@ -403,7 +523,7 @@ fn sub_loop<M: RosDataMessage>(
     }
     let fps = if n > 1 && secs > 0.0 { (n - 1) as f64 / secs } else { 0.0 };
     println!(
-        "{{\"role\":\"ros2_sub\",\"frames\":{n},\"bad\":{bad},\"gaps\":{},\"disorder\":{},\"extra\":{extra},\"fps\":{fps:.2},\"paths\":{:?},\"path_reasons\":{:?},\"channel\":{},\"base\":{},\"buf_cpu\":{},\"cuda_buffers\":{},\"buf_gid\":{},\"backend_refused\":{},\"dropped_queue_full\":{},\"lost\":{},\"silent\":{},\"duplicates\":{},\"bad_attachment\":{},\"bad_cdr\":{},\"bad_envelope\":{}}}",
+        "{{\"role\":\"ros2_sub\",\"frames\":{n},\"bad\":{bad},\"gaps\":{},\"disorder\":{},\"extra\":{extra},\"fps\":{fps:.2},\"paths\":{:?},\"path_reasons\":{:?},\"channel\":{},\"base\":{},\"buf_cpu\":{},\"cuda_buffers\":{},\"buf_gid\":{},\"backend_refused\":{},\"dropped_queue_full\":{},\"lost\":{},\"silent\":{},\"duplicates\":{},\"bad_attachment\":{},\"bad_cdr\":{},\"bad_envelope\":{},\"interrupted\":{}}}",
         checks.gaps,
         checks.disorder,
         paths,
@@ -420,7 +540,8 @@ fn sub_loop<M: RosDataMessage>(
         st.duplicates,
         st.bad_attachment,
         st.bad_cdr,
-        st.bad_envelope
+        st.bad_envelope,
+        interrupted()
     );
     if bad > 0 || checks.gaps > 0 || checks.disorder > 0 || extra > 0 {
         return Err(format!(
@@ -429,5 +550,84 @@ fn sub_loop<M: RosDataMessage>(
         )
         .into());
     }
-    Ok(())
+    match failed {
+        Some(why) => Err(why.into()),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use zenoh_cuda_shm_ros2::{Entity, GraphView, TopicInfo};
+
+    use super::*;
+
+    const IMAGE: &str = "sensor_msgs::msg::dds_::Image_";
+    const HASH: &str = "RIHS01_d31d41a9a4c4bc8eae9be757b0beed306564f7526c88ea6a4588fb9582527d47";
+
+    fn endpoint(kind: EntityKind, id: u8, node: &str, dds_type: &str, hash: &str, qos: Qos) -> Entity {
+        Entity {
+            kind,
+            domain: 0,
+            zid: "1".into(),
+            nid: 1,
+            eid: u64::from(id),
+            namespace: "/".into(),
+            node: node.into(),
+            topic: Some(TopicInfo {
+                name: "/camera/image".into(),
+                dds_type: dds_type.into(),
+                hash: hash.into(),
+                qos: Some(qos),
+                key: String::new(),
+                backends: None,
+                backends_error: None,
+            }),
+            gid: [id; 16],
+            token: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_graph_says_which_publishers_of_the_topic_will_not_be_heard() {
+        let sub = endpoint(EntityKind::Subscription, 1, "zcs_image_sub", IMAGE, HASH, Qos::reliable(10));
+        let mut graph = GraphView { entities: vec![sub], malformed: 0, malformed_backends: 0 };
+        assert!(graph_hints(&graph, [1; 16]).is_empty(), "no publisher, nothing to say");
+
+        let fine = endpoint(EntityKind::Publisher, 2, "fine", IMAGE, HASH, Qos::reliable(10));
+        let tensor = endpoint(
+            EntityKind::Publisher,
+            3,
+            "tensor_pub",
+            "tensor_msgs::msg::dds_::ExperimentalTensor_",
+            HASH,
+            Qos::reliable(10),
+        );
+        let humble = endpoint(EntityKind::Publisher, 4, "old", IMAGE, HUMBLE_TYPE_HASH, Qos::reliable(10));
+        let sensor = endpoint(EntityKind::Publisher, 5, "camera", IMAGE, HASH, Qos::sensor_data());
+        let mut elsewhere =
+            endpoint(EntityKind::Publisher, 6, "other", "std_msgs::msg::dds_::String_", HASH, Qos::reliable(10));
+        elsewhere.topic.as_mut().unwrap().name = "/chatter".into();
+        graph.entities.extend([fine, tensor, humble, sensor, elsewhere]);
+
+        let hints = graph_hints(&graph, [1; 16]);
+        assert_eq!(hints.iter().map(|(gid, _)| gid[0]).collect::<Vec<_>>(), [3, 4, 5], "{hints:#?}");
+        let hints: Vec<String> = hints.into_iter().map(|(_, line)| line).collect();
+        assert_eq!(
+            hints[0],
+            format!(
+                "publisher {} of /camera/image (node /tensor_pub) will not be heard: it publishes another type \
+                 (tensor_msgs::msg::dds_::ExperimentalTensor_)",
+                gid_hex(&[3; 16])
+            )
+        );
+        assert!(hints[1].contains("(node /old) will not be heard: it is a Humble node"), "{}", hints[1]);
+        assert!(
+            hints[2].ends_with("(node /camera) will not be heard: incompatible QoS: a best-effort publisher and a reliable subscription"),
+            "{}",
+            hints[2]
+        );
+        // Not our subscription's GID: no reference to compare with.
+        assert!(graph_hints(&graph, [9; 16]).is_empty());
+    }
 }

@@ -27,6 +27,9 @@ const SIZE: usize = 300 * 1024 + 5;
 fn c_programs_use_the_abi_as_documented() {
     let Some(build) = build_c("c_abi", "c-abi-test") else { return };
 
+    // The examples' flags, before anything runs.
+    c_examples_name_a_bad_flag_and_print_their_usage(&build);
+
     // Hostile use, under the sanitizers.
     let out =
         c_program(&build, "zcs_c_hostile").arg(zenoh_json(Some(free_tcp_port()), None)).output().expect("hostile");
@@ -43,7 +46,7 @@ fn c_programs_use_the_abi_as_documented() {
     let publisher = session.declare_publisher("c-abi/rust-to-c").wait().expect("publisher");
     let sub = c_program(&build, "z_cuda_sub")
         .args(["-k", "c-abi/rust-to-c", "-e", &format!("tcp/127.0.0.1:{port}"), "-n", &FRAMES.to_string()])
-        .args(["--device", "host"])
+        .args(["--device", "host", "-m", "peer"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -67,10 +70,12 @@ fn c_programs_use_the_abi_as_documented() {
     drop(publisher);
     drop(session);
 
-    // C publishes, Rust subscribes.
+    // C publishes, Rust subscribes; the publisher's Zenoh configuration from a file (-c).
     let port = free_tcp_port();
+    let config = build.join("c-to-rust.json5");
+    std::fs::write(&config, zenoh_json(Some(port), None)).expect("write the Zenoh configuration");
     let publisher = c_program(&build, "z_cuda_pub")
-        .args(["-k", "c-abi/c-to-rust", "-l", &format!("tcp/127.0.0.1:{port}"), "-n", &FRAMES.to_string()])
+        .args(["-k", "c-abi/c-to-rust", "-c", config.to_str().expect("a UTF-8 path"), "-n", &FRAMES.to_string()])
         .args(["-s", &SIZE.to_string(), "--device", "host"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -89,4 +94,57 @@ fn c_programs_use_the_abi_as_documented() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the C publisher:\n{text}");
     println!("c → rust: {FRAMES} frames of {SIZE} bytes, every byte checked; {}", text.trim());
+}
+
+/// The C examples' flags are the Rust examples' (`-k -m -e -l -c -n`, `--device`, and `-s`
+/// for the publisher); a flag they do not take, or a value they refuse, is named, then
+/// the whole usage text follows (status 2); `-h` prints it alone (status 0).
+fn c_examples_name_a_bad_flag_and_print_their_usage(build: &std::path::Path) {
+    let run = |name: &str, args: &[&str]| {
+        let out = c_program(build, name).args(args).output().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.code(), stdout.into_owned(), stderr.into_owned())
+    };
+    let usage = ["-k, --key KEY", "-m, --mode MODE", "-e, --connect ENDPOINT", "-l, --listen ENDPOINT"];
+    let usage = [&usage[..], &["-c, --config FILE", "--device DEVICE", "-n, --count N", "-h, --help"]].concat();
+    for (name, args, error) in [
+        ("z_cuda_pub", &["--bogus", "1"][..], "error: unknown flag '--bogus'"),
+        ("z_cuda_pub", &["-m", "clinet"][..], "error: -m/--mode takes peer, client or router, not 'clinet'"),
+        ("z_cuda_pub", &["-n", "-3"][..], "error: -n/--count takes a whole number, not '-3'"),
+        ("z_cuda_pub", &["-s", "lots"][..], "error: -s/--size takes a byte count, not 'lots'"),
+        ("z_cuda_sub", &["--device", "gpu"][..], "error: --device takes auto, host or cuda, not 'gpu'"),
+        ("z_cuda_sub", &["-s", "10"][..], "error: unknown flag '-s'"),
+        ("z_cuda_sub", &["-k"][..], "error: a value is missing after '-k'"),
+        (
+            "z_cuda_sub",
+            &["-c", "z.json5", "-e", "tcp/127.0.0.1:7447"][..],
+            "error: -c/--config takes mode and endpoints from the file: drop -m, -e and -l, or -c",
+        ),
+        ("z_tensor", &["sub", "--how", "copy"][..], "error: unknown flag '--how'"),
+        ("z_tensor", &["pub", "-m", "routr"][..], "error: -m/--mode takes peer, client or router, not 'routr'"),
+        (
+            "z_tensor",
+            &["pub", "--shape", "4,x"][..],
+            "error: --shape takes sizes above 0 separated by commas, not '4,x'",
+        ),
+    ] {
+        let (code, stdout, stderr) = run(name, args);
+        assert_eq!(code, Some(2), "{name} {args:?}: {stdout}{stderr}");
+        let mut lines = stderr.lines();
+        assert_eq!(lines.next(), Some(error), "{name} {args:?}:\n{stderr}");
+        assert!(
+            lines.next().is_some_and(|l| l.starts_with(&format!("usage: {}", build.join(name).display()))),
+            "{stderr}"
+        );
+        for flag in &usage {
+            assert!(stderr.lines().any(|l| l.trim_start().starts_with(flag)), "{name}: no {flag:?} in\n{stderr}");
+        }
+        assert_eq!(stderr.contains("-s, --size BYTES"), name == "z_cuda_pub", "{name}:\n{stderr}");
+    }
+    let (code, stdout, stderr) = run("z_tensor", &["--help"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("--shape D,D,...") && stdout.contains("-m, --mode MODE") && stderr.is_empty(), "{stdout}");
+    let (code, _, stderr) = run("z_cuda_pub", &["-c", "/nonexistent/zenoh.json5"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("error: -c/--config /nonexistent/zenoh.json5: cannot read it"), "{stderr}");
 }

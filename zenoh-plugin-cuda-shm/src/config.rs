@@ -197,9 +197,28 @@ pub enum ConfigError {
         /// The JSON type found.
         found: &'static str,
     },
-    /// Not the right shape: unknown key, wrong type.
-    #[error("{source}")]
+    /// A value of the wrong type, or one its type cannot hold (a negative count, a
+    /// keyword that does not exist): the key, what it takes and what was found, in
+    /// words (`max_entries: expected a whole number from 1 to 1048576, found the
+    /// string "lots"`).
+    #[error("{key}: expected {expected}, found {found}")]
+    WrongValue {
+        /// The key, from the section (`provider.max_blocks`).
+        key: String,
+        /// What the key takes.
+        expected: &'static str,
+        /// The value given, as JSON (strings introduced as such).
+        found: String,
+        /// serde's message, in Rust's terms (`expected usize`).
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Not the right shape: an unknown key (serde's message names it and lists the
+    /// known ones), prefixed with the map it is in when that is not the section.
+    #[error("{}{source}", in_map.as_deref().map(|m| format!("{m}: ")).unwrap_or_default())]
     Invalid {
+        /// The key of the map holding the refused key (`provider`), if not the section.
+        in_map: Option<String>,
         /// serde's message, which names the key.
         #[source]
         source: serde_json::Error,
@@ -222,6 +241,81 @@ pub enum ConfigError {
     },
 }
 
+/// What each key takes, in words, by its key from the section (list elements as `[]`).
+/// A test checks that every key of the JSON schema is here.
+const EXPECTED: &[(&str, &str)] = &[
+    ("max_entries", "a whole number from 1 to 1048576"),
+    ("provider", "a map of keys"),
+    ("provider.enabled", "true or false"),
+    ("provider.gpus", "\"all\", \"none\" or a list of GPU ordinals (whole numbers from 0)"),
+    ("provider.gpus[]", "a GPU ordinal (a whole number from 0)"),
+    ("provider.host", "true or false"),
+    ("provider.max_bytes", "a whole number of bytes"),
+    ("provider.max_blocks", "a whole number of blocks"),
+    ("provider.loan_timeout_ms", "a whole number of milliseconds"),
+    ("provider.idle_trim_ms", "a whole number of milliseconds"),
+    ("provider.keep_idle_bytes", "a whole number of bytes"),
+    ("provider.socket_dir", "a directory path (a string)"),
+    ("provider.allowed_uids", "a list of user ids (whole numbers from 0 to 4294967295)"),
+    ("provider.allowed_uids[]", "a user id (a whole number from 0 to 4294967295)"),
+    ("__path__", "a library path or a list of them (strings)"),
+    ("__path__[]", "a library path (a string)"),
+    ("__required__", "true or false"),
+    ("__config__", "a file path (a string)"),
+    ("__plugin__", "a library name (a string)"),
+];
+
+/// serde's refusal of `value` as the section, turned into one that names the key.
+fn refused(value: &serde_json::Value, e: serde_path_to_error::Error<serde_json::Error>) -> ConfigError {
+    use serde_path_to_error::Segment;
+    let path = e.path().clone();
+    let source = e.into_inner();
+    // The key as written (`provider.allowed_uids[1]`), the key of the table
+    // (`provider.allowed_uids[]`), and the value found there.
+    let (mut key, mut generic, mut found) = (String::new(), String::new(), Some(value));
+    for segment in path.iter() {
+        match segment {
+            Segment::Map { key: k } => {
+                let dot = if key.is_empty() { "" } else { "." };
+                key = format!("{key}{dot}{k}");
+                generic = format!("{generic}{dot}{k}");
+                found = found.and_then(|v| v.get(k.as_str()));
+            }
+            Segment::Seq { index } => {
+                key = format!("{key}[{index}]");
+                generic.push_str("[]");
+                found = found.and_then(|v| v.get(*index));
+            }
+            Segment::Enum { .. } | Segment::Unknown => found = None,
+        }
+    }
+    let expected = EXPECTED.iter().find(|(k, _)| *k == generic).map(|(_, e)| *e);
+    match (expected, found) {
+        (Some(expected), Some(found)) if !source.to_string().starts_with("unknown field") => {
+            let found = match found {
+                serde_json::Value::String(s) => format!("the string {}", serde_json::Value::from(s.as_str())),
+                other => other.to_string(),
+            };
+            ConfigError::WrongValue { key, expected, found, source }
+        }
+        // An unknown key, which serde's path ends with: name the map holding it.
+        _ => {
+            let name = unknown_name(&source);
+            let in_map = match key.strip_suffix(&name) {
+                Some(map) if !name.is_empty() => map.strip_suffix('.').unwrap_or(map).to_owned(),
+                _ => key,
+            };
+            ConfigError::Invalid { in_map: Some(in_map).filter(|m| !m.is_empty()), source }
+        }
+    }
+}
+
+/// The key an "unknown field `x`, expected …" message names ("" for other messages).
+fn unknown_name(source: &serde_json::Error) -> String {
+    let text = source.to_string();
+    text.strip_prefix("unknown field `").and_then(|r| r.split('`').next()).unwrap_or("").to_owned()
+}
+
 impl PluginConfig {
     /// Parses and checks a section as the router hands it over (JSON).
     pub fn from_value(value: &serde_json::Value) -> Result<Self, ConfigError> {
@@ -236,7 +330,7 @@ impl PluginConfig {
         if let Some(found) = found {
             return Err(ConfigError::NotAnObject { found });
         }
-        let cfg = Self::deserialize(value).map_err(|source| ConfigError::Invalid { source })?;
+        let cfg: Self = serde_path_to_error::deserialize(value).map_err(|e| refused(value, e))?;
         cfg.check()?;
         Ok(cfg)
     }
@@ -315,7 +409,7 @@ mod tests {
         assert!(msg.starts_with("unknown field `max_entry`"), "{msg}");
         assert!(msg.contains("expected one of"), "{msg}");
         let err = PluginConfig::from_value(&json!({ "provider": { "gpu": "all" } })).unwrap_err();
-        assert!(err.to_string().starts_with("unknown field `gpu`"), "{err}");
+        assert!(err.to_string().starts_with("provider: unknown field `gpu`, expected one of `enabled`"), "{err}");
     }
 
     #[test]
@@ -339,16 +433,70 @@ mod tests {
     }
 
     #[test]
-    fn wrong_types_are_refused_with_the_expected_type() {
-        let msg = PluginConfig::from_value(&json!({ "max_entries": "many" })).unwrap_err().to_string();
-        assert!(msg.starts_with("invalid type: string \"many\", expected usize"), "{msg}");
-        let msg = PluginConfig::from_value(&json!({ "max_entries": -1 })).unwrap_err().to_string();
-        assert!(msg.contains("invalid value: integer `-1`"), "{msg}");
-        let msg = PluginConfig::from_value(&json!({ "__required__": "yes" })).unwrap_err().to_string();
-        assert!(msg.contains("invalid type: string \"yes\", expected a boolean"), "{msg}");
+    fn wrong_values_name_the_key_and_what_it_takes_in_words() {
+        let refused = |section: serde_json::Value| PluginConfig::from_value(&section).unwrap_err().to_string();
+        for (section, expected) in [
+            (
+                json!({ "max_entries": "lots" }),
+                "max_entries: expected a whole number from 1 to 1048576, found the string \"lots\"",
+            ),
+            (json!({ "max_entries": -1 }), "max_entries: expected a whole number from 1 to 1048576, found -1"),
+            (json!({ "max_entries": 2.5 }), "max_entries: expected a whole number from 1 to 1048576, found 2.5"),
+            (json!({ "max_entries": null }), "max_entries: expected a whole number from 1 to 1048576, found null"),
+            (json!({ "__required__": "yes" }), "__required__: expected true or false, found the string \"yes\""),
+            (json!({ "provider": 3 }), "provider: expected a map of keys, found 3"),
+            (
+                json!({ "provider": { "max_blocks": "x" } }),
+                "provider.max_blocks: expected a whole number of blocks, found the string \"x\"",
+            ),
+            (
+                json!({ "provider": { "allowed_uids": [1000, -2] } }),
+                "provider.allowed_uids[1]: expected a user id (a whole number from 0 to 4294967295), found -2",
+            ),
+            (
+                json!({ "provider": { "gpus": "some" } }),
+                "provider.gpus: expected \"all\", \"none\" or a list of GPU ordinals (whole numbers from 0), \
+                 found the string \"some\"",
+            ),
+            (
+                json!({ "provider": { "gpus": [-1] } }),
+                "provider.gpus: expected \"all\", \"none\" or a list of GPU ordinals (whole numbers from 0), found [-1]",
+            ),
+        ] {
+            let msg = refused(section.clone());
+            assert_eq!(msg, expected, "{section}");
+            // Words, not Rust: no type names, no Debug form.
+            for rust in ["usize", "u64", "u32", "untagged", "Error(", "Value::"] {
+                assert!(!msg.contains(rust), "{section}: {msg}");
+            }
+        }
+        // serde's own message stays reachable as the source.
+        let err = PluginConfig::from_value(&json!({ "max_entries": "lots" })).unwrap_err();
+        let source = std::error::Error::source(&err).expect("a source").to_string();
+        assert!(source.contains("invalid type: string \"lots\""), "{source}");
         // serde would take an array as the fields in order; a section is a map.
-        let msg = PluginConfig::from_value(&json!([4096])).unwrap_err().to_string();
-        assert_eq!(msg, "expected a map of keys, found an array");
+        assert_eq!(refused(json!([4096])), "expected a map of keys, found an array");
+    }
+
+    /// Every key of the schema has its words in `EXPECTED`, so that a new key cannot
+    /// be refused with serde's Rust terms.
+    #[test]
+    fn every_key_has_its_expected_value_in_words() {
+        let schema = PluginConfig::json_schema();
+        let mut keys = Vec::new();
+        for (k, v) in schema["properties"].as_object().unwrap() {
+            keys.push(k.clone());
+            if k == "provider" {
+                let r = v["$ref"].as_str().or_else(|| v["allOf"][0]["$ref"].as_str()).unwrap_or_else(|| panic!("{v}"));
+                let name = r.rsplit('/').next().unwrap();
+                let defs = schema.get("$defs").or_else(|| schema.get("definitions")).unwrap();
+                keys.extend(defs[name]["properties"].as_object().unwrap().keys().map(|p| format!("provider.{p}")));
+            }
+        }
+        assert!(keys.len() > 10, "{keys:?}");
+        for k in keys {
+            assert!(EXPECTED.iter().any(|(e, _)| *e == k), "no words for {k} in EXPECTED");
+        }
     }
 
     #[test]

@@ -83,10 +83,35 @@ impl Plugin for CudaShmPlugin {
             // A bridge may declare the plugin without a section: defaults.
             _ => serde_json::Value::Object(Default::default()),
         };
-        let config = PluginConfig::from_value(&section).map_err(|e| format!("plugins/{name}: {e}"))?;
-        let running = Running::start(name, runtime, config).map_err(|e| format!("plugin {name}: {e}"))?;
-        Ok(Box::new(running))
+        let started = PluginConfig::from_value(&section)
+            .map_err(|e| format!("plugins/{name}: {e}"))
+            .and_then(|config| Running::start(name, runtime, config).map_err(|e| format!("plugin {name}: {e}")));
+        match started {
+            Ok(running) => Ok(Box::new(running)),
+            Err(why) if stops_the_router(&section, runtime) => exit_router(name, &why),
+            Err(why) => Err(why.into()),
+        }
     }
+}
+
+/// Whether zenoh would panic on this failed start: the plugin is required
+/// (`__required__: true`, which `zenohd -P` sets) and the router is being built. zenoh
+/// 1.10.2 starts plugins while it builds the router (`start_plugins` in its
+/// `api/loader.rs`), before it opens any listener, and panics on the thread building it
+/// when a required one fails: zenohd exits with 101 and a backtrace. A start requested
+/// later, through the admin space, only returns its error, and the router runs on.
+fn stops_the_router(section: &serde_json::Value, runtime: &DynamicRuntime) -> bool {
+    section.get("__required__") == Some(&serde_json::Value::Bool(true)) && runtime.get_locators().is_empty()
+}
+
+/// Ends the router that a required plugin failed to start in: what zenoh would do, but
+/// with the reason alone and status 1 instead of a panic. Printed on stderr, as the
+/// plugin's own logging may not be set up (it is only with `RUST_LOG`).
+fn exit_router(name: &str, why: &str) -> ! {
+    tracing::error!(plugin = name, "failed to start: {why}");
+    eprintln!("Plugin \"{name}\" failed to start: {why}");
+    eprintln!("zenohd stops: the plugin is required (__required__, which -P sets); status 1");
+    std::process::exit(1)
 }
 
 /// State shared with Zenoh's callbacks.
@@ -358,7 +383,11 @@ mod tests {
         let err = running.config_checker("__path__", &current, &map(json!({ "__path__": "/x.so" }))).unwrap_err();
         assert!(err.to_string().contains("plugins/cuda_shm: __path__ cannot be changed"), "{err}");
         let err = running.config_checker("max_entries", &current, &map(json!({ "max_entries": -3 }))).unwrap_err();
-        assert!(err.to_string().contains("plugins/cuda_shm: invalid value: integer `-3`"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("plugins/cuda_shm: max_entries: expected a whole number from 1 to 1048576, found -3"),
+            "{err}"
+        );
 
         drop(live);
         wait_until("token gone", &running, |a| !a.iter().any(|(k, _)| k.starts_with("/topics/")));
@@ -379,6 +408,18 @@ mod tests {
         drop(running);
         assert!(!session.is_closed());
         session.close().wait().unwrap();
+    }
+
+    /// Only a required plugin ends the router, and only while zenoh builds it (no
+    /// listener yet): a failed start otherwise returns its error.
+    #[test]
+    fn only_a_required_plugin_stops_a_router_being_built() {
+        let (_rt, runtime) = router_runtime("{}");
+        assert!(runtime.get_locators().is_empty(), "built, not started: no listener");
+        assert!(stops_the_router(&json!({ "__required__": true }), &runtime));
+        assert!(!stops_the_router(&json!({ "__required__": false }), &runtime));
+        assert!(!stops_the_router(&json!({ "__required__": "true" }), &runtime));
+        assert!(!stops_the_router(&json!({}), &runtime));
     }
 
     #[test]
