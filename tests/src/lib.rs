@@ -155,6 +155,23 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// An example program of `zcs-examples` built beside this test binary
+/// (`target/<profile>/examples/<name>`; `cargo test --workspace` builds them).
+///
+/// # Panics
+/// When it has not been built.
+pub fn example_binary(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile = exe.parent().and_then(std::path::Path::parent).expect("test binary under target/<profile>/deps");
+    let path = profile.join("examples").join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: build it first (`cargo build -p zcs-examples --examples`; `cargo test --workspace` builds it)",
+        path.display()
+    );
+    path
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago (bound, then released). Another
 /// process could take it in between; on a test machine that is rare enough.
 pub fn free_tcp_port() -> u16 {

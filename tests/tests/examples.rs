@@ -25,20 +25,8 @@ use zcs_tests::{free_tcp_port, watchdog_guard};
 const IO: Duration = Duration::from_secs(30);
 const TEST_LIMIT: Duration = Duration::from_secs(180);
 
-/// `target/<profile>`, from this test binary's path (`target/<profile>/deps/examples-…`).
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().and_then(Path::parent).expect("test binary under target/<profile>/deps").to_path_buf()
-}
-
 fn example(name: &str) -> PathBuf {
-    let path = profile_dir().join("examples").join(name);
-    assert!(
-        path.is_file(),
-        "{} is missing: build it first (`cargo build -p zcs-examples --examples`; `cargo test --workspace` builds it)",
-        path.display()
-    );
-    path
+    zcs_tests::example_binary(name)
 }
 
 /// A scratch directory for one test's logs, removed when the test passes.
