@@ -97,6 +97,16 @@ fn documented_errors_are_what_the_examples_print() {
     let line = printed(&out, "error: ");
     assert!(matches(doc, line), "documented `{doc}`, printed `{line}`");
 
+    // A listen port another process holds: Zenoh's words, without its source files.
+    let taken = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let endpoint = format!("tcp/127.0.0.1:{}", taken.local_addr().unwrap().port());
+    let out = run("z_cuda_sub", &["--device", "host", "--no-multicast-scouting", "-l", &endpoint, "-n", "1"]);
+    let doc = documented("error: opening the Zenoh session failed:");
+    let line = printed(&out, doc);
+    assert!(matches(doc, line), "documented `{doc}`, printed `{line}`");
+    assert!(!line.contains(".rs:"), "a source location in `{line}`");
+    drop(taken);
+
     // A subscriber with no publisher, ended after its 2 s notice.
     let out = run(
         "z_cuda_sub",
