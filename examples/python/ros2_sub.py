@@ -33,21 +33,7 @@ except ImportError:
 
 import zenoh_cuda_shm as zcs
 from zenoh_cuda_shm import ros2
-
-QOS = {
-    "keep-all": ros2.QoSProfile(depth=10, history=ros2.HistoryPolicy.KEEP_ALL),
-    "reliable": ros2.qos_profile_default,
-    "sensor": ros2.qos_profile_sensor_data,
-}
-
-
-def pattern(n, seed, xp, device=None):
-    """As in ros2_pub.py: zcs_memory's pattern_byte for offsets 0..n."""
-    m = 0xFFFFFFFF
-    arange = xp.arange(n, dtype=xp.int64) if device is None else xp.arange(n, dtype=xp.int64, device=device)
-    x = arange & m
-    h = ((x * 0x9E3779B1) & m) + ((seed * 0x85EBCA77) & m)
-    return (((h & m) >> 24) ^ x) & 0xFF
+from ros2_pub import QOS, pattern  # the publisher's pattern and QoS names, beside this file
 
 
 def mismatches(msg, use_torch):

@@ -25,6 +25,7 @@ mod ros_subscription;
 mod session;
 mod stream;
 mod subscriber;
+mod wait;
 
 create_exception!(_native, ZcsError, PyException, "Base class of the errors of zenoh_cuda_shm.");
 create_exception!(_native, ClosedError, ZcsError, "The session, publisher or subscriber is closed.");

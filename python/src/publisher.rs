@@ -1,6 +1,6 @@
 //! `Publisher`: bytes, any object with `__dlpack__`, and loans.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -11,12 +11,12 @@ use zenoh_cuda_shm::tensor_codec::{Device, DeviceType, TensorMeta};
 use zenoh_cuda_shm::{GpuPublisher, PublishError, TensorPublishError};
 
 use crate::capsule::{self, Taken};
-use crate::closable::Closable;
+use crate::closable::{Closable, Handle};
 use crate::loan::{Loan, LoanCell};
-use crate::{ClosedError, LoanError, chain, dtype, zcs_err};
+use crate::{LoanError, chain, dtype, zcs_err};
 
 pub(crate) struct PubState {
-    publisher: RwLock<Option<Arc<GpuPublisher>>>,
+    publisher: Handle<GpuPublisher>,
     gpu: Option<Gpu>,
     /// The stream frameworks make their tensors ready on, and the copies into blocks run
     /// on (CUDA sessions).
@@ -27,21 +27,17 @@ pub(crate) struct PubState {
 impl PubState {
     pub(crate) fn new(publisher: GpuPublisher, gpu: Option<Gpu>, key: String) -> Result<Self, CudaError> {
         let stream = gpu.as_ref().map(Gpu::new_stream).transpose()?;
-        Ok(Self { publisher: RwLock::new(Some(Arc::new(publisher))), gpu, stream, key })
+        Ok(Self { publisher: Handle::new(publisher, format!("publisher on {key:?}")), gpu, stream, key })
     }
 
     fn get(&self) -> PyResult<Arc<GpuPublisher>> {
-        self.publisher
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .ok_or_else(|| ClosedError::new_err(format!("the publisher on {:?} is closed", self.key)))
+        self.publisher.get()
     }
 }
 
 impl Closable for PubState {
     fn close(&self) {
-        drop(self.publisher.write().unwrap_or_else(|p| p.into_inner()).take());
+        self.publisher.close();
     }
 }
 

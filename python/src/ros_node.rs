@@ -1,7 +1,7 @@
 //! `RosNode`: a node of this library in an rmw_zenoh graph (`zenoh_cuda_shm.ros2.Node`),
 //! which declares publishers and subscriptions of Image, ExperimentalTensor and String.
 
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
@@ -10,11 +10,11 @@ use pyo3::types::PyDict;
 use zenoh_cuda_shm_ros2::names::gid_hex;
 use zenoh_cuda_shm_ros2::{Durability, History, NodeOptions, Qos, Reliability, RmwWire, RosNode};
 
-use crate::closable::Closable;
+use crate::closable::{Closable, Handle};
 use crate::ros_publisher::{RosPub, RosPubState, TypedPub};
 use crate::ros_subscription::{RosSub, RosSubState, TypedSub};
 use crate::session::{Session, SessionState};
-use crate::{ClosedError, zcs_err};
+use crate::zcs_err;
 
 /// The message types, as the Python layer names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,24 +60,20 @@ pub(crate) fn qos(profile: (String, String, String, u32)) -> PyResult<Qos> {
 }
 
 pub(crate) struct NodeState {
-    node: RwLock<Option<RosNode>>,
+    node: Handle<RosNode>,
     session: Arc<SessionState>,
     pub(crate) name: String,
 }
 
 impl NodeState {
     pub(crate) fn get(&self) -> PyResult<RosNode> {
-        self.node
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .ok_or_else(|| ClosedError::new_err(format!("the node {:?} is closed", self.name)))
+        self.node.get().map(|n| RosNode::clone(&n))
     }
 }
 
 impl Closable for NodeState {
     fn close(&self) {
-        drop(self.node.write().unwrap_or_else(|p| p.into_inner()).take());
+        self.node.close();
     }
 }
 
@@ -116,7 +112,11 @@ pub fn ros2_node(
         }
         e => zcs_err(&e),
     })?;
-    let state = Arc::new(NodeState { node: RwLock::new(Some(node)), session: Arc::clone(&session.state), name });
+    let state = Arc::new(NodeState {
+        node: Handle::new(node, format!("node {name:?}")),
+        session: Arc::clone(&session.state),
+        name,
+    });
     session.state.adopt(Arc::downgrade(&state) as Weak<dyn Closable>);
     Ok(Node { state })
 }

@@ -2,7 +2,7 @@
 //! (`zenoh_cuda_shm.ros2.Publisher`). Data comes as host bytes, or in a loan written in
 //! place (on the GPU in CUDA sessions), and is never copied through the host for a loan.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -13,10 +13,10 @@ use zenoh_cuda_shm::tensor_codec::{Device, TensorMeta};
 use zenoh_cuda_shm_ros2::names::gid_hex;
 use zenoh_cuda_shm_ros2::{RosPublishError, RosPublisher};
 
-use crate::closable::Closable;
+use crate::closable::{Closable, Handle};
 use crate::loan::{Loan, LoanCell};
 use crate::ros_subscription::tensor_meta;
-use crate::{ClosedError, LoanError, chain, dtype, zcs_err};
+use crate::{LoanError, chain, dtype, zcs_err};
 
 pub(crate) enum TypedPub {
     Image(RosPublisher<Image<()>>),
@@ -36,7 +36,7 @@ macro_rules! with_pub {
 }
 
 pub(crate) struct RosPubState {
-    publisher: RwLock<Option<Arc<TypedPub>>>,
+    publisher: Handle<TypedPub>,
     gpu: Option<Gpu>,
     topic: String,
 }
@@ -44,21 +44,17 @@ pub(crate) struct RosPubState {
 impl RosPubState {
     pub(crate) fn new(typed: TypedPub, gpu: Option<Gpu>) -> Self {
         let topic = with_pub!(&typed, p => p.topic().to_owned());
-        Self { publisher: RwLock::new(Some(Arc::new(typed))), gpu, topic }
+        Self { publisher: Handle::new(typed, format!("publisher on {topic:?}")), gpu, topic }
     }
 
     fn get(&self) -> PyResult<Arc<TypedPub>> {
-        self.publisher
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .ok_or_else(|| ClosedError::new_err(format!("the publisher on {:?} is closed", self.topic)))
+        self.publisher.get()
     }
 }
 
 impl Closable for RosPubState {
     fn close(&self) {
-        drop(self.publisher.write().unwrap_or_else(|p| p.into_inner()).take());
+        self.publisher.close();
     }
 }
 

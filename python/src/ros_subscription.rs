@@ -2,10 +2,10 @@
 //! (`zenoh_cuda_shm.ros2.Subscription`) and the messages it receives, whose data
 //! exports through DLPack in place where it arrived in a block.
 
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use pyo3::exceptions::{PyBufferError, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use zenoh_cuda_shm::RecvError;
@@ -14,12 +14,9 @@ use zenoh_cuda_shm::tensor_codec::{Device, DeviceType, MetaError, TensorMeta};
 use zenoh_cuda_shm_ros2::names::gid_hex;
 use zenoh_cuda_shm_ros2::{RosSample, RosSubscriber};
 
-use crate::closable::Closable;
+use crate::closable::{Closable, Handle};
 use crate::subscriber::{DlpackArgs, export};
-use crate::{ClosedError, dtype, zcs_err};
-
-/// How long a blocking receive sleeps at most between checks for signals and `close()`.
-const POLL: Duration = Duration::from_millis(50);
+use crate::{dtype, wait, zcs_err};
 
 pub(crate) enum TypedSub {
     Image(RosSubscriber<Image<()>>),
@@ -55,28 +52,24 @@ macro_rules! with_sample {
 }
 
 pub(crate) struct RosSubState {
-    sub: RwLock<Option<Arc<TypedSub>>>,
+    sub: Handle<TypedSub>,
     topic: String,
 }
 
 impl RosSubState {
     pub(crate) fn new(typed: TypedSub) -> Self {
         let topic = with_sub!(&typed, s => s.topic().to_owned());
-        Self { sub: RwLock::new(Some(Arc::new(typed))), topic }
+        Self { sub: Handle::new(typed, format!("subscription on {topic:?}")), topic }
     }
 
     fn get(&self) -> PyResult<Arc<TypedSub>> {
-        self.sub
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .ok_or_else(|| ClosedError::new_err(format!("the subscription on {:?} is closed", self.topic)))
+        self.sub.get()
     }
 }
 
 impl Closable for RosSubState {
     fn close(&self) {
-        drop(self.sub.write().unwrap_or_else(|p| p.into_inner()).take());
+        self.sub.close();
     }
 }
 
@@ -127,41 +120,15 @@ impl RosSub {
     /// waiting; Ctrl-C interrupts the wait.
     #[pyo3(signature = (timeout = None))]
     fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<RosMsg> {
-        let deadline = match timeout {
-            None => None,
-            Some(t) if t.is_finite() && t >= 0.0 => Some(Instant::now() + Duration::from_secs_f64(t)),
-            Some(t) => return Err(PyValueError::new_err(format!("timeout must be a finite number ≥ 0, got {t}"))),
-        };
-        loop {
-            let sub = self.state.get()?;
-            let wait = deadline.map_or(POLL, |d| d.saturating_duration_since(Instant::now()).min(POLL));
-            let got = py.detach(|| {
-                let mut r = None;
-                let m = message(&sub, |s| match recv_within(s, wait) {
-                    Ok(v) => Some(v),
-                    Err(e) => {
-                        r = Some(e);
-                        None
-                    }
-                });
-                m.ok_or(r)
-            });
-            match got {
-                Ok(m) => return Ok(m),
-                Err(Some(RecvError::Closed)) => {
-                    return Err(ClosedError::new_err(format!("the subscription on {:?} is closed", self.state.topic)));
-                }
-                Err(_) => {}
-            }
-            drop(sub);
-            py.check_signals()?;
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(PyTimeoutError::new_err(format!(
-                    "no message on {:?} within {:?} s",
-                    self.state.topic, timeout
-                )));
-            }
-        }
+        let topic = &self.state.topic;
+        let (what, closed) = (format!("message on {topic:?}"), format!("subscription on {topic:?}"));
+        let state = &self.state;
+        wait::recv_within(py, timeout, &what, &closed, |wait| {
+            let sub = state.get()?;
+            let mut failed = None;
+            let got = message(&sub, |s| recv_within(s, wait).map_err(|e| failed = Some(e)).ok());
+            Ok(got.ok_or_else(|| failed.unwrap_or(RecvError::Timeout)))
+        })
     }
 
     /// The next message if one is queued, else `None`.

@@ -1,46 +1,37 @@
 //! `Subscriber` and `Sample`.
 
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
-use pyo3::exceptions::{PyBufferError, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use zenoh_cuda_shm::dlpack::{ConsumerStream, ExportError, ExportOptions};
 use zenoh_cuda_shm::tensor_codec::{DeviceType, TensorMeta};
-use zenoh_cuda_shm::{GpuSample, GpuSubscriber, RecvError};
+use zenoh_cuda_shm::{GpuSample, GpuSubscriber};
 
-use crate::closable::Closable;
-use crate::{ClosedError, capsule, chain, dtype, stream, zcs_err};
+use crate::closable::{Closable, Handle};
+use crate::{capsule, chain, dtype, stream, wait, zcs_err};
 
 type Fifo = GpuSubscriber<flume::Receiver<GpuSample>>;
 
-/// How long a blocking receive sleeps at most between checks for signals (Ctrl-C) and
-/// for `close()`.
-const POLL: Duration = Duration::from_millis(50);
-
 pub(crate) struct SubState {
-    sub: RwLock<Option<Arc<Fifo>>>,
+    sub: Handle<Fifo>,
     key: String,
 }
 
 impl SubState {
     pub(crate) fn new(sub: Fifo, key: String) -> Self {
-        Self { sub: RwLock::new(Some(Arc::new(sub))), key }
+        Self { sub: Handle::new(sub, format!("subscriber on {key:?}")), key }
     }
 
     fn get(&self) -> PyResult<Arc<Fifo>> {
-        self.sub
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .ok_or_else(|| ClosedError::new_err(format!("the subscriber on {:?} is closed", self.key)))
+        self.sub.get()
     }
 }
 
 impl Closable for SubState {
     fn close(&self) {
-        drop(self.sub.write().unwrap_or_else(|p| p.into_inner()).take());
+        self.sub.close();
     }
 }
 
@@ -57,30 +48,10 @@ impl Subscriber {
     /// The GIL is released while waiting; Ctrl-C interrupts the wait.
     #[pyo3(signature = (timeout = None))]
     fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Sample> {
-        let deadline = match timeout {
-            None => None,
-            Some(t) if t.is_finite() && t >= 0.0 => Some(Instant::now() + Duration::from_secs_f64(t)),
-            Some(t) => return Err(PyValueError::new_err(format!("timeout must be a finite number ≥ 0, got {t}"))),
-        };
-        loop {
-            let sub = self.state.get()?;
-            let wait = deadline.map_or(POLL, |d| d.saturating_duration_since(Instant::now()).min(POLL));
-            match py.detach(|| sub.recv_timeout(wait)) {
-                Ok(s) => return Ok(Sample::new(s)),
-                Err(RecvError::Closed) => {
-                    return Err(ClosedError::new_err(format!("the subscriber on {:?} is closed", self.state.key)));
-                }
-                Err(_) => {}
-            }
-            drop(sub);
-            py.check_signals()?;
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(PyTimeoutError::new_err(format!(
-                    "no sample on {:?} within {:?} s",
-                    self.state.key, timeout
-                )));
-            }
-        }
+        let key = &self.state.key;
+        let (what, closed) = (format!("sample on {key:?}"), format!("subscriber on {key:?}"));
+        let state = &self.state;
+        wait::recv_within(py, timeout, &what, &closed, |wait| Ok(state.get()?.recv_timeout(wait).map(Sample::new)))
     }
 
     /// The next sample if one is queued, else `None`.

@@ -20,6 +20,7 @@ use zcs_wire::ipc::{ControlConn, Frame};
 use zenoh_cuda_shm::cuda::Gpu;
 
 pub mod medium;
+pub mod ros;
 pub mod rosidl;
 pub use medium::{Cuda, Host, Medium, MediumKind, Pattern};
 

@@ -25,17 +25,7 @@ fn sessions(domain: u32) -> (RosNode, zenoh::Session) {
 }
 
 fn sessions_with(options: NodeOptions) -> (RosNode, zenoh::Session) {
-    let domain = options.domain.expect("a domain");
-    let port = free_tcp_port();
-    let ours = GpuSession::open(
-        loopback_zenoh_config(Some(port), None, Some(&domain.to_string())),
-        ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() },
-    )
-    .wait()
-    .unwrap();
-    let raw = zenoh::open(loopback_zenoh_config(None, Some(port), None)).wait().unwrap();
-    let node = RosNode::new(&ours, options).unwrap();
-    (node, raw)
+    zcs_tests::ros::host_node(options)
 }
 
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {

@@ -3,13 +3,12 @@
 //! Zenoh session plays the other participants; host memory, loopback TCP. The real
 //! rclpy talkers and listeners are in tests/ros2_real/test_strings.py.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tensor_codec::cdr::{CdrDecodeError, CdrEncodeError, StringMsg};
-use zcs_tests::{free_tcp_port, loopback_zenoh_config, watchdog_guard};
+use zcs_tests::watchdog_guard;
 use zenoh::Wait;
-use zenoh_cuda_shm::config::DeviceChoice;
-use zenoh_cuda_shm::{GpuSession, Path, ZcsConfig, tensor_codec};
+use zenoh_cuda_shm::{Path, tensor_codec};
 use zenoh_cuda_shm_ros2::names::gid_of;
 use zenoh_cuda_shm_ros2::{Attachment, NodeOptions, Qos, RmwWire, RosDataMessage, RosNode, RosPublishError};
 
@@ -17,24 +16,11 @@ const IO: Duration = Duration::from_secs(10);
 type Text = StringMsg<()>;
 
 fn sessions(domain: u32) -> (RosNode, zenoh::Session) {
-    let port = free_tcp_port();
-    let ours = GpuSession::open(
-        loopback_zenoh_config(Some(port), None, Some(&domain.to_string())),
-        ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() },
-    )
-    .wait()
-    .unwrap();
-    let raw = zenoh::open(loopback_zenoh_config(None, Some(port), None)).wait().unwrap();
-    let options = NodeOptions::new("talker").domain(domain).rmw_wire(RmwWire::BufferAware);
-    (RosNode::new(&ours, options).unwrap(), raw)
+    zcs_tests::ros::host_node(NodeOptions::new("talker").domain(domain).rmw_wire(RmwWire::BufferAware))
 }
 
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < IO, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+fn wait_for(what: &str, f: impl FnMut() -> bool) {
+    zcs_tests::wait_until(what, IO, f);
 }
 
 /// Our String publisher reaches our subscriber (on our channel) and an ordinary ROS
