@@ -73,8 +73,11 @@ def main():
         zenoh["listen"] = {"endpoints": args.listen}
     if args.no_multicast_scouting:
         zenoh["scouting"] = {"multicast": {"enabled": False}}
+    # Ctrl-C and SIGTERM end the loop and print the summary, also when this process
+    # started with SIGINT ignored (as a background job of a script does).
     stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.append(1))
     with zcs.open({"device": args.device}, zenoh=zenoh) as session:
         node = ros2.Node(session, "zcs_py_image_pub", domain=args.domain)
         pub = node.create_publisher(ros2.Image, args.topic, QOS[args.qos])
@@ -82,30 +85,27 @@ def main():
         print(f"[ros2] publishing on {pub.topic!r} gid {pub.gid} "
               f"({'frames made on the GPU with PyTorch' if on_gpu else 'frames made with NumPy'})", flush=True)
         end = time.monotonic() + 60
-        while args.wait_subscriptions and time.monotonic() < end:
+        while args.wait_subscriptions and not stop and time.monotonic() < end:
             subs = [e for e in node.graph() if e["kind"] == "subscription" and e.get("topic") == pub.topic]
             if len(subs) >= args.wait_subscriptions:
                 break
             time.sleep(0.02)
-        while pub.zero_copy_subscribers < args.wait_zero_copy and time.monotonic() < end:
+        while pub.zero_copy_subscribers < args.wait_zero_copy and not stop and time.monotonic() < end:
             time.sleep(0.01)
         n, nbytes = 0, args.width * args.height * 4
         period = 1.0 / args.rate if args.rate > 0 else 0.0
         start = nxt = time.monotonic()
-        try:
-            while (args.n == 0 or n < args.n) and not stop:
-                seq = pub.next_seq
-                if on_gpu:
-                    frame = pattern(nbytes, seq, torch, "cuda").to(torch.uint8)
-                else:
-                    frame = pattern(nbytes, seq, numpy).astype(numpy.uint8)
-                pub.publish(frame.reshape(args.height, args.width, 4), encoding="rgba8", frame_id="camera")
-                n += 1
-                if period:
-                    nxt += period
-                    time.sleep(max(0.0, nxt - time.monotonic()))
-        except KeyboardInterrupt:
-            pass
+        while (args.n == 0 or n < args.n) and not stop:
+            seq = pub.next_seq
+            if on_gpu:
+                frame = pattern(nbytes, seq, torch, "cuda").to(torch.uint8)
+            else:
+                frame = pattern(nbytes, seq, numpy).astype(numpy.uint8)
+            pub.publish(frame.reshape(args.height, args.width, 4), encoding="rgba8", frame_id="camera")
+            n += 1
+            if period:
+                nxt += period
+                time.sleep(max(0.0, nxt - time.monotonic()))
         secs = time.monotonic() - start
         s = pub.stats()
         print(json.dumps({"role": "ros2_pub", "frames": n, "bytes": nbytes, "fps": round(n / secs, 2) if secs else 0,

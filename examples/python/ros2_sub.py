@@ -67,7 +67,10 @@ def main():
         zenoh["listen"] = {"endpoints": args.listen}
     if args.no_multicast_scouting:
         zenoh["scouting"] = {"multicast": {"enabled": False}}
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # Ctrl-C and SIGTERM end the loop and print the summary, also when this process
+    # started with SIGINT ignored (as a background job of a script does).
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.default_int_handler)
     with zcs.open({"device": args.device}, zenoh=zenoh) as session:
         use_torch = torch is not None and (session.backend == "cuda-vmm" or not hasattr(numpy, "from_dlpack"))
         node = ros2.Node(session, "zcs_py_image_sub", domain=args.domain)

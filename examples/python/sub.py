@@ -17,6 +17,7 @@ Flags: -k/--key (demo/tensor), -n (100 messages), --device, -e/--connect, -l/--l
 """
 
 import argparse
+import signal
 import sys
 
 try:
@@ -53,6 +54,9 @@ def main():
             sys.exit("sub.py: --device cuda needs PyTorch (pip install torch); --device host runs with NumPy")
         device = "host"
         print("PyTorch not found: reading samples with NumPy, in host memory")
+    # Ctrl-C ends the loop, also when this process started with SIGINT ignored (as a
+    # background job of a script does).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with zcs.open({"device": device}, zenoh=zenoh) as session:
         cuda = session.backend == "cuda-vmm"
         sub = session.declare_subscriber(args.key)

@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -255,3 +256,29 @@ def test_python_and_rust_nodes_both_ways():
         assert code == 0, out
         assert (res["frames"], res["bad"], res["gaps"], res["disorder"]) == (n, 0, 0, 0), res
         assert res["paths"] == {"zero-copy": n}, res
+
+
+@pytest.mark.parametrize("script,ready,role", [("ros2_pub.py", "[ros2] publishing on", "ros2_pub"),
+                                               ("ros2_sub.py", "[ros2] subscribed to", "ros2_sub")],
+                         ids=["ros2_pub", "ros2_sub"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_python_examples_stop_on_signals_with_a_summary(script, ready, role, sig):
+    """Started the way a script's background job is (SIGINT ignored), the examples still
+    stop on SIGINT and SIGTERM, and say how far they got."""
+    def ignore_sigint():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    proc = subprocess.Popen([sys.executable, str(ROOT / "examples" / "python" / script), "--device", "host",
+                             "--no-multicast-scouting", "-l", f"tcp/127.0.0.1:{free_port()}",
+                             "--domain", str(random.randrange(1, 200)), "-n", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=ignore_sigint)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith(ready), first
+        time.sleep(0.3)
+        proc.send_signal(sig)
+        res, code, out = summary(proc, role)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert code == 0 and (res["frames"] > 0) == (role == "ros2_pub"), out
