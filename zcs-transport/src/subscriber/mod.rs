@@ -25,6 +25,7 @@ mod import;
 mod link;
 mod order;
 mod peer_copy;
+pub mod queue;
 mod ready;
 mod release;
 pub mod spin;

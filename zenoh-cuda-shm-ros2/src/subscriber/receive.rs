@@ -93,7 +93,7 @@ impl<M: RosDataMessage> Shared<M> {
     /// stops reading holds up no Zenoh thread (and so no other topic). KEEP_LAST, as ROS
     /// does: a full queue drops its oldest message (counted in `dropped_queue_full`).
     /// KEEP_ALL: the queue has no limit; it warns as it grows past [`KEEP_ALL_WARN`].
-    fn queue(&self, mut msg: RosSample<M>) {
+    fn queue(&self, msg: RosSample<M>) {
         let Some(oldest) = &self.oldest else {
             let _ = self.tx.send(msg);
             let queued = self.tx.len();
@@ -108,17 +108,8 @@ impl<M: RosDataMessage> Shared<M> {
             }
             return;
         };
-        loop {
-            match self.tx.try_send(msg) {
-                Ok(()) | Err(flume::TrySendError::Disconnected(_)) => return,
-                Err(flume::TrySendError::Full(back)) => {
-                    msg = back;
-                    if oldest.try_recv().is_ok() {
-                        self.core.counters.dropped_queue_full.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        }
+        let dropped = zcs_transport::subscriber::queue::push_dropping_oldest(&self.tx, oldest, msg);
+        self.core.counters.dropped_queue_full.fetch_add(dropped, Ordering::Relaxed);
     }
 
     /// `Some(per_put)` for a message not delivered yet.

@@ -127,17 +127,9 @@ impl SubscriberBuilder<Fifo> {
                 let _ = tx.send(s);
                 return;
             }
-            let mut s = s;
-            loop {
-                match tx.try_send(s) {
-                    Ok(()) | Err(flume::TrySendError::Disconnected(_)) => return,
-                    Err(flume::TrySendError::Full(back)) => {
-                        s = back;
-                        if oldest.try_recv().is_ok() && counted.fetch_add(1, Ordering::Relaxed) == 0 {
-                            tracing::warn!(%key, "a subscriber's queue is full: its oldest samples are dropped (SubscriberStats::dropped_queue_full); the application reads slower than they come");
-                        }
-                    }
-                }
+            let dropped = crate::transport::subscriber::queue::push_dropping_oldest(&tx, &oldest, s);
+            if dropped > 0 && counted.fetch_add(dropped, Ordering::Relaxed) == 0 {
+                tracing::warn!(%key, "a subscriber's queue is full: its oldest samples are dropped (SubscriberStats::dropped_queue_full); the application reads slower than they come");
             }
         }))?;
         Ok(GpuSubscriber { core, handler: rx })
