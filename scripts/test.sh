@@ -9,6 +9,8 @@
 #      zenohd refusing a plugin built with other zenoh features (scripts/plugin-mismatch.sh);
 #      then, in a cargo invocation of its own, the copies out into Zenoh's shared memory
 #      (tests/zenoh-shm/tests/shm_out.rs, feature zenoh-shm; a package without the plugin);
+#      with ZCS_CUDA_BUFFER_SRC naming the sources of ROS 2's CUDA buffer backend, our
+#      registry against that backend's own (scripts/cuda-buffer-core.sh builds it);
 #   2. the CDR cross-check against an independent implementation (rosbags, PyPI), and
 #      the ROS 2 examples against an independent rmw_zenoh peer (tests/python);
 #   3. the Python package: built (dev profile, same target dir: nothing of the workspace
@@ -39,6 +41,12 @@ export ZCS_ZENOHD_DIR
 
 echo "== cmake for the C and C++ examples' build (tests of zenoh-cuda-shm-c; pip)"
 command -v cmake >/dev/null || python3 -m pip install -q --disable-pip-version-check "cmake>=3.16"
+
+if [ -n "${ZCS_CUDA_BUFFER_SRC:-}" ] && [ -z "${ZCS_CUDA_BUFFER_CORE:-}" ]; then
+  echo "== the CUDA buffer backend's registry, built from ZCS_CUDA_BUFFER_SRC (scripts/cuda-buffer-core.sh)"
+  ZCS_CUDA_BUFFER_CORE=$(./scripts/cuda-buffer-core.sh)
+  export ZCS_CUDA_BUFFER_CORE
+fi
 
 echo "== the ROS 2 peer's Python packages (tests/ros2_stream.rs runs it on host memory; pip)"
 python3 -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
