@@ -75,6 +75,19 @@ for line in sys.stdin:
         shutil.copy2(m["executable"], sys.argv[1] + "/")
         print(m["target"]["name"])
 ' "$out"
+# ROS 2's CUDA buffer backend built from its sources (scripts/cuda-buffer-core.sh), for
+# tests/tests/gpu_rosidl_cuda_theirs.rs: only where ZCS_CUDA_BUFFER_SRC and
+# ZCS_ROSIDL_SRC name them (they are in no package registry); the tests print SKIPPED
+# without it. Carried in the first tests archive as cuda-buffer-core/{bin,lib}.
+if [ -n "${ZCS_CUDA_BUFFER_SRC:-}" ]; then
+  core=$(scripts/cuda-buffer-core.sh --out "$(dirname "$gpu_target")/cuda-buffer-core")
+  mkdir -p "$out/cuda-buffer-core"
+  cp -r "$core/bin" "$core/lib" "$out/cuda-buffer-core/"
+  rm -f "$out"/cuda-buffer-core/bin/*.built-from
+  [ -x "$out/cuda-buffer-core/bin/core_peer" ] || echo "gpu-build.sh: no core_peer (ZCS_ROSIDL_SRC not set): its GPU tests will print SKIPPED"
+else
+  echo "gpu-build.sh: ZCS_CUDA_BUFFER_SRC not set: the GPU tests against the CUDA buffer backend's own code will print SKIPPED"
+fi
 du -sh "$out"
 # The Python package: one abi3 wheel (gpu profile, stripped), carried as it is (a wheel
 # is already compressed); scripts/gpu-run.sh installs it offline.

@@ -40,6 +40,8 @@ if [ -d .gpu-pack/ros-wheels ]; then
     echo "ROS 2 peer: the carried wheels do not import (see python-peer.log)" | tee -a "$out/python-peer.log"
   fi
 fi
+# The CUDA buffer backend's core library, where scripts/gpu-build.sh built it.
+[ -x .gpu-bin/cuda-buffer-core/bin/core_peer ] && export ZCS_CUDA_BUFFER_CORE=$PWD/.gpu-bin/cuda-buffer-core
 fail=0
 # ZCS_GPU_PART=tests or bench runs one half (each fits one device call); default: all.
 # ZCS_GPU_PART=peer (two GPUs): the peer-GPU benchmark rows with their same-GPU anchors.

@@ -1,0 +1,241 @@
+//! Blocks of ROS 2's CUDA buffer backend, made by **its own code**, imported into our
+//! process: `core_peer` runs the backend's core library (`cuda_buffer`, built from its
+//! released sources by `scripts/cuda-buffer-core.sh`) as a publisher, with the steps of
+//! its rmw plugin that fill a descriptor. Its pool allocates and exports the block, its
+//! IPC manager serves the FD, its write event orders the write, its shared count and
+//! reuse rule decide when the block may be written again. We import with
+//! `BackendImports`, read in place on our stream after its event, and give the count
+//! back; its pool must then hand the same block out again, and not before.
+//! (`gpu_rosidl_cuda.rs` runs the same importer against a writer written from the
+//! backend's sources.)
+//!
+//! Without a GPU: `SKIPPED gpu_rosidl_cuda_theirs_...`; without `ZCS_CUDA_BUFFER_CORE`
+//! (the script's output, with `core_peer` built): likewise, with that reason.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use zcs_memory::cuda::kernels::check_pattern;
+use zcs_memory::cuda::{Gpu, copy};
+use zcs_tests::{gpu_or_skip, wait_until, watchdog_guard};
+use zcs_wire::rosidl_cuda::BlockMeta;
+use zenoh_cuda_shm::tensor_codec::cdr::{CudaBufferDescriptor, CudaDescriptorLayout};
+use zenoh_cuda_shm_ros2::cuda_backend::{BackendImportError, BackendImports};
+
+const CORE_ENV: &str = "ZCS_CUDA_BUFFER_CORE";
+const LEN: usize = 6 << 20;
+const SEED: u64 = 91;
+/// How long their stream sleeps before the write: a read not ordered after their event
+/// runs inside it.
+const DELAY_MS: u64 = 2000;
+
+/// `core_peer`, or why there is none (then the test prints SKIPPED and returns).
+fn core_peer(test: &str) -> Option<PathBuf> {
+    let Some(dir) = std::env::var_os(CORE_ENV) else {
+        println!(
+            "SKIPPED {test}: {CORE_ENV} is not set (scripts/cuda-buffer-core.sh --src <rosidl_buffer_backends> \
+             --rosidl <rosidl> builds the backend's core library and prints it)"
+        );
+        return None;
+    };
+    let bin = PathBuf::from(dir).join("bin/core_peer");
+    if !bin.is_file() {
+        println!("SKIPPED {test}: {} is missing (the script needs --rosidl to build it)", bin.display());
+        return None;
+    }
+    Some(bin)
+}
+
+/// Their publisher, in a process of its own.
+struct Theirs {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Theirs {
+    fn start(bin: &PathBuf, gpu: &Gpu) -> Self {
+        let mut child = Command::new(bin)
+            .arg(gpu.ordinal().to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut theirs = Self { child, stdin, stdout };
+        let ready = theirs.line();
+        assert_eq!(ready, format!("ready pid={} ipc=1", theirs.child.id()), "their pool must be able to export");
+        theirs
+    }
+
+    fn line(&mut self) -> String {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("core_peer's answer");
+        assert!(!line.is_empty(), "core_peer exited: {:?}", self.child.try_wait());
+        let line = line.trim_end().to_owned();
+        assert!(!line.starts_with("error"), "core_peer: {line}");
+        line
+    }
+
+    fn ask(&mut self, cmd: &str) -> String {
+        writeln!(self.stdin, "{cmd}").expect("core_peer's stdin");
+        self.line()
+    }
+
+    fn count(&mut self, block: u32) -> i32 {
+        let reply = self.ask(&format!("count {block}"));
+        reply.strip_prefix("count=").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{reply}"))
+    }
+
+    fn alloc(&mut self, len: usize) -> u32 {
+        let reply = self.ask(&format!("alloc {len}"));
+        reply.strip_prefix("block=").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{reply}"))
+    }
+
+    /// Publishes a buffer of `len` bytes of the pattern for `seed`; its descriptor.
+    fn publish(&mut self, len: usize, seed: u64) -> CudaBufferDescriptor {
+        descriptor(&self.ask(&format!("publish {len} {seed} {DELAY_MS}")))
+    }
+}
+
+impl Drop for Theirs {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The descriptor in `core_peer`'s `descriptor k=v ...` line.
+fn descriptor(line: &str) -> CudaBufferDescriptor {
+    let fields: std::collections::HashMap<&str, &str> = line
+        .strip_prefix("descriptor ")
+        .unwrap_or_else(|| panic!("not a descriptor: {line}"))
+        .split(' ')
+        .map(|kv| kv.split_once('=').unwrap_or_else(|| panic!("{kv} in {line}")))
+        .collect();
+    let num = |k: &str| fields[k].parse::<u64>().unwrap_or_else(|e| panic!("{k} in {line}: {e}"));
+    let hex = fields["event"];
+    let mut event = [0u8; 64];
+    for (i, b) in event.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
+    }
+    CudaBufferDescriptor {
+        size: num("size"),
+        element_type_name: fields["type"].into(),
+        device_id: num("device") as i32,
+        use_ipc: true,
+        vmm_pid: num("pid") as i32,
+        vmm_block_id: num("block") as u32,
+        vmm_block_size: num("block_size"),
+        vmm_socket_path: fields["socket"].into(),
+        ipc_uid: num("uid"),
+        ipc_event_handle: event,
+        layout: CudaDescriptorLayout::V0_1_2,
+    }
+}
+
+/// Copies the buffer's LEN bytes out on `stream` and waits (the stream may first wait
+/// on their event).
+fn read_out(buffer: &zenoh_cuda_shm_ros2::cuda_backend::BackendBuffer, gpu: &Gpu, ordered: bool) -> Vec<u8> {
+    let mut out = vec![0u8; LEN];
+    let (stream, other) = (gpu.new_stream().unwrap(), gpu.new_stream().unwrap());
+    let read = buffer.read(&stream).unwrap();
+    let copy_on = if ordered { &stream } else { &other };
+    // SAFETY: the buffer's LEN bytes are mapped while `buffer` lives; `out` has LEN bytes.
+    unsafe { copy::device_to_host(copy_on, read.device_ptr(), &mut out) }.unwrap();
+    read.end().unwrap();
+    out
+}
+
+#[test]
+fn gpu_rosidl_cuda_theirs_block_is_read_after_their_write_and_their_pool_gets_it_back() {
+    const NAME: &str = "gpu_rosidl_cuda_theirs_block_is_read_after_their_write_and_their_pool_gets_it_back";
+    let Some(gpu) = gpu_or_skip(NAME) else { return };
+    let Some(bin) = core_peer(NAME) else { return };
+    let _watchdog = watchdog_guard(NAME, Duration::from_secs(120));
+    let mut theirs = Theirs::start(&bin, &gpu);
+    let d = theirs.publish(LEN, SEED);
+    let block = d.vmm_block_id;
+    assert_eq!((d.size, d.element_type_name.as_str(), d.device_id), (LEN as u64, "h", gpu.ordinal() as i32));
+    assert!(d.has_event() && d.vmm_block_size >= LEN as u64, "{d:?}");
+    let meta = BlockMeta::open(d.vmm_pid, block).unwrap();
+    assert_eq!((meta.count(), theirs.count(block)), (0, 0));
+
+    // Refused before anything is counted or mapped: another device, a reused block.
+    let imports = BackendImports::new(&gpu).unwrap();
+    let mut other = d.clone();
+    other.device_id += 1;
+    assert!(matches!(imports.import(&other), Err(BackendImportError::OtherDevice { .. })));
+    let mut stale = d.clone();
+    stale.ipc_uid ^= 1;
+    assert!(matches!(imports.import(&stale), Err(BackendImportError::Meta(_))));
+    assert_eq!((theirs.count(block), imports.cached()), (0, 0));
+
+    let t = Instant::now();
+    let buffer = imports.import(&d).unwrap();
+    let imported = t.elapsed();
+    assert_eq!((meta.count(), theirs.count(block), imports.cached()), (1, 1, 1), "our count, as their pool reads it");
+
+    // Negative control: a copy not ordered after their event runs while their stream
+    // still sleeps, and does not see the pattern.
+    let early = read_out(&buffer, &gpu, false);
+    assert!(check_pattern(&early, 0, SEED).is_some(), "an unordered read saw their data: no negative control");
+    // Ours: every byte after their write.
+    let out = read_out(&buffer, &gpu, true);
+    assert_eq!(check_pattern(&out, 0, SEED), None, "every byte after their event");
+    println!("{NAME}: import of their block {:.1} ms", imported.as_secs_f64() * 1e3);
+
+    // Their message is gone but we hold the block: their pool must not hand it out.
+    assert_eq!(theirs.ask("drop"), "ok");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_ne!(theirs.alloc(LEN), block, "their pool reused a block we still read");
+    assert_eq!(theirs.ask("drop"), "ok");
+
+    // Our count back: after their grace window (100 ms) the block is theirs again.
+    drop(buffer);
+    wait_until("our count given back, as their pool reads it", Duration::from_secs(10), || theirs.count(block) == 0);
+    std::thread::sleep(Duration::from_millis(200));
+    let again = theirs.alloc(LEN);
+    assert!(again == block || theirs.alloc(LEN) == block, "their pool never handed our returned block out again");
+    assert_eq!(theirs.ask("drop"), "ok");
+
+    writeln!(theirs.stdin, "exit").unwrap();
+    let status = theirs.child.wait().unwrap();
+    assert!(status.success(), "core_peer: {status}");
+    assert_eq!(imports.evict_dead(), 1, "the exited publisher's block is forgotten");
+}
+
+#[test]
+fn gpu_rosidl_cuda_theirs_killed_publisher_leaves_our_import_readable() {
+    const NAME: &str = "gpu_rosidl_cuda_theirs_killed_publisher_leaves_our_import_readable";
+    let Some(gpu) = gpu_or_skip(NAME) else { return };
+    let Some(bin) = core_peer(NAME) else { return };
+    let _watchdog = watchdog_guard(NAME, Duration::from_secs(120));
+    let mut theirs = Theirs::start(&bin, &gpu);
+    let d = theirs.publish(LEN, SEED + 1);
+    let imports = BackendImports::new(&gpu).unwrap();
+    let buffer = imports.import(&d).unwrap();
+    // Their write is done before they die (a killed writer's unfinished stream work is
+    // undefined); then the process is killed with our import in hand.
+    let out = read_out(&buffer, &gpu, true);
+    assert_eq!(check_pattern(&out, 0, SEED + 1), None);
+    let pid = d.vmm_pid;
+    theirs.child.kill().unwrap();
+    theirs.child.wait().unwrap();
+
+    // The memory stays mapped and whole for us; giving the count back to a dead
+    // publisher's file is harmless; the cache forgets the dead publisher.
+    assert_eq!(check_pattern(&read_out(&buffer, &gpu, true), 0, SEED + 1), None, "still readable after their death");
+    drop(buffer);
+    assert_eq!(imports.evict_dead(), 1);
+    // What a killed publisher of theirs leaves behind (its pool never ran its
+    // destructor): the count file and the socket.
+    let leftovers = [BlockMeta::path_of(pid, d.vmm_block_id), PathBuf::from(&d.vmm_socket_path)];
+    for path in &leftovers {
+        println!("{NAME}: left by the killed publisher: {} (exists: {})", path.display(), path.exists());
+        let _ = std::fs::remove_file(path);
+    }
+}
