@@ -1,12 +1,12 @@
-// core_peer: a publisher of ROS 2's CUDA buffer backend, run as a peer of our GPU tests.
-// It links that backend's own core library (package `cuda_buffer`, built from its
-// released sources by scripts/cuda-buffer-core.sh): buffers come from its VMM pool,
-// their writes are ordered by its write event, their FDs are served by its IPC manager,
-// and the reuse of its blocks follows its shared counts. What its rmw plugin adds on
-// publishing (the descriptor's fields, cuda_buffer_backend_plugin.cpp 0.1.1 / 0.1.2,
-// create_descriptor_with_endpoint, lines 152-211) is done here in the same order, since
-// the plugin itself needs ROS. One command per line on stdin, one answer per line on
-// stdout:
+// core_peer: a publisher and a subscriber of ROS 2's CUDA buffer backend, run as a peer
+// of our GPU tests. It links that backend's own core library (package `cuda_buffer`,
+// built from its released sources by scripts/cuda-buffer-core.sh): buffers come from its
+// VMM pool, their writes are ordered by its write event, their FDs are served and
+// imported by its IPC manager, and the reuse of its blocks follows its shared counts.
+// What its rmw plugin adds (the descriptor's fields on publishing, their use on taking:
+// cuda_buffer_backend_plugin.cpp 0.1.1 / 0.1.2, lines 152-211 and 225-288) is done here
+// in the same order, since the plugin itself needs ROS. One command per line on stdin,
+// one answer per line on stdout:
 //
 //   publish <bytes> <seed> <delay ms>
 //       a buffer of the pool, filled on a stream of ours with our tests' pattern for
@@ -14,6 +14,15 @@
 //       the write is slow, and only its event says when it is done); answers
 //       "descriptor size=S device=D pid=P block=B block_size=BS socket=PATH uid=U
 //       type=T event=<128 hex digits>"; the buffer stays held
+//   consume size=S device=D pid=P block=B block_size=BS socket=PATH uid=U type=T
+//           event=<hex> seed=N
+//       a descriptor of another process's block, taken as the plugin takes one
+//       (from_descriptor_with_endpoint, lines 225-288: the IPC manager's import, the
+//       event opened, a buffer whose deleter gives the shared count back), then read as
+//       an application reads it: first copied out on a stream that does not wait (the
+//       negative control), then through a read handle (its stream waits on the event)
+//       and checked against the pattern for N; the buffer is then let go. Answers
+//       "consumed bad=B early_bad=E" (bytes that differ from the pattern)
 //   count <block>   -> "count=N": the block's shared count, as the pool reads it
 //   drop            -> "ok": every held buffer given back to the pool (as a published
 //                      message's buffer is, once rmw is done with it)
@@ -41,6 +50,7 @@
 #include <vector>
 
 #include "cuda_buffer/cuda_buffer_api.hpp"
+#include "cuda_buffer/cuda_buffer_ipc_manager.hpp"
 #include "cuda_buffer/cuda_memory_pool.hpp"
 
 namespace cbb = cuda_buffer_backend;
@@ -139,6 +149,89 @@ struct Peer
     return out.str();
   }
 
+  std::string consume(std::istringstream & in)
+  {
+    std::map<std::string, std::string> f;
+    std::string kv;
+    while (in >> kv) {
+      const auto eq = kv.find('=');
+      if (eq == std::string::npos) {
+        throw std::runtime_error("not key=value: " + kv);
+      }
+      f[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    for (const char * k : {"size", "device", "pid", "block", "block_size", "socket", "uid", "type", "event", "seed"}) {
+      if (f.count(k) == 0) {
+        throw std::runtime_error(std::string("no ") + k);
+      }
+    }
+    const size_t n = std::stoull(f["size"]);
+    const uint64_t seed = std::stoull(f["seed"]);
+    // The plugin's checks and import (plugin.cpp:225-258).
+    int local_device = 0;
+    check(cudaGetDevice(&local_device), "cudaGetDevice");
+    if (f["type"] != typeid(uint8_t).name()) {
+      throw std::runtime_error("element type " + f["type"]);
+    }
+    if (std::stoi(f["device"]) != local_device) {
+      throw std::runtime_error("cross-device IPC is not implemented (by the plugin)");
+    }
+    auto imported = cbb::CudaVmmIPCManager::import_block(
+      f["socket"], std::stoi(f["pid"]), static_cast<uint32_t>(std::stoul(f["block"])),
+      std::stoull(f["block_size"]), std::stoull(f["uid"]));
+    cbb::IPCMetadata * meta = imported.ipc_meta;
+    cbb::CudaBuffer buffer(
+      reinterpret_cast<void *>(imported.va), n, local_device,
+      [meta](uint8_t *) {
+        if (meta) {
+          meta->refcount.fetch_sub(1, std::memory_order_release);
+        }
+      });
+    // The event (plugin.cpp:260-282).
+    const std::string & hex = f["event"];
+    cudaIpcEventHandle_t handle{};
+    auto * h = reinterpret_cast<uint8_t *>(&handle);
+    bool has_event = false;
+    for (size_t i = 0; i < sizeof(handle) && 2 * i + 1 < hex.size(); ++i) {
+      h[i] = static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
+      has_event = has_event || h[i] != 0;
+    }
+    if (has_event) {
+      cudaEvent_t ev = nullptr;
+      check(cudaIpcOpenEventHandle(&ev, handle), "cudaIpcOpenEventHandle");
+      buffer.set_write_event(ev, true);
+    }
+    rosidl::Buffer<uint8_t> msg(std::make_unique<cbb::CudaBufferImpl<uint8_t>>(std::move(buffer), n));
+
+    uint8_t * host = nullptr;
+    check(cudaMallocHost(&host, n), "cudaMallocHost");
+    auto mismatches = [&] {
+        size_t bad = 0;
+        for (size_t i = 0; i < n; ++i) {
+          bad += host[i] != pattern_byte(i, seed);
+        }
+        return bad;
+      };
+    // Negative control: no wait on the writer's event.
+    cudaStream_t early = nullptr;
+    check(cudaStreamCreateWithFlags(&early, cudaStreamNonBlocking), "cudaStreamCreate");
+    auto * impl = cbb::detail::cuda_impl_of(msg);
+    check(cudaMemcpyAsync(host, impl->get_cuda_buffer().get_device_ptr(), n, cudaMemcpyDeviceToHost, early),
+      "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(early), "cudaStreamSynchronize");
+    const size_t early_bad = mismatches();
+    cudaStreamDestroy(early);
+    size_t bad = 0;
+    {
+      cbb::ReadHandle rh = cbb::from_input_buffer(msg, stream);
+      check(cudaMemcpyAsync(host, rh.get_ptr(), n, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    }
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    bad = mismatches();
+    cudaFreeHost(host);
+    return "consumed bad=" + std::to_string(bad) + " early_bad=" + std::to_string(early_bad);
+  }
+
   std::string answer(const std::string & line)
   {
     std::istringstream in(line);
@@ -150,6 +243,9 @@ struct Peer
       int delay = 0;
       in >> n >> seed >> delay;
       return publish(n, seed, delay);
+    }
+    if (cmd == "consume") {
+      return consume(in);
     }
     if (cmd == "count") {
       uint32_t id = 0;

@@ -5,9 +5,10 @@
 //! IPC manager serves the FD, its write event orders the write, its shared count and
 //! reuse rule decide when the block may be written again. We import with
 //! `BackendImports`, read in place on our stream after its event, and give the count
-//! back; its pool must then hand the same block out again, and not before.
-//! (`gpu_rosidl_cuda.rs` runs the same importer against a writer written from the
-//! backend's sources.)
+//! back; its pool must then hand the same block out again, and not before. The other
+//! way, its importer takes a descriptor of our publisher's block, reads it after our
+//! event and gives its count back. (`gpu_rosidl_cuda.rs` and `gpu_rosidl_cuda_export.rs`
+//! run the same steps against peers written from the backend's sources.)
 //!
 //! Without a GPU: `SKIPPED gpu_rosidl_cuda_theirs_...`; without `ZCS_CUDA_BUFFER_CORE`
 //! (the script's output, with `core_peer` built): likewise, with that reason.
@@ -18,10 +19,12 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use zcs_memory::cuda::kernels::check_pattern;
-use zcs_memory::cuda::{Gpu, copy};
-use zcs_tests::{gpu_or_skip, wait_until, watchdog_guard};
+use zcs_memory::cuda::{Gpu, Kernels, copy};
+use zcs_tests::rosidl::{Registered, TheirSubscription, cuda_session, rgba_frame};
+use zcs_tests::{child_role, gpu_or_skip, spawn_child, wait_child, wait_until, watchdog_guard};
 use zcs_wire::rosidl_cuda::BlockMeta;
-use zenoh_cuda_shm::tensor_codec::cdr::{CudaBufferDescriptor, CudaDescriptorLayout};
+use zenoh::Wait;
+use zenoh_cuda_shm::tensor_codec::cdr::{BufferData, CudaBufferDescriptor, CudaDescriptorLayout, Image};
 use zenoh_cuda_shm_ros2::cuda_backend::{BackendImportError, BackendImports};
 
 const CORE_ENV: &str = "ZCS_CUDA_BUFFER_CORE";
@@ -238,4 +241,111 @@ fn gpu_rosidl_cuda_theirs_killed_publisher_leaves_our_import_readable() {
         println!("{NAME}: left by the killed publisher: {} (exists: {})", path.display(), path.exists());
         let _ = std::fs::remove_file(path);
     }
+}
+
+const DIR_ENV: &str = "ZCS_ROSIDL_THEIRS_DIR";
+const PORT_ENV: &str = "ZCS_ROSIDL_THEIRS_PORT";
+const DOMAIN_ENV: &str = "ZCS_ROSIDL_THEIRS_DOMAIN";
+const TOPIC: &str = "/camera/image";
+/// A 4K rgba8 frame.
+const FRAME: (u32, u32) = (3840, 2160);
+const FRAME_SEED: u64 = 3001;
+/// How long our writer's kernel spins before it writes the frame.
+const SPIN: Duration = Duration::from_millis(500);
+
+/// Our publisher (a process of its own: our publishers send a subscription of their own
+/// process CDR) → a subscription of the backend's, whose descriptor `core_peer` takes
+/// with the backend's own importer: it reads our block after our event (every byte; its
+/// read not ordered after the event sees the frame unwritten, the negative control), and
+/// its count comes back to our publisher, which sent no byte through the host.
+#[test]
+fn gpu_rosidl_cuda_theirs_importer_reads_our_block_after_our_write() {
+    const NAME: &str = "gpu_rosidl_cuda_theirs_importer_reads_our_block_after_our_write";
+    let Some(gpu) = gpu_or_skip(NAME) else { return };
+    let Some(bin) = core_peer(NAME) else { return };
+    let _watchdog = watchdog_guard(NAME, Duration::from_secs(150));
+    let port = zcs_tests::free_tcp_port();
+    let domain = 60 + (std::process::id() + 7) % 100;
+    let z = zenoh::open(zcs_tests::loopback_zenoh_config(Some(port), None, None)).wait().unwrap();
+    // Its registry entry and token say: the cuda backend, our device, our uid.
+    let sub = TheirSubscription::declare(&z, domain, TOPIC, &gpu, Registered::SameDevice);
+    let mut theirs = Theirs::start(&bin, &gpu);
+    let dir = std::env::temp_dir().join(format!("zcs-rosidl-theirs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let env = [(DIR_ENV, dir.display().to_string()), (PORT_ENV, port.to_string()), (DOMAIN_ENV, domain.to_string())];
+    let ours = spawn_child("our_publisher_entry", "rosidl-theirs-our-pub", &env);
+
+    let (on_buf, bytes) = sub.rx.recv_timeout(Duration::from_secs(60)).expect("our frame");
+    assert!(on_buf, "a descriptor on _buf/<its GID>, not CDR on the data key");
+    let Image { data: BufferData::Cuda(d), .. } = Image::decode_cdr_buffer(&bytes).expect("our message") else {
+        panic!("our publisher sent bytes, not a descriptor");
+    };
+    let reply = theirs.ask(&format!("consume {} seed={FRAME_SEED}", fields(&d)));
+    let counts: Vec<u64> = reply
+        .strip_prefix("consumed ")
+        .unwrap_or_else(|| panic!("{reply}"))
+        .split(' ')
+        .map(|kv| kv.split_once('=').and_then(|(_, v)| v.parse().ok()).unwrap_or_else(|| panic!("{reply}")))
+        .collect();
+    assert_eq!(counts[0], 0, "their read after our event: every byte ({reply})");
+    assert!(counts[1] > 0, "their read not ordered after our event saw our frame written: no negative control");
+    std::fs::write(dir.join("done"), b"").unwrap();
+    wait_child(ours, "our publisher", Duration::from_secs(60));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `d` as `core_peer`'s `consume` takes it.
+fn fields(d: &CudaBufferDescriptor) -> String {
+    let event: String = d.ipc_event_handle.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "size={} device={} pid={} block={} block_size={} socket={} uid={} type={} event={event}",
+        d.size,
+        d.device_id,
+        d.vmm_pid,
+        d.vmm_block_id,
+        d.vmm_block_size,
+        d.vmm_socket_path,
+        d.ipc_uid,
+        d.element_type_name
+    )
+}
+
+/// The publisher of the test above: one frame, written by a kernel after a spin; then,
+/// once the test is done, its counters: one descriptor, no device→host copy, and the
+/// block back in the pool (their count given back).
+#[test]
+#[ignore = "entry point of the child process started by the test above"]
+fn our_publisher_entry() {
+    use zenoh_cuda_shm_ros2::{NodeOptions, Qos, RmwWire, RosNode};
+    if child_role().as_deref() != Some("rosidl-theirs-our-pub") {
+        return;
+    }
+    let _watchdog = watchdog_guard("our publisher", Duration::from_secs(140));
+    let env = |k: &str| std::env::var(k).unwrap();
+    let session = cuda_session(None, Some(env(PORT_ENV).parse().unwrap()));
+    let node = RosNode::new(
+        &session,
+        NodeOptions::new("our_pub").domain(env(DOMAIN_ENV).parse().unwrap()).rmw_wire(RmwWire::BufferAware),
+    )
+    .unwrap();
+    let publisher = node.publisher::<Image<()>>(TOPIC, Qos::reliable(10)).unwrap();
+    assert!(publisher.lends_cuda_buffers());
+    let gpu = session.gpu().unwrap().clone();
+    let kernels = Kernels::load(&gpu).unwrap();
+    wait_until("their subscription in our graph", Duration::from_secs(30), || publisher.ordinary_subscriptions() == 1);
+    let (w, h) = FRAME;
+    let len = (w * h * 4) as usize;
+    let loan = publisher.loan(len).unwrap();
+    let stream = loan.stream().unwrap();
+    kernels.spin(stream, SPIN.as_nanos() as u64).unwrap();
+    // SAFETY: the loan's `len` bytes are mapped until its stream has passed the kernel.
+    unsafe { kernels.fill(stream, loan.device_ptr().unwrap(), len as u64, FRAME_SEED) }.unwrap();
+    publisher.publish(&rgba_frame(w, h), loan).unwrap();
+
+    let done = PathBuf::from(env(DIR_ENV)).join("done");
+    wait_until("the test's end", Duration::from_secs(100), || done.exists());
+    let s = publisher.stats();
+    assert_eq!((s.descriptors, s.device_to_host, s.base_puts, s.buf_puts), (1, 0, 0, 0), "{s:?}");
+    wait_until("our block back from their importer", Duration::from_secs(10), || publisher.stats().lent_blocks == 0);
+    assert_eq!(publisher.stats().lent_reclaimed, 0, "their count came back; nothing was reclaimed from the dead");
 }
