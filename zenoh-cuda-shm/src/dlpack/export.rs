@@ -282,16 +282,7 @@ impl GpuSample {
         stream: &ConsumerStream,
         options: ExportOptions,
     ) -> Result<ManagedTensorVersioned, ExportError> {
-        let p = self.export_parts(stream, options)?;
-        let managed = DLManagedTensorVersioned {
-            version: DLPACK_VERSION,
-            manager_ctx: std::ptr::null_mut(),
-            deleter: Some(delete_versioned),
-            flags: p.flags,
-            dl_tensor: tensor_of(&p),
-        };
-        let ptr = into_export(managed, p.shape, p.strides, p.owner, |m| &mut m.dl_tensor, |m, c| m.manager_ctx = c);
-        Ok(ManagedTensorVersioned { ptr })
+        self.versioned(None, stream, options)
     }
 
     /// Exports the tensor as a legacy `DLManagedTensor`: as
@@ -314,14 +305,7 @@ impl GpuSample {
         stream: &ConsumerStream,
         options: ExportOptions,
     ) -> Result<ManagedTensorLegacy, ExportError> {
-        let p = self.export_parts(stream, options)?;
-        let managed = DLManagedTensor {
-            dl_tensor: tensor_of(&p),
-            manager_ctx: std::ptr::null_mut(),
-            deleter: Some(delete_legacy),
-        };
-        let ptr = into_export(managed, p.shape, p.strides, p.owner, |m| &mut m.dl_tensor, |m, c| m.manager_ctx = c);
-        Ok(ManagedTensorLegacy { ptr })
+        self.legacy(None, stream, options)
     }
 
     /// [`GpuSample::to_dlpack_versioned_with`] for a sample whose metadata is not a
@@ -337,16 +321,7 @@ impl GpuSample {
         stream: &ConsumerStream,
         options: ExportOptions,
     ) -> Result<ManagedTensorVersioned, ExportError> {
-        let p = self.export_parts_as(Some(meta), stream, options)?;
-        let managed = DLManagedTensorVersioned {
-            version: DLPACK_VERSION,
-            manager_ctx: std::ptr::null_mut(),
-            deleter: Some(delete_versioned),
-            flags: p.flags,
-            dl_tensor: tensor_of(&p),
-        };
-        let ptr = into_export(managed, p.shape, p.strides, p.owner, |m| &mut m.dl_tensor, |m, c| m.manager_ctx = c);
-        Ok(ManagedTensorVersioned { ptr })
+        self.versioned(Some(meta), stream, options)
     }
 
     /// [`GpuSample::to_dlpack_legacy_with`] with `meta` describing the payload (see
@@ -360,7 +335,36 @@ impl GpuSample {
         stream: &ConsumerStream,
         options: ExportOptions,
     ) -> Result<ManagedTensorLegacy, ExportError> {
-        let p = self.export_parts_as(Some(meta), stream, options)?;
+        self.legacy(Some(meta), stream, options)
+    }
+
+    /// A versioned export described by `given`, else by the sample's own metadata.
+    fn versioned(
+        &self,
+        given: Option<&TensorMeta>,
+        stream: &ConsumerStream,
+        options: ExportOptions,
+    ) -> Result<ManagedTensorVersioned, ExportError> {
+        let p = self.export_parts(given, stream, options)?;
+        let managed = DLManagedTensorVersioned {
+            version: DLPACK_VERSION,
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(delete_versioned),
+            flags: p.flags,
+            dl_tensor: tensor_of(&p),
+        };
+        let ptr = into_export(managed, p.shape, p.strides, p.owner, |m| &mut m.dl_tensor, |m, c| m.manager_ctx = c);
+        Ok(ManagedTensorVersioned { ptr })
+    }
+
+    /// A legacy export described by `given`, else by the sample's own metadata.
+    fn legacy(
+        &self,
+        given: Option<&TensorMeta>,
+        stream: &ConsumerStream,
+        options: ExportOptions,
+    ) -> Result<ManagedTensorLegacy, ExportError> {
+        let p = self.export_parts(given, stream, options)?;
         let managed = DLManagedTensor {
             dl_tensor: tensor_of(&p),
             manager_ctx: std::ptr::null_mut(),
@@ -370,12 +374,8 @@ impl GpuSample {
         Ok(ManagedTensorLegacy { ptr })
     }
 
-    fn export_parts(&self, stream: &ConsumerStream, options: ExportOptions) -> Result<Parts, ExportError> {
-        self.export_parts_as(None, stream, options)
-    }
-
     /// The parts of an export, described by `given` or else by the sample's own metadata.
-    fn export_parts_as(
+    fn export_parts(
         &self,
         given: Option<&TensorMeta>,
         stream: &ConsumerStream,
