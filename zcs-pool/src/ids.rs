@@ -55,6 +55,18 @@ impl CapabilityKey {
         h.finish()
     }
 
+    /// A tag authenticating a publisher's end notice: its last sequence number `seq`
+    /// (told to subscribers off the zero-copy path when it is dropped). Distinct from
+    /// every [`CapabilityKey::bytes_tag`], so a message's header cannot pass for one.
+    pub fn end_tag(&self, publisher: u64, seq: u64) -> u64 {
+        use std::hash::Hasher;
+        let mut h = siphasher::sip::SipHasher24::new_with_key(&self.0);
+        h.write_u8(0xe4); // domain separation from bytes tags and capabilities
+        h.write_u64(publisher);
+        h.write_u64(seq);
+        h.finish()
+    }
+
     /// The capability of a block generation.
     pub fn capability(&self, key: BlockKey) -> u64 {
         use std::hash::Hasher;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 static BYTES_DELAY_US: AtomicU64 = AtomicU64::new(0);
 static HANDSHAKE_DELAY_US: AtomicU64 = AtomicU64::new(0);
 static TOKEN_DELAY_US: AtomicU64 = AtomicU64::new(0);
+static BYTES_LOST_FROM: AtomicU64 = AtomicU64::new(0);
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -41,6 +42,19 @@ pub fn set_handshake_delay(delay: Duration) {
 /// to answer the history of a new publisher's token subscription.
 pub fn set_token_delay(delay: Duration) {
     store(&TOKEN_DELAY_US, delay);
+}
+
+/// Makes every message of our channels' bytes path numbered `seq` or higher vanish on
+/// its way to the subscribers of this process, as on a lossy link (0: none lost). A
+/// publisher's end notice still arrives.
+pub fn set_bytes_lost_from(seq: u64) {
+    // Relaxed: a setting read on its own.
+    BYTES_LOST_FROM.store(seq, Ordering::Relaxed);
+}
+
+pub(crate) fn bytes_lost(seq: u64) -> bool {
+    let from = BYTES_LOST_FROM.load(Ordering::Relaxed);
+    from != 0 && seq >= from
 }
 
 pub(crate) fn bytes_delayed() -> bool {

@@ -55,6 +55,18 @@ impl BytesOut {
     }
 }
 
+impl BytesOut {
+    /// The end notice on our channel: a delete carrying `header` (the publisher's last
+    /// sequence number), after every bytes message of the publisher, so that subscribers
+    /// off the zero-copy path can count messages lost at the end of its stream.
+    /// Subscribers that do not know it ignore deletes there.
+    pub(super) fn end(&self, header: &BytesHeader) -> Result<(), PutError> {
+        let key = || self.aware.key_expr().as_str().to_owned();
+        let att = protocol::encode_attachment(header);
+        self.aware.delete().attachment(att).wait().map_err(|source| PutError::Zenoh { key: key(), source })
+    }
+}
+
 /// A message for the lane to put.
 pub(super) struct Job {
     pub(super) payload: Payload,

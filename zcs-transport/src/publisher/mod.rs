@@ -38,7 +38,7 @@ use crate::config::Congestion;
 use crate::host::HostBlock;
 use crate::ipc::{AccessPolicy, ControlConn, ControlListener, SocketName};
 use crate::pool::{BlockKey, HolderId, StaleError};
-use crate::protocol::{self, Group, Role, Token};
+use crate::protocol::{self, BytesHeader, Group, Role, Token};
 use crate::sync::Unpoisoned;
 use bytes_lane::{BytesLane, BytesOut};
 use host_lane::HostLane;
@@ -543,10 +543,35 @@ impl PublisherCore {
     }
 }
 
+impl PublisherCore {
+    /// Puts the end notice (our last sequence number) on our channel, if we published.
+    fn put_end(&self) {
+        let sh = &self.shared;
+        let last = sh.state.locked().seq;
+        if last == 0 {
+            return;
+        }
+        let tag = sh.medium.pool().capability_key().end_tag(sh.instance, last);
+        let header = BytesHeader {
+            publisher: sh.instance,
+            seq: last,
+            timestamp_ns: crate::now_ns(),
+            from_block: false,
+            tag,
+            meta: None,
+        };
+        if let Err(e) = self.out.end(&header) {
+            tracing::debug!(error = %crate::error::Chain(&e), "no end notice: losses at the end of our stream go uncounted");
+        }
+    }
+}
+
 impl Drop for PublisherCore {
     fn drop(&mut self) {
-        // What the bytes lane holds goes out while the publisher is still announced.
+        // What the bytes lane holds goes out while the publisher is still announced,
+        // then the end notice after it.
         self.lane.close();
+        self.put_end();
         self.shared.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.server.take() {
             let _ = t.join();

@@ -1,6 +1,6 @@
 //! Exactly-once and loss accounting: each message of a publisher delivered once,
 //! whichever way it came; gaps after its first message counted as lost, less those
-//! filled late.
+//! filled late; messages given up and those missing at a publisher's end counted too.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
@@ -12,6 +12,9 @@ use crate::sync::Unpoisoned;
 #[derive(Default)]
 pub(super) struct Dedup {
     seen: Mutex<HashMap<u64, Seen>>,
+    /// The highest sequence number delivered of the last [`GONE`] publishers forgotten:
+    /// their end notice can come after their token has gone.
+    gone: Mutex<VecDeque<(u64, Option<u64>)>>,
     /// `SubscriberStats::duplicates`.
     duplicates: AtomicU64,
     /// `SubscriberStats::lost`.
@@ -62,9 +65,51 @@ impl Dedup {
         self.duplicates.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Forgets a publisher that is gone.
+    /// Message `seq` of `publisher`, which this subscriber was to get, will not come
+    /// (its bytes never came, its block could not be imported): counted in `lost` now,
+    /// with any gap before it, rather than once a later message comes, which at the end
+    /// of a stream never happens.
+    pub(super) fn give_up(&self, publisher: u64, seq: u64) {
+        let mut seen = self.seen.locked();
+        let s = seen.entry(publisher).or_default();
+        let n = match s.high {
+            None => 1,
+            Some(h) if seq > h => seq - h,
+            // Below the highest delivered: counted as a gap when that one came.
+            Some(_) => return,
+        };
+        s.high = Some(seq);
+        self.lost.fetch_add(n.min(Seen::WINDOW as u64), Ordering::Relaxed);
+    }
+
+    /// `publisher`'s end notice: `last` was its last message. Whatever this subscriber
+    /// has not received since its first message from it is lost.
+    pub(super) fn ended(&self, publisher: u64, last: u64) {
+        let mut seen = self.seen.locked();
+        let mut gone = self.gone.locked();
+        let high = match seen.get_mut(&publisher) {
+            Some(s) => &mut s.high,
+            None => match gone.iter_mut().find(|(p, _)| *p == publisher) {
+                Some((_, h)) => h,
+                None => return,
+            },
+        };
+        if let Some(h) = *high
+            && last > h
+        {
+            *high = Some(last);
+            self.lost.fetch_add((last - h).min(Seen::WINDOW as u64), Ordering::Relaxed);
+        }
+    }
+
+    /// Forgets a publisher that is gone (its end notice may still come).
     pub(super) fn forget(&self, publisher: u64) {
-        self.seen.locked().remove(&publisher);
+        let high = self.seen.locked().remove(&publisher).and_then(|s| s.high);
+        let mut gone = self.gone.locked();
+        if gone.len() == GONE {
+            gone.pop_front();
+        }
+        gone.push_back((publisher, high));
     }
 
     /// Duplicates dropped so far.
@@ -77,6 +122,9 @@ impl Dedup {
         self.lost.load(Ordering::Relaxed)
     }
 }
+
+/// How many forgotten publishers [`Dedup`] keeps the highest delivered message of.
+const GONE: usize = 64;
 
 /// The last [`Seen::WINDOW`] sequence numbers delivered from one publisher, and the
 /// highest, for loss accounting.

@@ -131,6 +131,7 @@ pub fn on_block(sh: &Arc<Shared>, link: &Arc<Link>, backlog: &mut VecDeque<Frame
             }
             Err(e) => {
                 inc(&sh.counters.import_failures);
+                sh.dedup.give_up(link.publisher, d.seq);
                 link.release(d.block);
                 let error = crate::error::chain(&e);
                 tracing::error!(error, block = ?d.block, "cannot import a block: message lost for this subscriber");
@@ -163,6 +164,7 @@ pub fn on_block(sh: &Arc<Shared>, link: &Arc<Link>, backlog: &mut VecDeque<Frame
         let Some(copied) = copy_from_host(sh, link, &imported, d.block, offset, len) else {
             // Counted and logged: the message is lost for this subscriber.
             inc(&sh.counters.import_failures);
+            sh.dedup.give_up(link.publisher, d.seq);
             return;
         };
         info.path = Path::HostCopy;

@@ -102,9 +102,10 @@ pub struct SubscriberStats {
     pub late_bytes: u64,
     /// Messages missing: gaps in a publisher's sequence numbers after the first message
     /// delivered from it, less gaps a late message filled (a gap counts at most 4096: a
-    /// forged bytes header cannot inflate it further). Bytes announced by `ViaBytes`
-    /// that never came, Zenoh drops under congestion, failed imports: each shows here
-    /// once a later message of the publisher is delivered.
+    /// forged bytes header cannot inflate it further). Zenoh drops under congestion
+    /// show here once a later message of the publisher is delivered, or, at the end
+    /// of its stream, once its end notice comes (when it is dropped); bytes announced
+    /// by `ViaBytes` that never came and failed imports as soon as they are given up.
     pub lost: u64,
     /// Time this subscriber's threads spent busy-polling for messages, in µs: what
     /// `spin_us` cost in CPU time (each polling thread keeps one core busy).

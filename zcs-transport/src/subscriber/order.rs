@@ -149,7 +149,7 @@ impl Drop for OnZenohCallback {
 }
 
 pub(super) fn on_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
-    if sample.kind() != SampleKind::Put {
+    if sample.kind() != SampleKind::Put && plain_key {
         return;
     }
     let _zenoh = OnZenohCallback::enter();
@@ -162,6 +162,9 @@ pub(super) fn on_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
 }
 
 fn take_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
+    if sample.kind() == SampleKind::Delete {
+        return take_end(sh, sample);
+    }
     let header = decode_meta(sample);
     // Ours on the plain key (while this subscriber listens there) is a second copy of
     // bytes that usually also come on our channel, but not always: a publisher that has
@@ -189,6 +192,10 @@ fn take_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
             return;
         }
     };
+    #[cfg(feature = "fault-injection")]
+    if crate::fault::bytes_lost(h.seq) {
+        return;
+    }
     let (link, order) = {
         let st = sh.state.locked();
         match st.pubs.get(&h.publisher) {
@@ -275,6 +282,30 @@ fn take_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
     }
 }
 
+/// A publisher's end notice on our channel (a delete whose header carries its last
+/// sequence number, after all its bytes there): what has not come since its first
+/// message is lost. A publisher with a ready link is left to the link, whose routed
+/// frames name every message it was to get.
+fn take_end(sh: &Arc<Shared>, sample: &Sample) {
+    let Some(h) = decode_meta(sample) else {
+        inc(&sh.counters.bad_bytes);
+        sh.bad_input.warn("a delete without a valid header on our channel", &sample.key_expr());
+        return;
+    };
+    let link = sh.state.locked().pubs.get(&h.publisher).and_then(|e| e.link.clone());
+    if let Some(link) = link {
+        if link.cap_key.end_tag(h.publisher, h.seq) != h.tag {
+            inc(&sh.counters.bad_bytes);
+            sh.bad_input.warn("an end notice with a forged header dropped", &sample.key_expr());
+            return;
+        }
+        if link.order.lock().first_seq.is_some() {
+            return;
+        }
+    }
+    sh.dedup.ended(h.publisher, h.seq);
+}
+
 /// Delivers a message routed over `link` (in its turn), unless it was delivered
 /// already; counts it in `counter`.
 pub(super) fn deliver_routed(sh: &Shared, link: &Link, sample: Delivery, counter: &AtomicU64) {
@@ -306,8 +337,8 @@ pub(super) fn on_via_bytes(sh: &Shared, link: &Link, seq: u64) {
         let (o2, more) = if seq <= o.inbox_dropped { (o, false) } else { order.wait(o, deadline) };
         o = o2;
         if !more {
-            // Counted in `lost` as a gap once a later message is delivered.
             tracing::warn!(publisher = %crate::Id(link.publisher), seq, "bytes routed through Zenoh never came; message lost");
+            sh.dedup.give_up(link.publisher, seq);
             break None;
         }
     };

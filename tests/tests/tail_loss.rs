@@ -1,0 +1,148 @@
+//! Messages lost at the end of a publisher's stream are counted (`SubscriberStats::lost`),
+//! not only gaps that a later message reveals: a subscriber off the zero-copy path learns
+//! the publisher's last sequence number from its end notice when it is dropped; a
+//! subscriber on it counts a message as soon as it gives up on it. Host memory, two
+//! sessions in this process; losses are made by `zcs_transport::fault`, which drops our
+//! bytes on their way to this process's subscribers as a lossy link would.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use zcs_memory::cuda::kernels::{check_pattern, fill_pattern};
+use zcs_tests::{free_tcp_port, loopback_zenoh_config, watchdog_guard};
+use zcs_transport::fault;
+use zenoh_cuda_shm::config::{DeviceChoice, HostId};
+use zenoh_cuda_shm::{GpuPublisher, GpuSession, GpuSubscriber, Path, ZcsConfig};
+
+/// The fault settings are the process's: one test at a time.
+static FAULTS: Mutex<()> = Mutex::new(());
+
+const LEN: usize = 256 << 10;
+const IO: Duration = Duration::from_secs(20);
+
+fn session(listen: Option<u16>, connect: Option<u16>, host: &str, cfg: impl FnOnce(&mut ZcsConfig)) -> GpuSession {
+    let mut c =
+        ZcsConfig { device: DeviceChoice::Host, host_id: Some(HostId::new(host).unwrap()), ..ZcsConfig::default() };
+    cfg(&mut c);
+    GpuSession::open(loopback_zenoh_config(listen, connect, None), c).wait().expect("a host-memory session")
+}
+
+fn publish(p: &GpuPublisher, seq: u64) {
+    let mut loan = p.loan(LEN).expect("loan");
+    fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seq);
+    assert_eq!(p.put(loan).expect("put").seq, seq);
+}
+
+/// Receives messages `seqs` in order, every byte checked, each by `path`.
+fn receive(
+    sub: &GpuSubscriber<flume::Receiver<zenoh_cuda_shm::GpuSample>>,
+    seqs: std::ops::RangeInclusive<u64>,
+    path: Path,
+) {
+    for seq in seqs {
+        let s = sub.recv_timeout(IO).unwrap_or_else(|e| panic!("message {seq}: {e}"));
+        assert_eq!((s.info().seq, s.path()), (seq, path));
+        assert_eq!(check_pattern(&s.host_bytes().expect("host memory"), 0, seq), None, "message {seq}");
+    }
+}
+
+fn wait_lost(sub: &GpuSubscriber<flume::Receiver<zenoh_cuda_shm::GpuSample>>, want: u64, within: Duration) {
+    let t = Instant::now();
+    while sub.stats().lost != want {
+        assert!(t.elapsed() < within, "lost {} within {within:?}, want {want}", sub.stats().lost);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A subscriber on another host (bytes through Zenoh): the last two messages of a
+/// stream vanish; nothing after them shows the gap, until the publisher is dropped and
+/// its end notice names its last message. A stream received whole counts nothing.
+#[test]
+fn the_lost_tail_of_a_stream_is_counted_when_its_publisher_ends() {
+    const TEST: &str = "the_lost_tail_of_a_stream_is_counted_when_its_publisher_ends";
+    let _faults = FAULTS.lock().unwrap_or_else(|p| p.into_inner());
+    let _w = watchdog_guard(TEST, Duration::from_secs(60));
+    let port = free_tcp_port();
+    let ours = session(Some(port), None, "host-a", |_| {});
+    let theirs = session(None, Some(port), "host-b", |_| {});
+    let key = format!("zcs-test/tail/{}/bytes", std::process::id());
+    let sub = theirs.declare_subscriber(key.clone()).wait().unwrap();
+
+    // Whole: the end notice finds nothing missing.
+    let p = ours.declare_publisher(key.clone()).wait().unwrap();
+    let t = Instant::now();
+    while p.aware_subscribers() != 1 {
+        assert!(t.elapsed() < IO, "the subscriber's token");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for seq in 1..=3 {
+        publish(&p, seq);
+    }
+    receive(&sub, 1..=3, Path::CpuBytes);
+    drop(p);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(sub.stats().lost, 0, "a whole stream loses nothing");
+
+    // Messages 5 and 6 of 6 vanish: unseen until the publisher ends.
+    fault::set_bytes_lost_from(5);
+    let p = ours.declare_publisher(key).wait().unwrap();
+    let t = Instant::now();
+    while p.aware_subscribers() != 1 {
+        assert!(t.elapsed() < IO, "the subscriber's token");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for seq in 1..=6 {
+        publish(&p, seq);
+    }
+    receive(&sub, 1..=4, Path::CpuBytes);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(sub.stats().lost, 0, "nothing after the lost messages shows them yet");
+    drop(p);
+    wait_lost(&sub, 2, IO);
+    fault::set_bytes_lost_from(0);
+    assert!(sub.try_recv().is_none());
+}
+
+/// A subscriber on the zero-copy path at its lease limit gets the last messages as
+/// bytes through Zenoh (`ViaBytes`); those vanish, and it counts each as lost once it
+/// gives up waiting for it (1 s), while the publisher still lives and nothing follows.
+#[test]
+fn a_zero_copy_subscriber_counts_the_bytes_it_gave_up_on() {
+    const TEST: &str = "a_zero_copy_subscriber_counts_the_bytes_it_gave_up_on";
+    let _faults = FAULTS.lock().unwrap_or_else(|p| p.into_inner());
+    let _w = watchdog_guard(TEST, Duration::from_secs(60));
+    let port = free_tcp_port();
+    let ours = session(Some(port), None, "host-a", |c| {
+        c.pool.max_holds_per_holder = 2;
+        c.lease_wait_ms = 0;
+    });
+    let theirs = session(None, Some(port), "host-a", |_| {});
+    let key = format!("zcs-test/tail/{}/via-bytes", std::process::id());
+    let sub = theirs.declare_subscriber(key.clone()).wait().unwrap();
+    let p = ours.declare_publisher(key).wait().unwrap();
+    let t = Instant::now();
+    while p.zero_copy_subscribers() != 1 || p.plain_subscribers() {
+        assert!(t.elapsed() < IO, "the subscriber on the zero-copy path");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    fault::set_bytes_lost_from(4);
+    // 1 and 2 in place (held: the lease limit is reached), 3 to 5 as bytes; 4 and 5 vanish.
+    for seq in 1..=5 {
+        publish(&p, seq);
+    }
+    let held: Vec<_> = (1..=2)
+        .map(|seq| {
+            let s = sub.recv_timeout(IO).unwrap();
+            assert_eq!((s.info().seq, s.path()), (seq, Path::ZeroCopy));
+            s
+        })
+        .collect();
+    receive(&sub, 3..=3, Path::CpuBytes);
+    wait_lost(&sub, 2, Duration::from_secs(10));
+    fault::set_bytes_lost_from(0);
+    drop(held);
+    // The end notice after the link's own account adds nothing.
+    drop(p);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(sub.stats().lost, 2);
+}
