@@ -19,6 +19,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use zcs_wire::ipc::{ControlConn, Frame};
 use zenoh_cuda_shm::cuda::Gpu;
 
+pub mod line_peer;
 pub mod medium;
 pub mod ros;
 pub mod rosidl;

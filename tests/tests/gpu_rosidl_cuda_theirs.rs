@@ -13,13 +13,12 @@
 //! Without a GPU: `SKIPPED gpu_rosidl_cuda_theirs_...`; without `ZCS_CUDA_BUFFER_CORE`
 //! (the script's output, with `core_peer` built): likewise, with that reason.
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use zcs_memory::cuda::kernels::check_pattern;
 use zcs_memory::cuda::{Gpu, Kernels, copy};
+use zcs_tests::line_peer::LinePeer;
 use zcs_tests::rosidl::{Registered, TheirSubscription, cuda_session, rgba_frame};
 use zcs_tests::{child_role, gpu_or_skip, spawn_child, wait_child, wait_until, watchdog_guard};
 use zcs_wire::rosidl_cuda::BlockMeta;
@@ -51,41 +50,21 @@ fn core_peer(test: &str) -> Option<PathBuf> {
     Some(bin)
 }
 
-/// Their publisher, in a process of its own.
-struct Theirs {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
+/// Their publisher and subscriber, in a process of its own.
+struct Theirs(LinePeer);
 
 impl Theirs {
-    fn start(bin: &PathBuf, gpu: &Gpu) -> Self {
-        let mut child = Command::new(bin)
-            .arg(gpu.ordinal().to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut theirs = Self { child, stdin, stdout };
-        let ready = theirs.line();
-        assert_eq!(ready, format!("ready pid={} ipc=1", theirs.child.id()), "their pool must be able to export");
-        theirs
-    }
-
-    fn line(&mut self) -> String {
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("core_peer's answer");
-        assert!(!line.is_empty(), "core_peer exited: {:?}", self.child.try_wait());
-        let line = line.trim_end().to_owned();
-        assert!(!line.starts_with("error"), "core_peer: {line}");
-        line
+    fn start(bin: &Path, gpu: &Gpu) -> Self {
+        let mut peer = LinePeer::start(bin, &[gpu.ordinal().to_string()], &[]);
+        let ready = peer.line();
+        assert_eq!(ready, format!("ready pid={} ipc=1", peer.pid()), "their pool must be able to export");
+        Self(peer)
     }
 
     fn ask(&mut self, cmd: &str) -> String {
-        writeln!(self.stdin, "{cmd}").expect("core_peer's stdin");
-        self.line()
+        let line = self.0.ask(cmd);
+        assert!(!line.starts_with("error"), "core_peer: {line}");
+        line
     }
 
     fn count(&mut self, block: u32) -> i32 {
@@ -101,13 +80,6 @@ impl Theirs {
     /// Publishes a buffer of `len` bytes of the pattern for `seed`; its descriptor.
     fn publish(&mut self, len: usize, seed: u64) -> CudaBufferDescriptor {
         descriptor(&self.ask(&format!("publish {len} {seed} {DELAY_MS}")))
-    }
-}
-
-impl Drop for Theirs {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -205,8 +177,7 @@ fn gpu_rosidl_cuda_theirs_block_is_read_after_their_write_and_their_pool_gets_it
     assert!(again == block || theirs.alloc(LEN) == block, "their pool never handed our returned block out again");
     assert_eq!(theirs.ask("drop"), "ok");
 
-    writeln!(theirs.stdin, "exit").unwrap();
-    let status = theirs.child.wait().unwrap();
+    let status = theirs.0.exit();
     assert!(status.success(), "core_peer: {status}");
     assert_eq!(imports.evict_dead(), 1, "the exited publisher's block is forgotten");
 }
@@ -226,8 +197,7 @@ fn gpu_rosidl_cuda_theirs_killed_publisher_leaves_our_import_readable() {
     let out = read_out(&buffer, &gpu, true);
     assert_eq!(check_pattern(&out, 0, SEED + 1), None);
     let pid = d.vmm_pid;
-    theirs.child.kill().unwrap();
-    theirs.child.wait().unwrap();
+    theirs.0.kill();
 
     // The memory stays mapped and whole for us; giving the count back to a dead
     // publisher's file is harmless; the cache forgets the dead publisher.

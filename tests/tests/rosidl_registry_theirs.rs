@@ -8,11 +8,10 @@
 //! Without `ZCS_CUDA_BUFFER_CORE` (the script's output folder):
 //! `SKIPPED rosidl_registry_theirs_...: ...`.
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use zcs_tests::line_peer::LinePeer;
 use zcs_tests::{to_hex, watchdog_guard};
 use zcs_wire::rosidl_cuda::registry::{self, EndpointKind, HostRegistry};
 
@@ -43,62 +42,16 @@ fn registry_file(domain: u32) -> PathBuf {
 }
 
 /// Their registry in a process of its own, on `domain`.
-struct Theirs {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+fn start_theirs(bin: &Path, domain: u32) -> LinePeer {
+    let mut theirs = LinePeer::start(bin, &[domain.to_string()], &[("CUDA_BUFFER_DEVICE_ID_OVERRIDE", "0")]);
+    assert_eq!(theirs.line(), "ready");
+    theirs
 }
 
-impl Theirs {
-    fn start(bin: &PathBuf, domain: u32) -> Self {
-        let mut child = Command::new(bin)
-            .arg(domain.to_string())
-            .env("CUDA_BUFFER_DEVICE_ID_OVERRIDE", "0")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut theirs = Self { child, stdin, stdout };
-        assert_eq!(theirs.line(), "ready");
-        theirs
-    }
-
-    fn line(&mut self) -> String {
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("hem_peer's answer");
-        assert!(!line.is_empty(), "hem_peer exited: {:?}", self.child.try_wait());
-        line.trim_end().to_owned()
-    }
-
-    fn ask(&mut self, cmd: &str) -> String {
-        writeln!(self.stdin, "{cmd}").expect("hem_peer's stdin");
-        self.line()
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    /// Ends the process as a ROS process ends: its registry handle is destroyed.
-    fn exit(mut self) {
-        writeln!(self.stdin, "exit").unwrap();
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "hem_peer: {status}");
-    }
-
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Theirs {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Ends their process as a ROS process ends: its registry handle is destroyed.
+fn exit(theirs: LinePeer) {
+    let status = theirs.exit();
+    assert!(status.success(), "hem_peer: {status}");
 }
 
 fn gid(n: u8) -> [u8; 16] {
@@ -114,7 +67,7 @@ fn rosidl_registry_theirs_and_ours_read_each_others_entries() {
     let _watchdog = watchdog_guard(NAME, Duration::from_secs(60));
     let d = domain(1);
     let ours = HostRegistry::open(d).unwrap();
-    let mut theirs = Theirs::start(&bin, d);
+    let mut theirs = start_theirs(&bin, d);
     let uid = registry::our_uid();
     assert_eq!(theirs.ask("self"), format!("device=0 uid={uid}"));
 
@@ -138,7 +91,7 @@ fn rosidl_registry_theirs_and_ours_read_each_others_entries() {
     let entry = ours.lookup(gid(4)).unwrap().expect("their publisher's entry");
     assert_eq!(
         (entry.kind, entry.device_id, entry.uid, entry.ipc_capable, entry.pid(), entry.name.as_str()),
-        (EndpointKind::Publisher as u8, 0, uid, true, theirs.pid(), "sensor_msgs/msg/Image")
+        (EndpointKind::Publisher as u8, 0, uid, true, theirs.pid() as i32, "sensor_msgs/msg/Image")
     );
 
     // One of ours unregistered is still there for them: their refresh adds and updates
@@ -147,7 +100,7 @@ fn rosidl_registry_theirs_and_ours_read_each_others_entries() {
     assert_eq!(theirs.ask(&format!("query {}", to_hex(&gid(1)))), seen(0, 1, 1));
 
     // Their process ends: its entries go inactive; ours stay, and so does the file.
-    theirs.exit();
+    exit(theirs);
     assert_eq!(ours.lookup(gid(4)).unwrap(), None);
     assert!(ours.lookup(gid(2)).unwrap().is_some());
     assert!(registry_file(d).exists());
@@ -166,7 +119,7 @@ fn rosidl_registry_theirs_dead_entries_are_purged_and_the_last_out_removes_it() 
     ours.register(gid(3), EndpointKind::Publisher, 0, true, "t").unwrap();
 
     // Killed: nothing marks its entry inactive until a handle attaches and purges it.
-    let mut killed = Theirs::start(&bin, d);
+    let mut killed = start_theirs(&bin, d);
     assert_eq!(killed.ask(&format!("register pub {} t", to_hex(&gid(1)))), "ok");
     killed.kill();
     assert!(ours.lookup(gid(1)).unwrap().is_some(), "active until purged");
@@ -174,11 +127,11 @@ fn rosidl_registry_theirs_dead_entries_are_purged_and_the_last_out_removes_it() 
     assert_eq!(ours.lookup(gid(1)).unwrap(), None, "a dead process's entry is purged on attach");
 
     // Ours out first: theirs, still active, keeps the file; theirs out last removes it.
-    let mut theirs = Theirs::start(&bin, d);
+    let mut theirs = start_theirs(&bin, d);
     assert_eq!(theirs.ask(&format!("register sub {} t", to_hex(&gid(2)))), "ok");
     drop(ours);
     assert!(registry_file(d).exists());
-    theirs.exit();
+    exit(theirs);
     assert!(!registry_file(d).exists(), "their last handle out removes the registry");
 }
 
@@ -189,7 +142,7 @@ fn rosidl_registry_theirs_concurrent_registrations_lose_none() {
     let _watchdog = watchdog_guard(NAME, Duration::from_secs(60));
     let d = domain(3);
     let ours = HostRegistry::open(d).unwrap();
-    let mut theirs = Theirs::start(&bin, d);
+    let mut theirs = start_theirs(&bin, d);
     const N: u32 = 200;
     // Both sides write 200 entries at once, each under the registry's semaphore.
     let writer = std::thread::spawn(move || {
@@ -209,5 +162,5 @@ fn rosidl_registry_theirs_concurrent_registrations_lose_none() {
     let mut last = [0x3c; 16];
     last[12..].copy_from_slice(&(N - 1).to_be_bytes());
     assert!(theirs.ask(&format!("query {}", to_hex(&last))).starts_with("found=1 locality=2 kind=1"));
-    theirs.exit();
+    exit(theirs);
 }

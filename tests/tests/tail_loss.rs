@@ -6,10 +6,10 @@
 //! bytes on their way to this process's subscribers as a lossy link would.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use zcs_memory::cuda::kernels::{check_pattern, fill_pattern};
-use zcs_tests::{free_tcp_port, loopback_zenoh_config, watchdog_guard};
+use zcs_tests::{free_tcp_port, loopback_zenoh_config, wait_until, watchdog_guard};
 use zcs_transport::fault;
 use zenoh_cuda_shm::config::{DeviceChoice, HostId};
 use zenoh_cuda_shm::{GpuPublisher, GpuSession, GpuSubscriber, Path, ZcsConfig};
@@ -47,11 +47,7 @@ fn receive(
 }
 
 fn wait_lost(sub: &GpuSubscriber<flume::Receiver<zenoh_cuda_shm::GpuSample>>, want: u64, within: Duration) {
-    let t = Instant::now();
-    while sub.stats().lost != want {
-        assert!(t.elapsed() < within, "lost {} within {within:?}, want {want}", sub.stats().lost);
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(&format!("lost = {want} (now {})", sub.stats().lost), within, || sub.stats().lost == want);
 }
 
 /// A subscriber on another host (bytes through Zenoh): the last two messages of a
@@ -70,11 +66,7 @@ fn the_lost_tail_of_a_stream_is_counted_when_its_publisher_ends() {
 
     // Whole: the end notice finds nothing missing.
     let p = ours.declare_publisher(key.clone()).wait().unwrap();
-    let t = Instant::now();
-    while p.aware_subscribers() != 1 {
-        assert!(t.elapsed() < IO, "the subscriber's token");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until("the subscriber's token", IO, || p.aware_subscribers() == 1);
     for seq in 1..=3 {
         publish(&p, seq);
     }
@@ -86,11 +78,7 @@ fn the_lost_tail_of_a_stream_is_counted_when_its_publisher_ends() {
     // Messages 5 and 6 of 6 vanish: unseen until the publisher ends.
     fault::set_bytes_lost_from(5);
     let p = ours.declare_publisher(key).wait().unwrap();
-    let t = Instant::now();
-    while p.aware_subscribers() != 1 {
-        assert!(t.elapsed() < IO, "the subscriber's token");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until("the subscriber's token", IO, || p.aware_subscribers() == 1);
     for seq in 1..=6 {
         publish(&p, seq);
     }
@@ -120,11 +108,7 @@ fn a_zero_copy_subscriber_counts_the_bytes_it_gave_up_on() {
     let key = format!("zcs-test/tail/{}/via-bytes", std::process::id());
     let sub = theirs.declare_subscriber(key.clone()).wait().unwrap();
     let p = ours.declare_publisher(key).wait().unwrap();
-    let t = Instant::now();
-    while p.zero_copy_subscribers() != 1 || p.plain_subscribers() {
-        assert!(t.elapsed() < IO, "the subscriber on the zero-copy path");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until("the subscriber on the zero-copy path", IO, || p.zero_copy_subscribers() == 1 && !p.plain_subscribers());
     fault::set_bytes_lost_from(4);
     // 1 and 2 in place (held: the lease limit is reached), 3 to 5 as bytes; 4 and 5 vanish.
     for seq in 1..=5 {

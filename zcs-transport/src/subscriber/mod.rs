@@ -325,18 +325,23 @@ impl SubscriberCore {
         })
         .map_err(DeclareError::Zenoh)?;
         let mut rest = || -> Result<_, DeclareError> {
-            // The token goes before the bytes subscription: declarations travel in order
-            // on a link, so a publisher learns of this subscriber (and serves it bytes
-            // until the handshake) before any of its subscriptions can match a put. A
-            // handshake may finish first; the publisher then knows it as linked.
-            let token = Token { role: Role::Sub, key: key.to_owned(), instance, group: group.clone(), socket: None };
-            let token = session.liveliness().declare_token(token.to_key()).wait().map_err(DeclareError::Zenoh)?;
+            // The bytes subscription goes before the token: declarations travel in order
+            // on a link, so a publisher that learns of this subscriber from its token and
+            // puts bytes for it at once finds the subscription there. (With the token
+            // first, about one first message in a hundred went to a subscription its
+            // publisher's session did not know yet, and was lost.) Bytes that match it
+            // before the token has arrived are a publisher's bytes for others: taken
+            // like any bytes of a publisher this subscriber does not know yet. A
+            // handshake may finish before the publisher sees the token; it then knows
+            // the subscriber as linked.
             let s = Arc::clone(&shared);
             let bytes = session
                 .declare_subscriber(protocol::bytes_key(key))
                 .callback(move |sample| on_bytes(&s, &sample, false))
                 .wait()
                 .map_err(DeclareError::Zenoh)?;
+            let token = Token { role: Role::Sub, key: key.to_owned(), instance, group: group.clone(), socket: None };
+            let token = session.liveliness().declare_token(token.to_key()).wait().map_err(DeclareError::Zenoh)?;
             shared.refresh_plain();
             recycler.start_thread()?;
             if let SubMedium::Cuda(gpu) = &shared.medium {
