@@ -46,6 +46,25 @@ def mismatches(msg, use_torch):
     return int((frame.reshape(-1) != pattern(frame.size, msg.seq, numpy).astype(numpy.uint8)).sum())
 
 
+def receive(sub, n, idle_timeout):
+    """The next message, or None after `idle_timeout` s without one. Says once that it
+    waits: after 2 s before a first message, after 5 s between messages."""
+    notice = 2.0 if n == 0 else 5.0
+    try:
+        return sub.recv(timeout=min(notice, idle_timeout))
+    except TimeoutError:
+        if idle_timeout <= notice:
+            return None
+    if n == 0:
+        print(f"[ros2] waiting for a publisher on {sub.topic}…", flush=True)
+    else:
+        print(f"[ros2] nothing for 5 s after {n} messages; waiting for a publisher on {sub.topic}…", flush=True)
+    try:
+        return sub.recv(timeout=idle_timeout - notice)
+    except TimeoutError:
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-t", "--topic", default="/camera/image")
@@ -82,18 +101,10 @@ def main():
         start = None
         try:
             while args.n == 0 or n < args.n:
-                try:
-                    msg = sub.recv(timeout=min(2.0, args.idle_timeout) if n == 0 else args.idle_timeout)
-                except TimeoutError:
-                    if n > 0 or args.idle_timeout <= 2.0:
-                        print(f"[ros2] no message for {args.idle_timeout} s", file=sys.stderr)
-                        break
-                    print(f"[ros2] waiting for a publisher on {sub.topic}…", flush=True)
-                    try:
-                        msg = sub.recv(timeout=args.idle_timeout - 2.0)
-                    except TimeoutError:
-                        print(f"[ros2] no message for {args.idle_timeout} s", file=sys.stderr)
-                        break
+                msg = receive(sub, n, args.idle_timeout)
+                if msg is None:
+                    print(f"[ros2] no message for {args.idle_timeout} s", file=sys.stderr)
+                    break
                 start = start or time.monotonic()
                 if msg.path not in paths:
                     why = msg.path_reason

@@ -263,14 +263,14 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
     let mut lat_us: Vec<f64> = Vec::new();
     let mut last_report = Instant::now();
     let idle = (args.idle_timeout > 0).then(|| Duration::from_secs(args.idle_timeout));
-    let mut waiting = WaitingNotice::new(WAITING_NOTICE);
+    let mut waiting = WaitingNotice::new();
     // Why the loop ended early, reported after the summary.
     let mut failed: Option<String> = None;
     while args.count == 0 || n < args.count {
         let recv = |t| {
             let r = subscriber.recv_timeout(t);
             if r.is_err() && waiting.due(n) {
-                println!("[sub] waiting for a publisher on '{}'…", args.key);
+                println!("{}", waiting.line("sub", &format!("'{}'", args.key)));
             }
             r
         };
@@ -378,34 +378,60 @@ pub fn with_progress<T>(what: &str, step: impl FnOnce() -> T) -> T {
 /// How long a subscriber goes without its first message before it says that it waits.
 pub const WAITING_NOTICE: Duration = Duration::from_secs(2);
 
-/// Says, once, that a subscriber has received nothing yet: [`WaitingNotice::due`] is true
-/// the first time it is asked `after` its creation with no message received, and never
-/// again (nor after a first message).
+/// How long a subscriber that has received messages goes without one before it says so.
+pub const SILENCE_NOTICE: Duration = Duration::from_secs(5);
+
+/// Says when a subscriber receives nothing: [`WaitingNotice::due`] is true once
+/// [`WAITING_NOTICE`] after its creation with no message received, and once in each
+/// silence of [`SILENCE_NOTICE`] after messages (a publisher stopped or went away).
 #[derive(Debug)]
 pub struct WaitingNotice {
+    /// The creation, or the first time a new count of messages was seen.
     since: Instant,
-    after: Duration,
-    done: bool,
+    /// The count of messages seen at `since`.
+    seen: u64,
+    /// Whether this silence was told already.
+    said: bool,
+}
+
+impl Default for WaitingNotice {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl WaitingNotice {
     /// Starts the wait now.
-    pub fn new(after: Duration) -> Self {
-        Self { since: Instant::now(), after, done: false }
+    pub fn new() -> Self {
+        Self { since: Instant::now(), seen: 0, said: false }
     }
 
-    /// Whether to say it now, `received` messages having arrived so far.
+    /// Whether to say now that nothing comes, `received` messages having arrived so far.
     pub fn due(&mut self, received: u64) -> bool {
         self.due_at(received, Instant::now())
     }
 
     fn due_at(&mut self, received: u64, now: Instant) -> bool {
-        if self.done || received > 0 {
-            self.done = true;
+        if received != self.seen {
+            (self.seen, self.since, self.said) = (received, now, false);
+        }
+        let after = if received == 0 { WAITING_NOTICE } else { SILENCE_NOTICE };
+        if self.said || now.saturating_duration_since(self.since) < after {
             return false;
         }
-        self.done = now.saturating_duration_since(self.since) >= self.after;
-        self.done
+        self.said = true;
+        true
+    }
+
+    /// The line to print for a subscriber `who` of `what` (a quoted key or a topic).
+    pub fn line(&self, who: &str, what: &str) -> String {
+        match self.seen {
+            0 => format!("[{who}] waiting for a publisher on {what}…"),
+            n => format!(
+                "[{who}] nothing for {} s after {n} messages; waiting for a publisher on {what}…",
+                SILENCE_NOTICE.as_secs()
+            ),
+        }
     }
 }
 
@@ -529,16 +555,22 @@ mod tests {
     }
 
     #[test]
-    fn the_waiting_notice_comes_once_and_only_before_a_first_message() {
-        let mut w = WaitingNotice::new(Duration::from_secs(2));
+    fn the_waiting_notice_comes_once_per_silence() {
+        let mut w = WaitingNotice::new();
         let t0 = w.since;
-        assert!(!w.due_at(0, t0 + Duration::from_millis(1999)), "too early");
-        assert!(w.due_at(0, t0 + Duration::from_secs(2)));
-        assert!(!w.due_at(0, t0 + Duration::from_secs(5)), "said once");
-        let mut w = WaitingNotice::new(Duration::from_secs(2));
-        let t0 = w.since;
-        assert!(!w.due_at(1, t0 + Duration::from_secs(3)), "a message arrived: nothing to say");
-        assert!(!w.due_at(0, t0 + Duration::from_secs(4)));
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert!(!w.due_at(0, at(1999)), "too early");
+        assert!(w.due_at(0, at(2000)));
+        assert_eq!(w.line("sub", "'k'"), "[sub] waiting for a publisher on 'k'…");
+        assert!(!w.due_at(0, at(9000)), "said once");
+        // Messages: quiet while they come, then once after five seconds without one.
+        assert!(!w.due_at(3, at(10_000)));
+        assert!(!w.due_at(3, at(14_999)));
+        assert!(w.due_at(3, at(15_000)));
+        assert_eq!(w.line("sub", "'k'"), "[sub] nothing for 5 s after 3 messages; waiting for a publisher on 'k'…");
+        assert!(!w.due_at(3, at(60_000)), "said once in this silence");
+        assert!(!w.due_at(4, at(61_000)), "a message came");
+        assert!(w.due_at(4, at(66_000)), "the next silence is told too");
     }
 
     #[test]

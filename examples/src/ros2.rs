@@ -22,8 +22,8 @@ use zenoh_cuda_shm_ros2::{
 };
 
 use crate::{
-    CommonArgs, DeviceChecker, WAITING_NOTICE, WaitingNotice, catch_interrupt, ended_early, interrupted,
-    next_or_interrupt, open, with_progress,
+    CommonArgs, DeviceChecker, WaitingNotice, catch_interrupt, ended_early, interrupted, next_or_interrupt, open,
+    with_progress,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -373,10 +373,10 @@ pub fn graph_hints(graph: &zenoh_cuda_shm_ros2::GraphView, subscription: [u8; 16
     hints
 }
 
-/// What a subscription says while it has received nothing: once, after
-/// [`WAITING_NOTICE`], that it waits for a publisher of its topic; from then on, about
-/// once a second until a first message, each publisher of the topic in the graph that it
-/// will not hear ([`graph_hints`]), once.
+/// What a subscription says while nothing comes ([`WaitingNotice`]): that it waits for a
+/// publisher of its topic; and, before a first message, about once a second from then
+/// on, each publisher of the topic in the graph that it will not hear ([`graph_hints`]),
+/// once.
 pub(crate) struct WaitingForPublisher<'a> {
     notice: WaitingNotice,
     said: bool,
@@ -390,7 +390,7 @@ pub(crate) struct WaitingForPublisher<'a> {
 
 impl<'a> WaitingForPublisher<'a> {
     pub(crate) fn new(who: &'static str, topic: &'a str, node: &'a RosNode, subscription: [u8; 16]) -> Self {
-        let notice = WaitingNotice::new(WAITING_NOTICE);
+        let notice = WaitingNotice::new();
         Self { notice, said: false, who, topic, node, subscription, told: HashSet::new(), looked: None }
     }
 
@@ -398,7 +398,7 @@ impl<'a> WaitingForPublisher<'a> {
     pub(crate) fn idle(&mut self, received: u64) {
         if self.notice.due(received) {
             self.said = true;
-            println!("[{}] waiting for a publisher on {}…", self.who, self.topic);
+            println!("{}", self.notice.line(self.who, self.topic));
         }
         if !self.said || received > 0 || self.looked.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
             return;

@@ -118,5 +118,26 @@ fn documented_errors_are_what_the_examples_print() {
     let doc = documented("[sub] waiting for a publisher on");
     let line = printed(&out, doc);
     assert!(matches(doc, line), "documented `{doc}`, printed `{line}`");
+
+    // A publisher that sends two messages and exits: the subscriber says so 5 s later.
+    let port = zcs_tests::free_tcp_port().to_string();
+    let (listen, connect) = (format!("tcp/127.0.0.1:{port}"), format!("tcp/127.0.0.1:{port}"));
+    let key = "zcs-test/doc/silence";
+    let sub = Command::new(example_binary("z_cuda_sub"))
+        .args(["--device", "host", "--no-multicast-scouting", "-l", &listen, "-k", key, "-n", "10"])
+        .args(["--idle-timeout", "8"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let published =
+        run("z_cuda_pub", &["--device", "host", "--no-multicast-scouting", "-e", &connect, "-k", key, "-n", "2"]);
+    let out = sub.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let doc = documented("[sub] nothing for 5 s after");
+    let line = printed(&out, doc);
+    assert!(matches(doc, line), "documented `{doc}`, printed `{line}`");
+    assert!(line.contains(" after 2 messages;"), "{line}\npublisher:\n{published}");
     let _ = std::fs::remove_dir_all(&dir);
 }

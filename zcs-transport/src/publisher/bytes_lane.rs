@@ -53,9 +53,7 @@ impl BytesOut {
         }
         Ok(())
     }
-}
 
-impl BytesOut {
     /// The end notice on our channel: a delete carrying `header` (the publisher's last
     /// sequence number), after every bytes message of the publisher, so that subscribers
     /// off the zero-copy path can count messages lost at the end of its stream.

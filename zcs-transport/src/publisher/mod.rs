@@ -541,9 +541,7 @@ impl PublisherCore {
     pub fn session(&self) -> &zenoh::Session {
         &self.session
     }
-}
 
-impl PublisherCore {
     /// Puts the end notice (our last sequence number) on our channel, if we published.
     fn put_end(&self) {
         let sh = &self.shared;

@@ -3,8 +3,8 @@
 
 /// Queues `item` on `tx` without waiting: while the queue is full, its oldest item is
 /// taken off through `rx` (a receiving end of the same channel) and dropped. Returns how
-/// many items were dropped (0 when there was room; more than 1 only when a reader took
-/// items in between).
+/// many items were dropped (0 when there was room; more than 1 only when other writers
+/// filled the queue again meanwhile).
 pub fn push_dropping_oldest<T>(tx: &flume::Sender<T>, rx: &flume::Receiver<T>, item: T) -> u64 {
     let mut item = item;
     let mut dropped = 0;
