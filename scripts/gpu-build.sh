@@ -6,11 +6,14 @@
 # scripts/gpu-run.sh.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-mkdir -p "$(git rev-parse --git-dir)/info"
+# The folders below stay out of git: listed in info/exclude (in a linked worktree too,
+# where .git is a file).
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
 # Cargo's target folder (CARGO_TARGET_DIR or the workspace's `target/`).
 gpu_target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/gpu
 if [ "${1:-}" = --soak ]; then
-  grep -qx '/.gpu-soak/' .git/info/exclude 2>/dev/null || echo '/.gpu-soak/' >> .git/info/exclude
+  grep -qx '/.gpu-soak/' "$exclude" 2>/dev/null || echo '/.gpu-soak/' >> "$exclude"
   cargo build --profile gpu -p zcs-tests --bin zcs_soak
   rm -rf .gpu-soak && mkdir -p .gpu-soak && cp "$gpu_target"/zcs_soak .gpu-soak/
   du -sh .gpu-soak
@@ -19,8 +22,8 @@ fi
 out=.gpu-bin
 rm -rf "$out"
 mkdir -p "$out"
-grep -qx '/.gpu-bin/' .git/info/exclude 2>/dev/null || echo '/.gpu-bin/' >> .git/info/exclude
-grep -qx '/.gpu-pack/' .git/info/exclude 2>/dev/null || echo '/.gpu-pack/' >> .git/info/exclude
+grep -qx '/.gpu-bin/' "$exclude" 2>/dev/null || echo '/.gpu-bin/' >> "$exclude"
+grep -qx '/.gpu-pack/' "$exclude" 2>/dev/null || echo '/.gpu-pack/' >> "$exclude"
 
 cargo test --profile gpu --workspace --no-run --message-format=json 2>/dev/null \
   | python3 -c '
@@ -176,8 +179,8 @@ zenohd_dir=$(ZCS_ZENOHD_PROFILE=release ./scripts/zenohd.sh)
 extra=.gpu-extra
 rm -rf "$extra" .gpu-pack-extra
 mkdir -p "$extra/zenohd" "$extra/gpu/deps" "$extra/gpu/examples" .gpu-pack-extra
-grep -qx '/.gpu-extra/' .git/info/exclude || echo '/.gpu-extra/' >> .git/info/exclude
-grep -qx '/.gpu-pack-extra/' .git/info/exclude || echo '/.gpu-pack-extra/' >> .git/info/exclude
+grep -qx '/.gpu-extra/' "$exclude" || echo '/.gpu-extra/' >> "$exclude"
+grep -qx '/.gpu-pack-extra/' "$exclude" || echo '/.gpu-pack-extra/' >> "$exclude"
 cp -r "$zenohd_dir/bin" "$zenohd_dir/lib" "$zenohd_dir/FEATURES" "$zenohd_dir/VERSION" "$extra/zenohd/"
 strip "$extra/zenohd/bin/zenohd" "$extra/zenohd/lib/libzenoh_plugin_rest.so"
 cargo test --profile gpu -p zcs-tests --test plugin --no-run --message-format=json 2>/dev/null \
