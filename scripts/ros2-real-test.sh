@@ -38,8 +38,8 @@ if [ -z "${ZCS_PYTHON:-}" ]; then
     # Our Python package, for the tests of examples/python/ros2_*.py (test_python.py).
     export ZCS_PYTHON="$root/target/py-venv/bin/python"
     if ! "$ZCS_PYTHON" -c "import zenoh_cuda_shm.ros2" 2>/dev/null; then
-        echo "==> our Python package (scripts/python-test.sh)"
-        "$root/scripts/python-test.sh" -q -k test_package >/dev/null
+        echo "==> our Python package (scripts/python-build.sh)"
+        "$root/scripts/python-build.sh" >/dev/null
     fi
 fi
 while IFS= read -r line; do export "${line?}"; done <"$env_file"

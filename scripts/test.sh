@@ -13,9 +13,10 @@
 #      registry against that backend's own (scripts/cuda-buffer-core.sh builds it);
 #   2. the CDR cross-check against an independent implementation (rosbags, PyPI), and
 #      the ROS 2 examples against an independent rmw_zenoh peer (tests/python);
-#   3. the Python package: built (dev profile, same target dir: nothing of the workspace
-#      is compiled twice), installed into target/py-venv, its pytest suites run (CPU path
-#      in two processes; the GPU suite prints SKIPPED without a GPU);
+#   3. the Python package's pytest suites (CPU path in two processes; the GPU suite
+#      prints SKIPPED without a GPU); the package is built (dev profile, same target dir:
+#      nothing of the workspace is compiled twice) and installed into target/py-venv
+#      before the Rust tests, whose C ABI suite runs the Python examples against it;
 #   4. the one-command demo and one tiny run of each benchmark on the host backend,
 #      so neither can rot.
 #
@@ -54,9 +55,12 @@ python3 -m pip install -q --disable-pip-version-check -r tests/python/requiremen
 echo "== cargo test"
 # Build first: the mismatched plugin is built from what this build leaves in target/debug.
 cargo test --workspace --locked --no-run
+echo "== the Python package, built and installed into target/py-venv (scripts/python-build.sh)"
+./scripts/python-build.sh
 ZCS_MISMATCH_PLUGIN=$(./scripts/plugin-mismatch.sh)
 export ZCS_MISMATCH_PLUGIN
-cargo test --workspace --locked 2>&1 | tee "$log"
+# The C ABI's suite runs the Python examples: it must not skip for want of the package.
+ZCS_REQUIRE_PYTHON=1 cargo test --workspace --locked 2>&1 | tee "$log"
 
 echo "== copies out into Zenoh's shared memory (feature zenoh-shm, a cargo invocation of its own)"
 # Zenoh's `shared-memory` changes zenoh::FEATURES for everything this invocation builds,
@@ -70,8 +74,8 @@ python3 -m pytest -q tensor-codec/python 2>&1 | tee -a "$log"
 echo "== ROS 2 over rmw_zenoh against an independent peer (eclipse-zenoh + rosbags)"
 python3 -m pytest -q tests/python 2>&1 | tee -a "$log"
 
-echo "== Python package (build, install into target/py-venv, pytest)"
-./scripts/python-test.sh 2>&1 | tee -a "$log"
+echo "== Python package (pytest; built and installed above)"
+./scripts/python-test.sh --installed 2>&1 | tee -a "$log"
 
 echo "== demo (two processes)"
 cargo run -q --locked -p zcs-examples --example zcs_demo -- -n 10 -s 3000000

@@ -228,7 +228,7 @@ class Net:
         interpreter ZCS_PYTHON names (scripts/ros2-real-test.sh sets it), without the ROS
         stack's library and module paths."""
         python = os.environ.get("ZCS_PYTHON", str(ROOT / "target" / "py-venv" / "bin" / "python"))
-        assert pathlib.Path(python).exists(), f"{python} is missing: scripts/python-test.sh makes it"
+        assert pathlib.Path(python).exists(), f"{python} is missing: scripts/python-build.sh makes it"
         argv = [python, ROOT / "examples" / "python" / script, "--no-multicast-scouting", "-l", listen,
                 "--domain", str(self.domain), "--device", "host", *args]
         connect = connect or (f"tcp/127.0.0.1:{self.port}" if self.port else None)

@@ -13,7 +13,7 @@
 //!   fields of `zcs_latency`'s rows;
 //! - the Python examples (`examples/python/pub.py`, `sub.py`) and `z_tensor`, both ways,
 //!   where a Python with the package and NumPy (or PyTorch) is found: `ZCS_PYTHON`, else
-//!   the venv of `scripts/python-test.sh`; otherwise that test prints `SKIPPED`, unless
+//!   the venv of `scripts/python-build.sh`; otherwise that test prints `SKIPPED`, unless
 //!   `ZCS_REQUIRE_PYTHON=1`.
 //!
 //! Every tensor of message `seq` holds seq - 1 in each element: the convention of the
@@ -423,7 +423,7 @@ fn cpp_latency_benchmark_prints_rows() {
 }
 
 /// A Python that imports the package and NumPy (or PyTorch), from `ZCS_PYTHON` or the
-/// venv of `scripts/python-test.sh`.
+/// venv of `scripts/python-build.sh`.
 fn python() -> Option<PathBuf> {
     let candidates: Vec<PathBuf> = match std::env::var_os("ZCS_PYTHON") {
         Some(p) => vec![p.into()],
@@ -446,7 +446,7 @@ fn python() -> Option<PathBuf> {
         // Past libtest's capture, as the GPU tests' SKIPPED lines: scripts/test.sh counts them.
         let _ = writeln!(
             std::io::stderr(),
-            "SKIPPED cpp_example_and_the_python_examples: no Python with zenoh_cuda_shm (scripts/python-test.sh)"
+            "SKIPPED cpp_example_and_the_python_examples: no Python with zenoh_cuda_shm (scripts/python-build.sh)"
         );
     }
     found
