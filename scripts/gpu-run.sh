@@ -250,6 +250,11 @@ if { want bench || want py-bench; } && [ -d bench/python ]; then
     pybench "zcs_python_latency-$r" bench/python/zcs_python_latency.py
     pybench "zcs_python_latency_nospin-$r" bench/python/zcs_python_latency.py --spin-us 0 --frameworks torch
   done
+  # Our Python ROS 2 subscriber beside our Rust one, same publisher (the ROS 2 image
+  # examples come in the bench archive).
+  echo "== bench/python/zcs_ros2_sub_bench.py" | tee -a "$out/bench.log"
+  timeout 400 python3 bench/python/zcs_ros2_sub_bench.py --examples .gpu-bin >"$out/zcs_ros2_sub_bench.jsonl" 2>>"$out/bench.log" \
+    || { echo "FAILED: bench/python/zcs_ros2_sub_bench.py" | tee -a "$out/bench.log"; fail=1; }
   # A pair without our rows (the wheel not carried: the script skips) fails the part.
   python3 scripts/py-latency-ratio.py "$out"/torch_ipc_latency-*.jsonl "$out"/zcs_python_latency*-[12].jsonl | tee -a "$out/bench.log"
   [ "${PIPESTATUS[0]}" = 0 ] || { echo "FAILED: scripts/py-latency-ratio.py (a pair lacks torch's or our rows)" | tee -a "$out/bench.log"; fail=1; }

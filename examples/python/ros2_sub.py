@@ -46,6 +46,14 @@ def mismatches(msg, use_torch):
     return int((frame.reshape(-1) != pattern(frame.size, msg.seq, numpy).astype(numpy.uint8)).sum())
 
 
+def percentiles(lat_us):
+    """p50 and p99 of publish→receive times in µs, as the Rust subscriber reports them
+    (nearest rank below; None when no message carried a source timestamp)."""
+    v = sorted(lat_us)
+    at = lambda q: round(v[min(int(len(v) * q), len(v) - 1)], 1) if v else None  # noqa: E731
+    return {"p50": at(0.5), "p99": at(0.99)}
+
+
 def receive(sub, n, idle_timeout):
     """The next message, or None after `idle_timeout` s without one. Says once that it
     waits: after 2 s before a first message, after 5 s between messages."""
@@ -98,6 +106,7 @@ def main():
               flush=True)
         n = bad = gaps = disorder = 0
         paths, last = {}, {}
+        lat_us = []  # publish (the source timestamp) → received
         start = None
         try:
             while args.n == 0 or n < args.n:
@@ -106,6 +115,8 @@ def main():
                     print(f"[ros2] no message for {args.idle_timeout} s", file=sys.stderr)
                     break
                 start = start or time.monotonic()
+                if msg.source_timestamp_ns > 0:
+                    lat_us.append((time.time_ns() - msg.source_timestamp_ns) / 1e3)
                 if msg.path not in paths:
                     why = msg.path_reason
                     print(f"[ros2] first message by path {msg.path}" + (f" ({why})" if why else ""), flush=True)
@@ -126,7 +137,8 @@ def main():
         secs = time.monotonic() - start if start else 0.0
         s = sub.stats()
         print(json.dumps({"role": "ros2_sub", "frames": n, "bad": bad, "gaps": gaps, "disorder": disorder,
-                          "fps": round((n - 1) / secs, 2) if n > 1 and secs else 0, "paths": paths,
+                          "fps": round((n - 1) / secs, 2) if n > 1 and secs else 0,
+                          "latency_us": percentiles(lat_us), "paths": paths,
                           "channel": s["channel"], "base": s["base"], "lost": s["lost"],
                           "dropped_queue_full": s["dropped_queue_full"]}, separators=(",", ":")), flush=True)
     return 1 if bad or disorder or (args.n and n < args.n) else 0

@@ -309,8 +309,7 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
         drop(sample);
         if last_report.elapsed() >= Duration::from_secs(1) || (args.count != 0 && n == args.count) {
             lat_us.sort_by(f64::total_cmp);
-            let p =
-                |q: f64| lat_us.get(((lat_us.len() as f64 * q) as usize).min(lat_us.len().saturating_sub(1))).copied();
+            let p = |q| percentile(&lat_us, q);
             let s = subscriber.stats();
             println!(
                 "[sub] {n} msgs  {:.1} MB/s  publish->receive p50 {:.0} us p99 {:.0} us  zero-copy {}  cpu-bytes {}  inline {}  plain {}  bad {bad}",
@@ -350,6 +349,19 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
         println!("[sub] every byte checked");
     }
     Ok(())
+}
+
+/// The `q` quantile (0..=1) of sorted values, nearest rank below; `None` when empty.
+pub fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
+    sorted.get(((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1))).copied()
+}
+
+/// `{"p50":…,"p99":…}` of publish→receive times in µs, for a summary line (`null`s
+/// when no message carried a source timestamp). Sorts `lat_us`.
+pub fn latency_json(lat_us: &mut [f64]) -> String {
+    lat_us.sort_by(f64::total_cmp);
+    let f = |q| percentile(lat_us, q).map_or("null".to_string(), |v| format!("{v:.1}"));
+    format!("{{\"p50\":{},\"p99\":{}}}", f(0.5), f(0.99))
 }
 
 /// Runs `step`; if it takes longer than a second, says so while it runs and how long it

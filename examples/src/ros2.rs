@@ -450,6 +450,8 @@ fn sub_loop<M: RosDataMessage>(
     // Why each path was taken, as first seen ("" for zero-copy).
     let mut reasons: BTreeMap<String, String> = BTreeMap::new();
     let (mut n, mut bad) = (0u64, 0u64);
+    // Publish (the source timestamp) → received, µs, for the summary.
+    let mut lat_us: Vec<f64> = Vec::new();
     // Made at the first device sample (the kernels load once, not per message).
     let mut checker: Option<DeviceChecker> = None;
     let mut first: Option<Instant> = None;
@@ -475,6 +477,9 @@ fn sub_loop<M: RosDataMessage>(
         };
         first.get_or_insert_with(Instant::now);
         let a = *sample.attachment();
+        if a.timestamp_ns > 0 {
+            lat_us.push(zenoh_cuda_shm_ros2::attachment::now_ns().saturating_sub(a.timestamp_ns) as f64 / 1e3);
+        }
         checks.see(a.gid, a.seq, a.timestamp_ns, sample.seq_per_put());
         let path = sample.path().to_string();
         if !reasons.contains_key(&path) {
@@ -523,9 +528,10 @@ fn sub_loop<M: RosDataMessage>(
     }
     let fps = if n > 1 && secs > 0.0 { (n - 1) as f64 / secs } else { 0.0 };
     println!(
-        "{{\"role\":\"ros2_sub\",\"frames\":{n},\"bad\":{bad},\"gaps\":{},\"disorder\":{},\"extra\":{extra},\"fps\":{fps:.2},\"paths\":{:?},\"path_reasons\":{:?},\"channel\":{},\"base\":{},\"buf_cpu\":{},\"cuda_buffers\":{},\"buf_gid\":{},\"backend_refused\":{},\"dropped_queue_full\":{},\"lost\":{},\"silent\":{},\"duplicates\":{},\"bad_attachment\":{},\"bad_cdr\":{},\"bad_envelope\":{},\"interrupted\":{}}}",
+        "{{\"role\":\"ros2_sub\",\"frames\":{n},\"bad\":{bad},\"gaps\":{},\"disorder\":{},\"extra\":{extra},\"fps\":{fps:.2},\"latency_us\":{},\"paths\":{:?},\"path_reasons\":{:?},\"channel\":{},\"base\":{},\"buf_cpu\":{},\"cuda_buffers\":{},\"buf_gid\":{},\"backend_refused\":{},\"dropped_queue_full\":{},\"lost\":{},\"silent\":{},\"duplicates\":{},\"bad_attachment\":{},\"bad_cdr\":{},\"bad_envelope\":{},\"interrupted\":{}}}",
         checks.gaps,
         checks.disorder,
+        crate::latency_json(&mut lat_us),
         paths,
         reasons,
         st.channel,

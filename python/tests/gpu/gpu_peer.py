@@ -4,6 +4,7 @@
     python gpu_peer.py slow-pub  <port> <key> <sleep_ms> <subscribers>
     python gpu_peer.py cupy-sub  <port> <key> <n>
     python gpu_peer.py jax-sub   <port> <key> <n>
+    python gpu_peer.py ros2-slow-pub <port> <key> <sleep_ms> <domain> <width> <height>
 
 Publishers wait until `subscribers` subscribers are on the zero-copy path, publish, print
 `published …` and stay until stdin gets a line. Subscribers print `ready` once
@@ -64,6 +65,16 @@ def torch_pub(port: int, key: str, n: int, subs: int) -> None:
     session.close()
 
 
+def sleep_cycles(torch, sleep_ms: int) -> int:
+    """The clock cycles for which torch.cuda._sleep (a spin kernel) runs `sleep_ms`."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(10_000_000)
+    end.record()
+    end.synchronize()
+    return int(10_000_000 * sleep_ms / max(start.elapsed_time(end), 1e-3))
+
+
 def slow_pub(port: int, key: str, sleep_ms: int, subs: int) -> None:
     """One loan written after a slow kernel; `put` must return long before the kernel
     ends (the ready signal is ordered on the GPU, not waited for on the host)."""
@@ -71,13 +82,7 @@ def slow_pub(port: int, key: str, sleep_ms: int, subs: int) -> None:
     session = open_cuda(port, key)
     pub = session.declare_publisher(key)
     wait_zero_copy(pub, subs)
-    # Calibrate torch.cuda._sleep (a spin kernel counting clock cycles).
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(10_000_000)
-    end.record()
-    end.synchronize()
-    cycles = int(10_000_000 * sleep_ms / max(start.elapsed_time(end), 1e-3))
+    cycles = sleep_cycles(torch, sleep_ms)
     want = torch.from_numpy(expected_np(0)).cuda()
     stream = torch.cuda.Stream()
     torch.cuda.synchronize()
@@ -92,6 +97,39 @@ def slow_pub(port: int, key: str, sleep_ms: int, subs: int) -> None:
         put_ms = (time.perf_counter() - t0) * 1e3
         busy = not stream.query()
     print(f"published put_ms={put_ms:.3f} busy_after_put={busy}", flush=True)
+    sys.stdin.readline()
+    session.close()
+
+
+def ros2_slow_pub(port: int, key: str, sleep_ms: int, domain: int, width: int, height: int) -> None:
+    """One ROS 2 Image (rgba8, the examples' pattern of its sequence number) on topic
+    `/<key's first segment>`, written into a loan after a slow kernel; `publish` must
+    return long before the kernel ends."""
+    import torch
+    from zenoh_cuda_shm import ros2
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "python"))
+    from ros2_pub import pattern
+    session = open_cuda(port, key)
+    node = ros2.Node(session, "py_slow_pub", domain=domain)
+    pub = node.create_publisher(ros2.Image, "/" + key.split("/")[0], ros2.QoSProfile(
+        depth=10, history=ros2.HistoryPolicy.KEEP_ALL))
+    wait_zero_copy(pub, 1)
+    cycles = sleep_cycles(torch, sleep_ms)
+    want = pattern(width * height * 4, pub.next_seq, torch, "cuda").to(torch.uint8).reshape(height, width, 4)
+    stream = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(stream):
+        loan = pub.loan((height, width, 4), "uint8")
+        t = torch.from_dlpack(loan)
+        t.fill_(0)
+        torch.cuda._sleep(cycles)  # the publisher's slow kernel
+        t.copy_(want)
+        t0 = time.perf_counter()
+        pub.publish(loan, encoding="rgba8", frame_id="camera")
+        put_ms = (time.perf_counter() - t0) * 1e3
+        busy = not stream.query()
+    print(f"published put_ms={put_ms:.3f} busy_after_put={busy} device_to_host={pub.stats()['device_to_host']}",
+          flush=True)
     sys.stdin.readline()
     session.close()
 
@@ -138,7 +176,8 @@ def jax_sub(port: int, key: str, n: int) -> None:
 def main() -> int:
     role, port, key = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     rest = [int(a) for a in sys.argv[4:]]
-    {"torch-pub": torch_pub, "slow-pub": slow_pub, "cupy-sub": cupy_sub, "jax-sub": jax_sub}[role](port, key, *rest)
+    {"torch-pub": torch_pub, "slow-pub": slow_pub, "ros2-slow-pub": ros2_slow_pub, "cupy-sub": cupy_sub,
+     "jax-sub": jax_sub}[role](port, key, *rest)
     return 0
 
 
