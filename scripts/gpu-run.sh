@@ -53,6 +53,7 @@ fail=0
 # (`--shm-out`). ZCS_GPU_PART=cross-host: throughput to subscribers in a network
 # namespace standing in for another host (scripts/netns-link.sh; `ip` from
 # .gpu-pack/iproute/ where the machine has none), ours against Zenoh's host payloads.
+# ZCS_GPU_PART=ros2-bench: the ROS 2 rows only (zcs_rosidl_bench, zcs_ros2_sub_bench.py).
 # Several parts at once: ZCS_GPU_PART="host shm-out cross-host".
 part=${ZCS_GPU_PART:-all}
 want() { [ "$part" = all ] || [[ " $part " == *" $1 "* ]]; }
@@ -250,14 +251,23 @@ if { want bench || want py-bench; } && [ -d bench/python ]; then
     pybench "zcs_python_latency-$r" bench/python/zcs_python_latency.py
     pybench "zcs_python_latency_nospin-$r" bench/python/zcs_python_latency.py --spin-us 0 --frameworks torch
   done
-  # Our Python ROS 2 subscriber beside our Rust one, same publisher (the ROS 2 image
-  # examples come in the bench archive).
-  echo "== bench/python/zcs_ros2_sub_bench.py" | tee -a "$out/bench.log"
-  timeout 400 python3 bench/python/zcs_ros2_sub_bench.py --examples .gpu-bin >"$out/zcs_ros2_sub_bench.jsonl" 2>>"$out/bench.log" \
-    || { echo "FAILED: bench/python/zcs_ros2_sub_bench.py" | tee -a "$out/bench.log"; fail=1; }
   # A pair without our rows (the wheel not carried: the script skips) fails the part.
   python3 scripts/py-latency-ratio.py "$out"/torch_ipc_latency-*.jsonl "$out"/zcs_python_latency*-[12].jsonl | tee -a "$out/bench.log"
   [ "${PIPESTATUS[0]}" = 0 ] || { echo "FAILED: scripts/py-latency-ratio.py (a pair lacks torch's or our rows)" | tee -a "$out/bench.log"; fail=1; }
+fi
+# ROS 2 rows (in `bench`, or alone as ZCS_GPU_PART=ros2-bench with the bench archive and
+# the wheel): the CUDA buffer backend's paths against ours (zcs_rosidl_bench; `bench`
+# runs it in its loop above), and our Python ROS 2 subscriber beside our Rust one, same
+# publisher (the ROS 2 image examples come in the bench archive).
+if want ros2-bench && [ -x .gpu-bin/zcs_rosidl_bench ]; then
+  echo "== .gpu-bin/zcs_rosidl_bench" | tee -a "$out/bench.log"
+  timeout 300 .gpu-bin/zcs_rosidl_bench --backend cuda >"$out/zcs_rosidl_bench.jsonl" 2>>"$out/bench.log" \
+    || { echo "FAILED: zcs_rosidl_bench" | tee -a "$out/bench.log"; fail=1; }
+fi
+if want bench || want ros2-bench; then
+  echo "== bench/python/zcs_ros2_sub_bench.py" | tee -a "$out/bench.log"
+  timeout 400 python3 bench/python/zcs_ros2_sub_bench.py --examples .gpu-bin >"$out/zcs_ros2_sub_bench.jsonl" 2>>"$out/bench.log" \
+    || { echo "FAILED: bench/python/zcs_ros2_sub_bench.py" | tee -a "$out/bench.log"; fail=1; }
 fi
 # The second pack (.gpu-pack-extra, carried alone): the plugin suite in stock zenohd on
 # the GPU, and latency with the zenohd plugin as provider against own pools
@@ -389,7 +399,7 @@ echo "== summary"
 head -2 "$out/machine.txt"
 grep -E "^test result|^FAILED|SKIPPED|panicked" "$out/gpu-tests.log" | sort | uniq -c
 grep -E "^ROS2 " "$out/gpu-tests.log"
-grep -E "^(PASSED|FAILED|SKIPPED)|slow producer|[0-9]+ (passed|failed)" "$out/python-tests.log" 2>/dev/null
+grep -E "^(PASSED|FAILED|SKIPPED)|slow producer|ROS 2 slow publisher|[0-9]+ (passed|failed)" "$out/python-tests.log" 2>/dev/null
 grep -E "^\[(demo|sub|zcs)\]" "$out/demo.log" 2>/dev/null | tail -4
 grep -E "^test result|^FAILED|SKIPPED|panicked|loans at the kill" "$out/plugin-tests.log" 2>/dev/null
 grep -h '"summary"' "$out"/soak*.jsonl 2>/dev/null
