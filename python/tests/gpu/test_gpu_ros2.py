@@ -4,7 +4,9 @@
   publisher's side;
 - a Python node and the Rust examples (ros2_image_pub, ros2_image_sub), both ways,
   zero-copy both ways;
-- a consumer read ordered after a slow publisher kernel, with a negative control.
+- a consumer read ordered after a slow publisher kernel, with a negative control;
+- a publisher of ROS 2's CUDA buffer backend (written from its sources) to a Python
+  subscription, in place.
 Without a GPU each prints `SKIPPED <name>: <reason>` and returns."""
 
 import json
@@ -206,3 +208,61 @@ def test_ros2_consumer_kernel_waits_for_a_slow_publisher_kernel(port, key):
             del frame, msg
         finally:
             p.finish()
+
+
+def test_ros2_cuda_buffer_publisher_to_a_python_subscription(port, key):
+    """A publisher of ROS 2's CUDA buffer backend (rmw_zenoh 0.12.0 with
+    cuda_buffer_backend 0.1.2, written from their sources: the child role of
+    tests/tests/gpu_rosidl_cuda.rs) sends 1080p and 4K descriptors to a Python
+    subscription, which reads both frames in place on the GPU after the publisher's
+    event; a descriptor of a reused block is refused and counted; the publisher checks
+    that its pool is whole again once our messages are gone."""
+    name = "test_ros2_cuda_buffer_publisher_to_a_python_subscription"
+    torch = gpu_or_skip(name)
+    if torch is None:
+        return
+    binary = os.environ.get("ZCS_ROSIDL_CUDA_TEST") or os.path.join(ROOT, ".gpu-bin", "test-tests-gpu_rosidl_cuda")
+    if not os.access(binary, os.X_OK):
+        reason = f"no {binary} (ZCS_ROSIDL_CUDA_TEST; scripts/gpu-build.sh puts it in .gpu-bin)"
+        assert not gpu_required(), f"{name}: {reason}"
+        SKIPPED_LINES.append(f"SKIPPED {name}: {reason}")
+        return
+    from ros2_pub import pattern
+    import tempfile
+
+    domain = 60 + random.randrange(100)
+    with tempfile.TemporaryDirectory(prefix="zcs-py-rosidl-") as d, \
+            zcs.open({"device": "cuda"}, zenoh=zenoh_config(listen=port)) as s:
+        node = ros2.Node(s, "py_cuda_sub", domain=domain, distro="rolling")
+        sub = node.create_subscription(ros2.Image, "/camera/image", qos_profile=10)
+        env = dict(os.environ, ZCS_CHILD_ROLE="rosidl-cuda-publisher", ZCS_ROSIDL_CUDA_DIR=d,
+                   ZCS_ROSIDL_CUDA_PORT=str(port), ZCS_ROSIDL_CUDA_DOMAIN=str(domain))
+        child = subprocess.Popen([binary, "--exact", "cuda_publisher_entry", "--include-ignored", "--nocapture",
+                                  "--test-threads=1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)
+        try:
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                for i, (width, height) in enumerate([(1920, 1080), (3840, 2160)]):
+                    msg = sub.recv(timeout=IO_TIMEOUT)
+                    assert (msg.width, msg.height, msg.path) == (width, height, "zero-copy"), msg.path_reason
+                    assert msg.__dlpack_device__() == (2, torch.cuda.current_device())
+                    frame = torch.from_dlpack(msg)  # ordered after the publisher's event
+                    want = pattern(frame.numel(), 1000 + i, torch, frame.device).to(torch.uint8)
+                    assert torch.equal(frame.reshape(-1), want), f"frame {i} ({width}x{height})"
+                    del frame, msg
+            stream.synchronize()
+            end = time.monotonic() + IO_TIMEOUT
+            while sub.stats()["backend_refused"] < 1:
+                assert time.monotonic() < end, f"the stale descriptor was not refused: {sub.stats()}"
+                time.sleep(0.01)
+            stats = sub.stats()
+            assert (stats["cuda_buffers"], stats["backend_refused"], stats["base"]) == (2, 1, 0), stats
+            # Our messages are gone: the publisher now waits for its counts to be back at 0.
+            open(os.path.join(d, "released"), "w").close()
+            out, _ = child.communicate(timeout=90)
+            assert child.returncode == 0, out[-3000:]
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
