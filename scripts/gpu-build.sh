@@ -103,20 +103,22 @@ rm -rf .gpu-pack/wheels
 # quarter of their size), the tests in two and the benchmarks in one, so that each
 # device call carries what it runs; scripts/gpu-run.sh unpacks what it finds.
 # Tests, two calls: `.gpu-pack/tests-1.tar.xz` (the library and the data-path suites,
-# the demo) with `.gpu-pack/wheels` (the Python GPU tests), then
-# `.gpu-pack/tests-2.tar.xz` (crash matrix, provider, copies into Zenoh SHM, peer GPUs,
-# ROS 2 with its example programs) with `.gpu-pack/ros-wheels` (the ROS 2 peer).
+# the demo), then `.gpu-pack/tests-2.tar.xz` (crash matrix, provider, copies into Zenoh
+# SHM, peer GPUs, ROS 2 with its example programs) with `.gpu-pack/ros-wheels` (the
+# ROS 2 peer) and `.gpu-pack/wheels` (the Python GPU tests, which run the ROS 2
+# examples).
 # Benchmarks: `.gpu-pack/bench.tar.xz` and `.gpu-pack/wheels`.
 mkdir -p .gpu-pack
 rm -f .gpu-pack/*.tar.xz
 bench_bins=(zcs_pool_bench zcs_latency zcs_throughput zcs_zenoh_shm zcs_peer_bench zcs_rosidl_bench zcs_report)
-tests_2_suites=(test-tests-crash_matrix test-tests-provider test-tests-shm_out test-tests-gpu_peer test-tests-ros2_stream)
-tests_2=("${tests_2_suites[@]}" ros2_image_pub ros2_image_sub ros2_tensor_pub ros2_tensor_sub)
-# The ROS 2 image examples go in every archive: the Python GPU tests (first call) and the
-# Python-against-Rust subscriber benchmark (bench) run them too.
+# The second archive also holds gpu_rosidl_cuda: its child publisher serves the Python
+# GPU test of a CUDA buffer backend publisher, run in the same call (with the wheel).
+tests_2=(test-tests-crash_matrix test-tests-provider test-tests-shm_out test-tests-gpu_peer test-tests-ros2_stream
+  test-tests-gpu_rosidl_cuda ros2_image_pub ros2_image_sub ros2_tensor_pub ros2_tensor_sub)
+# The bench archive holds the ROS 2 image examples as well, for the Python-against-Rust
+# subscriber benchmark.
 (cd "$out" && tar -cf - --ignore-failed-read "${bench_bins[@]}" ros2_image_pub ros2_image_sub 2>/dev/null) | xz -T2 -6 > .gpu-pack/bench.tar.xz
-(cd "$out" && tar -cf - $(printf -- "--exclude=./%s " "${bench_bins[@]}" "${tests_2_suites[@]}" ros2_tensor_pub ros2_tensor_sub) .) \
-  | xz -T2 -6 > .gpu-pack/tests-1.tar.xz
+(cd "$out" && tar -cf - $(printf -- "--exclude=./%s " "${bench_bins[@]}" "${tests_2[@]}") .) | xz -T2 -6 > .gpu-pack/tests-1.tar.xz
 (cd "$out" && tar -cf - --ignore-failed-read "${tests_2[@]}" 2>/dev/null) | xz -T2 -6 > .gpu-pack/tests-2.tar.xz
 # The ROS 2 GPU test's Python peer needs eclipse-zenoh and rosbags, and xxhash for
 # rmw_zenoh's GIDs; the GPU machine has no network. The first two run on any CPython
