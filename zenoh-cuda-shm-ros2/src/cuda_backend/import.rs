@@ -122,39 +122,63 @@ impl BackendImports {
     /// [`BackendImportError`]: the descriptor refused, another device, the block's count
     /// or FD not to be had (its publisher gone, another user), a reused block, CUDA.
     pub fn import(&self, d: &CudaBufferDescriptor) -> Result<BackendBuffer, BackendImportError> {
+        match self.import_cached(d) {
+            Some(imported) => imported,
+            None => self.import_new(d),
+        }
+    }
+
+    /// [`BackendImports::import`] when nothing can wait: `None` when `d`'s block is not
+    /// mapped here yet (mapping it first takes its FD from a socket).
+    pub fn import_cached(&self, d: &CudaBufferDescriptor) -> Option<Result<BackendBuffer, BackendImportError>> {
+        if let Err(e) = self.check(d) {
+            return Some(Err(e));
+        }
+        let key = (d.vmm_pid, d.vmm_block_id);
+        let block = self.blocks.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned()?;
+        if block.mapping.size() != usize::try_from(d.vmm_block_size).unwrap_or(usize::MAX) {
+            return Some(Err(BackendImportError::SizeChanged {
+                pid: key.0,
+                block: key.1,
+                cached: block.mapping.size(),
+                named: d.vmm_block_size,
+            }));
+        }
+        Some(block.meta.hold(d.ipc_uid).map_err(BackendImportError::from).and_then(|hold| self.buffer(d, block, hold)))
+    }
+
+    /// The checks before anything is counted or mapped.
+    fn check(&self, d: &CudaBufferDescriptor) -> Result<(), BackendImportError> {
         d.check()?;
         if usize::try_from(d.device_id).ok() != Some(self.gpu.ordinal()) {
             return Err(BackendImportError::OtherDevice { theirs: d.device_id, ours: self.gpu.ordinal() });
         }
+        Ok(())
+    }
+
+    /// Maps `d`'s block (not mapped here yet) and imports the buffer.
+    fn import_new(&self, d: &CudaBufferDescriptor) -> Result<BackendBuffer, BackendImportError> {
         let key = (d.vmm_pid, d.vmm_block_id);
         let named = usize::try_from(d.vmm_block_size).unwrap_or(usize::MAX);
-        let cached = self.blocks.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
-        let (block, hold) = match cached {
-            Some(b) if b.mapping.size() == named => {
-                let hold = b.meta.hold(d.ipc_uid)?;
-                (b, hold)
-            }
-            Some(b) => {
-                return Err(BackendImportError::SizeChanged {
-                    pid: key.0,
-                    block: key.1,
-                    cached: b.mapping.size(),
-                    named: d.vmm_block_size,
-                });
-            }
-            None => {
-                // Counted before anything is mapped, as the backend's subscribers do:
-                // from here on the publisher does not reuse the block under us.
-                let meta = Arc::new(BlockMeta::open(d.vmm_pid, d.vmm_block_id)?);
-                let hold = meta.hold(d.ipc_uid)?;
-                let fd = receive_block_fd(std::path::Path::new(&d.vmm_socket_path), d.vmm_pid, FD_WAIT)?;
-                let mapping = ImportedBlock::import(&self.gpu, fd, named)?;
-                tracing::debug!(pid = d.vmm_pid, block = d.vmm_block_id, size = named, "CUDA backend block imported");
-                let block = Arc::new(Block { mapping, meta });
-                let mut blocks = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
-                (Arc::clone(blocks.entry(key).or_insert(block)), hold)
-            }
-        };
+        // Counted before anything is mapped, as the backend's subscribers do: from here
+        // on the publisher does not reuse the block under us.
+        let meta = Arc::new(BlockMeta::open(d.vmm_pid, d.vmm_block_id)?);
+        let hold = meta.hold(d.ipc_uid)?;
+        let fd = receive_block_fd(std::path::Path::new(&d.vmm_socket_path), d.vmm_pid, FD_WAIT)?;
+        let mapping = ImportedBlock::import(&self.gpu, fd, named)?;
+        tracing::debug!(pid = d.vmm_pid, block = d.vmm_block_id, size = named, "CUDA backend block imported");
+        let block = Arc::new(Block { mapping, meta });
+        let block = Arc::clone(self.blocks.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_insert(block));
+        self.buffer(d, block, hold)
+    }
+
+    /// The buffer of `d` in `block`, counted by `hold`, with the writer's event opened.
+    fn buffer(
+        &self,
+        d: &CudaBufferDescriptor,
+        block: Arc<Block>,
+        hold: CountHold,
+    ) -> Result<BackendBuffer, BackendImportError> {
         let event = if d.has_event() { Some(IpcEvent::open(&self.gpu, &d.ipc_event_handle)?) } else { None };
         Ok(BackendBuffer {
             block,
