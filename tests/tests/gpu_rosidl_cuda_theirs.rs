@@ -5,7 +5,8 @@
 //! IPC manager serves the FD, its write event orders the write, its shared count and
 //! reuse rule decide when the block may be written again. We import with
 //! `BackendImports`, read in place on our stream after its event, and give the count
-//! back; its pool must then hand the same block out again, and not before. The other
+//! back; its pool must then hand the same block out again, and not before, also when our
+//! importer was killed holding it (once a process of ours reaps its count). The other
 //! way, its importer takes a descriptor of our publisher's block, reads it after our
 //! event and gives its count back. (`gpu_rosidl_cuda.rs` and `gpu_rosidl_cuda_export.rs`
 //! run the same steps against peers written from the backend's sources.)
@@ -211,6 +212,70 @@ fn gpu_rosidl_cuda_theirs_killed_publisher_leaves_our_import_readable() {
         println!("{NAME}: left by the killed publisher: {} (exists: {})", path.display(), path.exists());
         let _ = std::fs::remove_file(path);
     }
+}
+
+const HELD_ENV: &str = "ZCS_ROSIDL_THEIRS_HELD";
+
+/// Our importer killed (SIGKILL) holding a block of their pool: the count it took stays
+/// up while nothing of ours reaps it, so their pool keeps the block out (the negative
+/// control); once a process of ours reaps the dead importer's hold journal, the count is
+/// back at 0 and their pool hands the block out again.
+#[test]
+fn gpu_rosidl_cuda_theirs_pool_whole_after_our_importer_is_killed() {
+    const NAME: &str = "gpu_rosidl_cuda_theirs_pool_whole_after_our_importer_is_killed";
+    let Some(gpu) = gpu_or_skip(NAME) else { return };
+    let Some(bin) = core_peer(NAME) else { return };
+    let _watchdog = watchdog_guard(NAME, Duration::from_secs(120));
+    let mut theirs = Theirs::start(&bin, &gpu);
+    let d = theirs.publish(LEN, SEED + 2);
+    let block = d.vmm_block_id;
+    let dir = std::env::temp_dir().join(format!("zcs-rosidl-theirs-held-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let env = [(DIR_ENV, dir.display().to_string()), (HELD_ENV, format!("descriptor {}", fields(&d)))];
+    let mut ours = spawn_child("our_importer_entry", "rosidl-theirs-importer", &env);
+    wait_until("our importer holding their block", Duration::from_secs(60), || dir.join("holding").exists());
+    assert_eq!(theirs.count(block), 1, "our importer's count, as their pool reads it");
+    ours.kill().unwrap();
+    ours.wait().unwrap();
+
+    // Their message is gone and our importer is dead, its count still up: their pool
+    // must not hand the block out yet.
+    assert_eq!(theirs.ask("drop"), "ok");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(theirs.count(block), 1, "the dead importer's count stays up without a reaper");
+    assert_ne!(theirs.alloc(LEN), block, "their pool handed out a block a dead importer still counted");
+    assert_eq!(theirs.ask("drop"), "ok");
+
+    // What a subscription of ours does when it starts and every 10 s after.
+    let reaped = zcs_wire::rosidl_cuda::reap_dead_holders();
+    assert!(reaped.counts >= 1, "{reaped:?}");
+    wait_until("the dead importer's count given back", Duration::from_secs(10), || theirs.count(block) == 0);
+    std::thread::sleep(Duration::from_millis(200));
+    let again = theirs.alloc(LEN);
+    assert!(again == block || theirs.alloc(LEN) == block, "their pool never handed the reaped block out again");
+    assert_eq!(theirs.ask("drop"), "ok");
+    let status = theirs.0.exit();
+    assert!(status.success(), "core_peer: {status}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The importer of the test above: imports their block, reads every byte after their
+/// event, says so, and waits to be killed.
+#[test]
+#[ignore = "entry point of the child process started by the test above"]
+fn our_importer_entry() {
+    if child_role().as_deref() != Some("rosidl-theirs-importer") {
+        return;
+    }
+    let _watchdog = watchdog_guard("our importer", Duration::from_secs(100));
+    let gpu = Gpu::probe().unwrap();
+    let d = descriptor(&std::env::var(HELD_ENV).unwrap());
+    let imports = BackendImports::new(&gpu).unwrap();
+    let buffer = imports.import(&d).unwrap();
+    assert_eq!(check_pattern(&read_out(&buffer, &gpu, true), 0, SEED + 2), None, "every byte after their event");
+    std::fs::write(PathBuf::from(std::env::var(DIR_ENV).unwrap()).join("holding"), b"").unwrap();
+    std::thread::sleep(Duration::from_secs(90));
+    drop(buffer);
 }
 
 const DIR_ENV: &str = "ZCS_ROSIDL_THEIRS_DIR";
