@@ -25,7 +25,10 @@
 //! - `latency`: one frame in flight, the next asked for [`PACE`] after the last arrived
 //!   (so that lent blocks come back within the 100 ms grace window of both sides); the
 //!   put (after its fill is queued) → the frame received by the consumer, on the host's
-//!   monotonic clock, p50 / p99 over `--iters`;
+//!   monotonic clock, p50 / p99 over `--iters`. The three descriptor paths take turns,
+//!   one frame each, so that a drift of the machine (clocks, scheduling: their p50s
+//!   move by up to 2× between runs) falls on all of them alike and their ratios hold;
+//!   the CPU path's rounds come after them, its copies kept out of theirs;
 //! - `rate`: the publisher as fast as it can, the consumer reading every frame (its
 //!   check kernel on the GPU); frames per second at the consumer.
 //!
@@ -319,8 +322,8 @@ fn seeds(args: &Args, row: usize) -> (u64, u64) {
     (first, first + (args.warmup + args.iters) as u64)
 }
 
-/// The publisher process: it publishes a frame each time the subscriber process asks
-/// for one (`go` with a count on the control key), so that one frame is in flight in
+/// The publisher process: it publishes what the subscriber process asks for on the
+/// control key (a row, its first seed and a count), so that one frame is in flight in
 /// the latency rows and `rate_frames` back to back in the rate rows. Their publisher
 /// puts on the `_buf/<GID>` key of the row's subscription; ours publishes on
 /// [`OUT_TOPIC`] and finds their subscription itself.
@@ -362,41 +365,42 @@ fn publisher_main(args: &Args) {
         blocks: Vec::new(),
         host: Vec::new(),
     };
-    for (row, (f, route)) in plan(args).iter().enumerate() {
+    let rows = plan(args);
+    // `<row> <first seed> <count>` per request, `end` once every frame is taken.
+    loop {
+        let ask = go.recv_timeout(Duration::from_secs(60)).expect("the subscriber's go");
+        let text = String::from_utf8_lossy(&ask.payload().to_bytes()).into_owned();
+        if text == "end" {
+            break;
+        }
+        let mut words = text.split(' ').map(|w| w.parse::<u64>().expect("a number"));
+        let (row, first, n) = (words.next().expect("row"), words.next().expect("seed"), words.next().expect("count"));
+        let (f, route) = &rows[row as usize];
         let (image, len) = fields(f);
-        let (first, _) = seeds(args, row);
-        let total = args.warmup + args.iters + args.rate_frames;
-        let mut seed = first;
-        while seed < first + total as u64 {
-            let ask = go.recv_timeout(Duration::from_secs(60)).expect("the subscriber's go");
-            let n: u64 = String::from_utf8_lossy(&ask.payload().to_bytes()).parse().expect("a count");
-            for _ in 0..n {
-                match route {
-                    Route::TheirsToOurs(wire) => theirs.publish(&to_ours, &image, len, seed, *wire),
-                    Route::TheirsToTheirs => theirs.publish(&to_theirs, &image, len, seed, Wire::Cuda),
-                    Route::OursToTheirs => {
-                        let loan = ours.loan(len).expect("a loan");
-                        let ptr = loan.device_ptr().expect("a device block");
-                        // SAFETY: the loan's len bytes are mapped until its stream has
-                        // passed the kernel.
-                        unsafe { theirs.kernels.fill(loan.stream().expect("a stream"), ptr, len as u64, seed) }
-                            .expect("fill");
-                        let stamped = Image {
-                            header: Header { stamp: time_of(monotonic_ns()), ..image.header.clone() },
-                            ..image.clone()
-                        };
-                        ours.publish(&stamped, loan).expect("our publish");
-                    }
+        for seed in first..first + n {
+            match route {
+                Route::TheirsToOurs(wire) => theirs.publish(&to_ours, &image, len, seed, *wire),
+                Route::TheirsToTheirs => theirs.publish(&to_theirs, &image, len, seed, Wire::Cuda),
+                Route::OursToTheirs => {
+                    let loan = ours.loan(len).expect("a loan");
+                    let ptr = loan.device_ptr().expect("a device block");
+                    // SAFETY: the loan's len bytes are mapped until its stream has
+                    // passed the kernel.
+                    unsafe { theirs.kernels.fill(loan.stream().expect("a stream"), ptr, len as u64, seed) }
+                        .expect("fill");
+                    let stamped = Image {
+                        header: Header { stamp: time_of(monotonic_ns()), ..image.header.clone() },
+                        ..image.clone()
+                    };
+                    ours.publish(&stamped, loan).expect("our publish");
                 }
-                seed += 1;
             }
         }
     }
+    // `end` came once the subscriber process had taken every frame: their blocks'
+    // files go with this process.
     let s = ours.stats();
     eprintln!("our publisher: {s:?}, CDR instead of descriptors: {:?}", ours.cuda_fallbacks());
-    // Until the subscriber process has taken every frame: their blocks' files go with
-    // this process.
-    go.recv_timeout(Duration::from_secs(60)).expect("the subscriber's last word");
 }
 
 const PORT_ENV: &str = "ZCS_ROSIDL_BENCH_PORT";
@@ -440,7 +444,7 @@ fn main() {
         assert!(t.elapsed() < Duration::from_secs(30), "the publisher process never came");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let go = |n: usize| go_publisher.put(n.to_string()).wait().expect("go");
+    let go = |row: usize, seed: u64, n: usize| go_publisher.put(format!("{row} {seed} {n}")).wait().expect("go");
     // A frame of their subscription, its publish stamp, and whether it was in place.
     let take_theirs = |seed: u64, consumer: &Consumer| {
         let (_, bytes) = their_sub.rx.recv_timeout(Duration::from_secs(20)).expect("a frame within 20 s");
@@ -463,40 +467,30 @@ fn main() {
         json!({"bench": "rosidl-setup", "gpu": gpu.name(), "iters": args.iters, "rate_frames": args.rate_frames,
                "warmup": args.warmup, "grace_ms": GRACE.as_millis() as u64})
     );
-    for (row, (f, route)) in plan(&args).iter().enumerate() {
-        let (direction, path) = route.names();
-        let (_, len) = fields(f);
-        let (first, rate_first) = seeds(&args, row);
-        let before = sub.stats();
-        let mut us = Vec::new();
-        for i in 0..args.warmup + args.iters {
-            std::thread::sleep(PACE);
-            go(1);
-            let seed = first + i as u64;
-            let ns = match route {
-                Route::TheirsToOurs(_) => {
-                    let msg = recv(&sub);
-                    let arrived = monotonic_ns();
-                    consumer.consume(&msg, seed);
-                    arrived - msg.attachment().timestamp_ns
-                }
-                _ => take_theirs(seed, &consumer).0,
-            };
-            if i >= args.warmup {
-                us.push(ns as f64 / 1e3);
+    let rows = plan(&args);
+    // One frame of `row`, asked for `PACE` after the last one arrived: publish → arrival.
+    let one_frame = |row: usize, seed: u64| {
+        std::thread::sleep(PACE);
+        go(row, seed, 1);
+        match rows[row].1 {
+            Route::TheirsToOurs(_) => {
+                let msg = recv(&sub);
+                let arrived = monotonic_ns();
+                consumer.consume(&msg, seed);
+                arrived - msg.attachment().timestamp_ns
             }
+            _ => take_theirs(seed, &consumer).0,
         }
-        assert_eq!(consumer.errors(), 0, "{direction} {path} {f}: wrong bytes");
-        us.sort_by(f64::total_cmp);
-        println!(
-            "{}",
-            json!({"bench": "rosidl", "row": "latency", "direction": direction, "path": path, "frame": f, "size": len,
-                   "p50_us": percentile(&us, 50.0), "p99_us": percentile(&us, 99.0),
-                   "what": "publish (its put) → the frame received by the consumer, one in flight"})
-        );
+    };
+    // `rate_frames` frames of `row` asked for at once: frames per second at the consumer.
+    let rate_row = |row: usize| {
+        let (f, route) = &rows[row];
+        let (direction, path) = route.names();
+        let before = sub.stats();
         let n = args.rate_frames;
+        let rate_first = seeds(&args, row).1;
         let t = Instant::now();
-        go(n);
+        go(row, rate_first, n);
         let (mut in_place, mut cdr) = (0u64, 0u64);
         for k in 0..n as u64 {
             let placed = match route {
@@ -520,12 +514,44 @@ fn main() {
         assert_eq!(after.backend_refused, before.backend_refused, "refused: {:?}", sub.backend_refusal());
         println!(
             "{}",
-            json!({"bench": "rosidl", "row": "rate", "direction": direction, "path": path, "frame": f, "size": len,
-                   "fps": n as f64 / secs, "frames": n, "in_place": in_place, "cdr": cdr,
+            json!({"bench": "rosidl", "row": "rate", "direction": direction, "path": path, "frame": f,
+                   "size": fields(f).1, "fps": n as f64 / secs, "frames": n, "in_place": in_place, "cdr": cdr,
                    "what": "frames per second at the consumer, each checked on the GPU"})
         );
+    };
+    for f in &args.frames {
+        let of_size: Vec<usize> = (0..rows.len()).filter(|&r| rows[r].0 == *f).collect();
+        let (descriptors, cpu): (Vec<usize>, Vec<usize>) =
+            of_size.iter().partition(|&&r| rows[r].1 != Route::TheirsToOurs(Wire::Cpu));
+        let mut us: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+        for group in [&descriptors, &cpu] {
+            for i in 0..args.warmup + args.iters {
+                for &row in group {
+                    let ns = one_frame(row, seeds(&args, row).0 + i as u64);
+                    if i >= args.warmup {
+                        us[row].push(ns as f64 / 1e3);
+                    }
+                }
+            }
+        }
+        assert_eq!(consumer.errors(), 0, "{f}: wrong bytes in the latency rounds");
+        for &row in &of_size {
+            let (direction, path) = rows[row].1.names();
+            let us = &mut us[row];
+            us.sort_by(f64::total_cmp);
+            println!(
+                "{}",
+                json!({"bench": "rosidl", "row": "latency", "direction": direction, "path": path, "frame": f,
+                       "size": fields(f).1, "p50_us": percentile(us, 50.0), "p99_us": percentile(us, 99.0),
+                       "interleaved": descriptors.contains(&row),
+                       "what": "publish (its put) → the frame received by the consumer, one in flight"})
+            );
+        }
+        for &row in &of_size {
+            rate_row(row);
+        }
     }
-    go(0);
+    go_publisher.put("end").wait().expect("end");
     let status = child.wait().expect("the publisher process");
     assert!(status.success(), "the publisher process failed: {status}");
 }
