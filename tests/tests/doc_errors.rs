@@ -131,8 +131,12 @@ fn documented_errors_are_what_the_examples_print() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let published =
-        run("z_cuda_pub", &["--device", "host", "--no-multicast-scouting", "-e", &connect, "-k", key, "-n", "2"]);
+    // The publisher waits for the subscriber (which may still be starting on a loaded
+    // machine): its two messages must reach it.
+    let published = run(
+        "z_cuda_pub",
+        &["--device", "host", "--no-multicast-scouting", "-e", &connect, "-k", key, "-n", "2", "--wait-zero-copy", "1"],
+    );
     let out = sub.wait_with_output().unwrap();
     let out = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     let doc = documented("[sub] nothing for 5 s after");
