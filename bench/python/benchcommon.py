@@ -1,9 +1,10 @@
 """Helpers shared by the benchmark scripts in this folder: JSON-line output, skipping,
-size parsing, percentiles, the warm-up/timed round loop, and the latency row format of
+size parsing, a free loopback port, percentiles, the warm-up/timed round loop, and the latency row format of
 the Rust benchmarks."""
 
 import argparse
 import json
+import socket
 import sys
 import time
 
@@ -33,6 +34,13 @@ def parse_size(s):
 
 def parse_sizes(s):
     return [parse_size(x) for x in s.split(",") if x.strip()]
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def percentile(sorted_vals, p):

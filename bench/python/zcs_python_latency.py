@@ -290,10 +290,7 @@ def main():
     except Exception as e:
         skip(f"zenoh_cuda_shm not importable ({type(e).__name__}: {e}); install the wheel or set PYTHONPATH")
 
-    import socket
-    with socket.socket() as so:
-        so.bind(("127.0.0.1", 0))
-        port = so.getsockname()[1]
+    port = benchcommon.free_port()
     key = f"zcsbench{os.getpid()}"
     children = []
 

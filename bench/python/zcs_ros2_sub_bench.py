@@ -5,16 +5,23 @@ One publisher, our Rust example `ros2_image_pub` (frames filled on the GPU, rgba
 sensor_msgs/msg/Image over rmw_zenoh, KEEP_ALL), sends to one subscriber at a time:
 our Rust example `ros2_image_sub`, then our Python example
 `examples/python/ros2_sub.py` (PyTorch). Both receive every frame zero-copy (the
-publisher waits until the subscription is on that path) and check every byte on the GPU
-against the frame's pattern before taking the next; a wrong byte fails the row.
+publisher waits until the subscription is on that path).
 
 Rows (JSON lines), per `--frames` size and subscriber, `--repeats` times alternating:
 - `latency`: the publisher at `--latency-rate` frames per second (one frame in flight),
   publish (the message's source timestamp) → received by the subscriber's loop, from
-  each subscriber's own summary (`latency_us`, p50 and p99 over the frames);
-- `rate`: the publisher as fast as it can; frames per second at the subscriber.
-Then one `ros2-sub-ratio` row per size: Python over Rust, medians over the repeats,
-against the goal (latency p50 at most 1.5x Rust's, frame rate at least 80 % of Rust's).
+  each subscriber's own summary (`latency_us`, p50 and p99 over the frames); every byte
+  then checked on the GPU;
+- `rate`: the publisher as fast as it can, each frame taken in place (Python:
+  `torch.from_dlpack`) and not checked (`--no-check`); frames per second at the
+  subscriber;
+- `rate-checked`: the same with every byte checked on the GPU (Rust: one kernel;
+  Python: the pattern built from PyTorch operations), which costs Python more than the
+  transport does.
+A wrong byte, a frame off the zero-copy path or a device→host copy fails the run.
+Then one `ros2-sub-ratio` row per size: Python over Rust of the `latency` p50s and the
+`rate`s, medians over the repeats, against the goal (latency p50 at most 1.5x Rust's,
+frame rate at least 80 % of Rust's).
 
     PYTHONPATH=.gpu-py python3 bench/python/zcs_ros2_sub_bench.py --examples .gpu-bin
 """
@@ -23,23 +30,16 @@ import argparse
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
 
-from benchcommon import emit
+from benchcommon import emit, free_port
 import benchcommon
 
 NAME = "zcs_ros2_sub_bench"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PY_SUB = os.path.join(ROOT, "examples", "python", "ros2_sub.py")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def summary(out, role):
