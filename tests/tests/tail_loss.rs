@@ -1,4 +1,5 @@
-//! Messages lost at the end of a publisher's stream are counted (`SubscriberStats::lost`),
+//! Messages lost at the end of a publisher's stream are counted (`SubscriberStats::lost`,
+//! and `RosSubscriberStats::lost` for our ROS 2 publishers),
 //! not only gaps that a later message reveals: a subscriber off the zero-copy path learns
 //! the publisher's last sequence number from its end notice when it is dropped; a
 //! subscriber on it counts a message as soon as it gives up on it. Host memory, two
@@ -12,7 +13,9 @@ use zcs_memory::cuda::kernels::{check_pattern, fill_pattern};
 use zcs_tests::{free_tcp_port, loopback_zenoh_config, wait_until, watchdog_guard};
 use zcs_transport::fault;
 use zenoh_cuda_shm::config::{DeviceChoice, HostId};
+use zenoh_cuda_shm::tensor_codec::cdr::StringMsg;
 use zenoh_cuda_shm::{GpuPublisher, GpuSession, GpuSubscriber, Path, ZcsConfig};
+use zenoh_cuda_shm_ros2::{NodeOptions, Qos, RmwWire, RosNode};
 
 /// The fault settings are the process's: one test at a time.
 static FAULTS: Mutex<()> = Mutex::new(());
@@ -129,4 +132,60 @@ fn a_zero_copy_subscriber_counts_the_bytes_it_gave_up_on() {
     drop(p);
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(sub.stats().lost, 2);
+}
+
+/// ROS 2: a subscription of ours on another host (our channel's bytes) misses the last
+/// two of six messages of one of our publishers; nothing after them shows the gap in
+/// `RosSubscriberStats::lost` until the publisher is dropped and its end notice names
+/// its last sequence number. A publisher whose messages all came counts nothing.
+#[test]
+fn a_ros_subscription_counts_the_lost_tail_when_our_publisher_ends() {
+    const TEST: &str = "a_ros_subscription_counts_the_lost_tail_when_our_publisher_ends";
+    let _faults = FAULTS.lock().unwrap_or_else(|p| p.into_inner());
+    let _w = watchdog_guard(TEST, Duration::from_secs(60));
+    let port = free_tcp_port();
+    let (ours, theirs) = (session(Some(port), None, "host-a", |_| {}), session(None, Some(port), "host-b", |_| {}));
+    let options = |name: &str| NodeOptions::new(name).domain(23).rmw_wire(RmwWire::BufferAware);
+    let talker = RosNode::new(&ours, options("talker")).unwrap();
+    let listener = RosNode::new(&theirs, options("listener")).unwrap();
+    let qos = Qos::reliable(10).keep_all();
+    let sub = listener.subscriber::<StringMsg<()>>("/tail", qos).unwrap();
+    let receive = |texts: std::ops::RangeInclusive<u32>| {
+        for i in texts {
+            let s = sub.recv_timeout(IO).unwrap_or_else(|e| panic!("message {i}: {e}"));
+            assert_eq!(
+                (s.attachment().seq, s.host_data().unwrap().as_ref()),
+                (i64::from(i), format!("{i}").as_bytes())
+            );
+        }
+    };
+    let publisher = || {
+        let p = talker.publisher::<StringMsg<()>>("/tail", qos).unwrap();
+        wait_until("the subscription's token", IO, || p.channel().aware_subscribers() == 1);
+        p
+    };
+
+    // Whole: the end notice finds nothing missing.
+    let p = publisher();
+    for i in 1..=3 {
+        p.publish_str(&i.to_string()).unwrap();
+    }
+    receive(1..=3);
+    drop(p);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(sub.stats().lost, 0, "a whole stream loses nothing");
+
+    // Messages 5 and 6 of 6 vanish: unseen until the publisher ends.
+    fault::set_bytes_lost_from(5);
+    let p = publisher();
+    for i in 1..=6 {
+        p.publish_str(&i.to_string()).unwrap();
+    }
+    receive(1..=4);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(sub.stats().lost, 0, "nothing after the lost messages shows them yet");
+    drop(p);
+    wait_until(&format!("lost = 2 (now {})", sub.stats().lost), IO, || sub.stats().lost == 2);
+    fault::set_bytes_lost_from(0);
+    assert!(sub.try_recv().is_none());
 }

@@ -27,7 +27,8 @@
 //!   imported into this process and read in place after their writer's event. Not yet
 //!   wired to subscriptions.
 //!
-//! `@zcs_ros2` is a verbatim chunk: `**` never matches it, so nothing of rmw_zenoh
+//! `@zcs_ros2` (and `@zcs_ros2_end`, our publishers' [end notices](end_key)) are
+//! verbatim chunks: `**` never matches them, so nothing of rmw_zenoh
 //! (which subscribes to exact keys: the base key, `<base>/_buf_cpu`, `<base>/_buf/<gid>`)
 //! ever sees our descriptors. Wire details: `docs/ros2.md`.
 //!
@@ -95,6 +96,18 @@ pub const CHANNEL_CHUNK: &str = "@zcs_ros2";
 /// Our channel's key for a base key: `<base key>/@zcs_ros2`.
 pub fn channel_key(base_key: &str) -> String {
     format!("{base_key}/{CHANNEL_CHUNK}")
+}
+
+/// The verbatim chunk under a topic's base key where our publishers put their end
+/// notice.
+pub const END_CHUNK: &str = "@zcs_ros2_end";
+
+/// Where a publisher of ours says, when it is dropped, which sequence number it ended
+/// at: `<base key>/@zcs_ros2_end`, an empty sample whose rmw_zenoh attachment names the
+/// publisher's GID and its last message. Our subscriptions count what they missed of
+/// that tail as lost; nothing of rmw_zenoh subscribes there.
+pub fn end_key(base_key: &str) -> String {
+    format!("{base_key}/{END_CHUNK}")
 }
 
 /// The key on which buffer-aware rmw_zenoh publishers (0.10.5 / 0.12.0 and later) put

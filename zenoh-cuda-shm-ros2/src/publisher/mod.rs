@@ -33,11 +33,11 @@ use zenoh::bytes::ZBytes;
 use zenoh::qos::{CongestionControl, Reliability as ZReliability};
 
 use super::attachment::{Attachment, now_ns};
-use super::channel_key;
 use super::graph::publisher_marker_token;
 use super::message::{RosDataMessage, check_data, data_suffix, encode_envelope};
 use super::names::{Durability, EntityKind, History, Qos, Reliability, gid_hex};
 use super::node::{Endpoint, RosDeclareError, RosNode};
+use super::{channel_key, end_key};
 use crate::api::{GpuLoan, GpuPublisher, PublishError};
 use crate::pool::LoanError;
 use crate::sync::Unpoisoned;
@@ -389,10 +389,7 @@ impl<M: RosDataMessage> RosPublisher<M> {
         let publisher = match keys.get(suffix) {
             Some(p) => p,
             None => {
-                let (reliability, congestion) = match &self.base {
-                    Base::Plain(p) => (p.reliability(), p.congestion_control()),
-                    Base::Advanced(_) => (ZReliability::Reliable, CongestionControl::Block),
-                };
+                let (reliability, congestion) = self.base_qos();
                 let p = (self.node.0.session.zenoh())
                     .declare_publisher(format!("{}/{suffix}", self.key))
                     .reliability(reliability)
@@ -403,6 +400,14 @@ impl<M: RosDataMessage> RosPublisher<M> {
             }
         };
         publisher.put(payload).attachment(att.encode().to_vec()).wait().map_err(RosPublishError::Base)
+    }
+
+    /// The reliability and congestion control of the base key's puts.
+    fn base_qos(&self) -> (ZReliability, CongestionControl) {
+        match &self.base {
+            Base::Plain(p) => (p.reliability(), p.congestion_control()),
+            Base::Advanced(_) => (ZReliability::Reliable, CongestionControl::Block),
+        }
     }
 
     /// Undeclares the `_buf/<GID>` publishers of subscriptions no longer in `plan`.
@@ -519,6 +524,30 @@ impl RosPublisher<StringMsg<()>> {
     /// byte (nothing is sent).
     pub fn publish_str(&self, text: &str) -> Result<RosPutReport, RosPublishError> {
         self.publish_host(&StringMsg { data: () }, text.as_bytes())
+    }
+}
+
+/// The end notice: an empty sample on [`end_key`] whose attachment carries this
+/// publisher's GID and last sequence number, put after its last message and before its
+/// Zenoh entities go, so that our subscriptions count a tail they missed
+/// ([`RosSubscriberStats::lost`](crate::RosSubscriberStats::lost)). Nothing is put
+/// by a publisher that published nothing; a process that dies puts nothing either.
+impl<M: RosDataMessage> Drop for RosPublisher<M> {
+    fn drop(&mut self) {
+        let last = self.seq.load(Ordering::Relaxed) - 1;
+        if last < 1 {
+            return;
+        }
+        let notice = Attachment { seq: last, timestamp_ns: now_ns(), gid: self.gid };
+        let (_, congestion) = self.base_qos();
+        let put = (self.node.0.session.zenoh())
+            .put(end_key(&self.key), ZBytes::new())
+            .attachment(notice.encode().to_vec())
+            .congestion_control(congestion)
+            .wait();
+        if let Err(e) = put {
+            tracing::debug!(key = %self.key, error = %e, "no end notice: subscriptions will not count a lost tail");
+        }
     }
 }
 

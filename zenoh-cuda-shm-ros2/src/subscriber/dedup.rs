@@ -64,11 +64,50 @@ impl Dedup {
         Some(seen.per_put)
     }
 
+    /// `gid`'s end notice: its last message was numbered `last`. What it numbered after
+    /// the highest delivered counts as lost (a message that still comes takes its share
+    /// back, as for any gap). A publisher never heard from counts nothing: where its
+    /// stream began for this subscription is unknown.
+    pub(super) fn ended(&mut self, gid: &[u8; 16], last: i64) {
+        let Some(seen) = self.by_gid.get_mut(gid) else { return };
+        if let Some(high) = seen.high.filter(|&high| last > high && !seen.per_put) {
+            seen.lost += last.abs_diff(high);
+            seen.high = Some(last);
+        }
+    }
+
     pub(super) fn heard(&self, gid: &[u8; 16]) -> bool {
         self.by_gid.contains_key(gid)
     }
 
     pub(super) fn lost(&self) -> u64 {
         self.by_gid.values().filter(|s| !s.per_put).map(|s| s.lost).sum::<u64>() + self.forgotten_lost
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_end_notice_counts_the_missing_tail_once_and_late_arrivals_take_it_back() {
+        let (a, b, per_put) = ([1; 16], [2; 16], [3; 16]);
+        let mut d = Dedup::default();
+        for seq in 1..=4 {
+            d.first(a, seq, false);
+        }
+        d.ended(&a, 6);
+        assert_eq!(d.lost(), 2, "5 and 6 never came");
+        d.ended(&a, 6);
+        assert_eq!(d.lost(), 2, "a repeated notice counts nothing more");
+        assert_eq!(d.first(a, 6, false), Some(false), "6 comes after all");
+        assert_eq!(d.lost(), 1);
+        d.ended(&a, 3);
+        assert_eq!(d.lost(), 1, "a notice below what was delivered changes nothing");
+        d.ended(&b, 9);
+        assert_eq!(d.lost(), 1, "a publisher never heard from counts nothing");
+        d.first(per_put, 1, true);
+        d.ended(&per_put, 9);
+        assert_eq!(d.lost(), 1, "numbers of a per-put publisher are not messages");
     }
 }

@@ -21,7 +21,10 @@
 //! ([`RosSubscriber::backend_refusal`]).
 //!
 //! Losses: a gap in a publisher's sequence numbers after its first delivered message
-//! counts as lost, and a late message that fills a gap takes it back. Buffer-aware
+//! counts as lost, and a late message that fills a gap takes it back. A tail that
+//! nothing follows shows when one of our publishers is dropped: its end notice on
+//! `<base key>/@zcs_ros2_end` names its last sequence number (rmw_zenoh publishers send
+//! none). Buffer-aware
 //! rmw_zenoh publishers number each *put* (one message to `_buf_cpu` and to N other
 //! keys uses N+1 numbers), so their gaps are not losses: a publisher is taken for one
 //! of them once a message of its arrives on `_buf_cpu` or `_buf/<our GID>`.
@@ -50,7 +53,7 @@ use super::message::RosDataMessage;
 use super::names::{Durability, EntityKind, History, Qos, Reliability, gid_hex};
 use super::node::{Endpoint, RosDeclareError, RosNode};
 use super::silence::{SilentPublisher, Subject, Watch};
-use super::{buf_cpu_key, channel_key};
+use super::{buf_cpu_key, channel_key, end_key};
 use crate::api::{GpuSubscriber, RecvError};
 use crate::config::PlainListen;
 use crate::sync::Unpoisoned;
@@ -78,8 +81,11 @@ pub struct RosSubscriberStats {
     /// Descriptors that could not be imported (their messages are lost; see
     /// [`RosSubscriber::backend_refusal`]).
     pub backend_refused: u64,
-    /// Messages missing from publishers that number their messages one by one (gaps
-    /// after a publisher's first delivered message, less those filled late).
+    /// Messages missing from publishers that number their messages one by one: gaps
+    /// after a publisher's first delivered message, less those filled late, and the
+    /// messages after the last one delivered from a publisher of ours that has been
+    /// dropped (its end notice; rmw_zenoh publishers send none, and one that dies sends
+    /// nothing, so a tail of theirs stays uncounted).
     pub lost: u64,
     /// Publishers reported as silent (see [`RosSubscriber::silent_publishers`]).
     pub silent_publishers: u64,
@@ -146,6 +152,8 @@ pub struct RosSubscriber<M: RosDataMessage> {
     /// `<base key>/_buf/<our GID>` (subscriptions listing `cuda`); its callback owns the
     /// import queue, whose thread ends once it is undeclared.
     _buf_gid: Option<zenoh::pubsub::Subscriber<()>>,
+    /// `<base key>/@zcs_ros2_end`: our publishers' end notices.
+    _end: zenoh::pubsub::Subscriber<()>,
     /// Why this subscription is not in the registry, if registering failed.
     registry_error: Option<String>,
     channel: Arc<GpuSubscriber<()>>,
@@ -244,6 +252,8 @@ impl<M: RosDataMessage> RosSubscriber<M> {
             let sh = Arc::clone(&shared);
             buf_gid = Some(z.declare_subscriber(buf_key).callback(move |s| sh.on_buf_gid(s, &queue)).wait()?);
         }
+        let sh = Arc::clone(&shared);
+        let end = z.declare_subscriber(end_key(&key)).callback(move |s| sh.on_end(&s)).wait()?;
         let heard_by = Arc::clone(&core);
         let watch = Arc::new(Watch {
             subject: Subject {
@@ -278,6 +288,7 @@ impl<M: RosDataMessage> RosSubscriber<M> {
             _base: base,
             _buf_cpu: buf_cpu,
             _buf_gid: buf_gid,
+            _end: end,
             registry_error,
             channel,
             rx,

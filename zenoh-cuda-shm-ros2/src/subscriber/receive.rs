@@ -230,6 +230,14 @@ impl<M: RosDataMessage> Shared<M> {
     }
 
     /// A sample of the base key, or of `_buf_cpu` when `via_buf_cpu`: the same CDR.
+    /// A publisher's end notice (`<base key>/@zcs_ros2_end`): what it published after
+    /// the last message delivered from it counts as lost.
+    pub(super) fn on_end(&self, sample: &zenoh::sample::Sample) {
+        if let Some(notice) = self.attachment(sample) {
+            self.core.dedup().ended(&notice.gid, notice.seq);
+        }
+    }
+
     pub(super) fn on_base(&self, sample: zenoh::sample::Sample, via_buf_cpu: bool) {
         let Some(attachment) = self.attachment(&sample) else { return };
         let payload = sample.payload().clone();
