@@ -24,8 +24,9 @@
 //!   base keys and tokens carry `TypeHashNotSupported` in place of the type hash, as
 //!   Humble's do. GIDs are those rmw_zenoh computes ([`names::gid_of`]).
 //! - [`cuda_backend`]: blocks of ROS 2's CUDA buffer backend (`rosidl::Buffer`)
-//!   imported into this process and read in place after their writer's event. Not yet
-//!   wired to subscriptions.
+//!   imported into this process and read in place after their writer's event (our
+//!   subscriptions that list `cuda`), and our blocks lent to that backend's
+//!   subscriptions (our publishers).
 //!
 //! `@zcs_ros2` (and `@zcs_ros2_end`, our publishers' [end notices](end_key)) are
 //! verbatim chunks: `**` never matches them, so nothing of rmw_zenoh
