@@ -10,7 +10,8 @@ copy), with NumPy otherwise. ros2_sub.py, ros2_image_sub and rclpy subscribers r
 
 Flags: -t/--topic (/camera/image), --width 640, --height 480, -r (30 messages per
 second), -n (0: until Ctrl-C), --qos (keep-all, reliable, sensor), --domain, --device,
--e/--connect, -l/--listen, -m/--mode (peer), --wait-subscriptions N, --wait-zero-copy N.
+-m/--mode (peer), -e/--connect, -l/--listen, -c/--config (a Zenoh JSON5 file, alone),
+--no-multicast-scouting, --wait-subscriptions N, --wait-zero-copy N.
 """
 
 import argparse
@@ -27,6 +28,7 @@ except ImportError:
     torch = None
 
 import zenoh_cuda_shm as zcs
+from zenoh_flags import add_zenoh_flags, zenoh_config  # beside this file
 from zenoh_cuda_shm import ros2
 
 QOS = {
@@ -55,24 +57,14 @@ def main():
     ap.add_argument("-n", type=int, default=0, help="messages to publish (0: until Ctrl-C)")
     ap.add_argument("--qos", choices=sorted(QOS), default="keep-all")
     ap.add_argument("--domain", type=int, default=None, help="ROS domain id (default: ROS_DOMAIN_ID, else 0)")
-    ap.add_argument("--device", choices=["auto", "cuda", "host"], default="auto")
-    ap.add_argument("-e", "--connect", action="append", default=[], help="Zenoh endpoint to connect to")
-    ap.add_argument("-l", "--listen", action="append", default=[], help="Zenoh endpoint to listen on")
-    ap.add_argument("-m", "--mode", choices=["peer", "client", "router"], default="peer", help="Zenoh mode")
-    ap.add_argument("--no-multicast-scouting", action="store_true")
+    add_zenoh_flags(ap)
     ap.add_argument("--wait-subscriptions", type=int, default=0,
                     help="wait (up to 60 s) until this many subscriptions are in the graph")
     ap.add_argument("--wait-zero-copy", type=int, default=0,
                     help="wait (up to 60 s) until this many of our subscriptions are on the zero-copy path")
     args = ap.parse_args()
 
-    zenoh = {"mode": args.mode}
-    if args.connect:
-        zenoh["connect"] = {"endpoints": args.connect}
-    if args.listen:
-        zenoh["listen"] = {"endpoints": args.listen}
-    if args.no_multicast_scouting:
-        zenoh["scouting"] = {"multicast": {"enabled": False}}
+    zenoh = zenoh_config(ap, args)
     # Ctrl-C and SIGTERM end the loop and print the summary, also when this process
     # started with SIGINT ignored (as a background job of a script does).
     stop = []

@@ -14,8 +14,10 @@ a frame that differs is printed as MISMATCH and the program exits with status 1.
     python3 examples/python/ros2_sub.py -n 100
 
 Flags: -t/--topic (/camera/image), -n (100 messages; 0: until Ctrl-C), --qos
-(keep-all, reliable, sensor), --domain, --device, -e/--connect, -l/--listen, -m/--mode,
+(keep-all, reliable, sensor), --domain, --device, -m/--mode (peer), -e/--connect,
+-l/--listen, -c/--config (a Zenoh JSON5 file, alone), --no-multicast-scouting,
 --idle-timeout (60 s), --no-check (take each frame, check nothing: for other publishers).
+The summary's counts add up: received = frames + dropped_queue_full + unread.
 """
 
 import argparse
@@ -32,6 +34,7 @@ except ImportError:
     torch = None
 
 import zenoh_cuda_shm as zcs
+from zenoh_flags import add_zenoh_flags, zenoh_config  # beside this file
 from zenoh_cuda_shm import ros2
 from ros2_pub import QOS, pattern  # the publisher's pattern and QoS names, beside this file
 
@@ -89,23 +92,13 @@ def main():
     ap.add_argument("-n", type=int, default=100, help="messages to receive (0: until Ctrl-C)")
     ap.add_argument("--qos", choices=sorted(QOS), default="keep-all")
     ap.add_argument("--domain", type=int, default=None, help="ROS domain id (default: ROS_DOMAIN_ID, else 0)")
-    ap.add_argument("--device", choices=["auto", "cuda", "host"], default="auto")
-    ap.add_argument("-e", "--connect", action="append", default=[], help="Zenoh endpoint to connect to")
-    ap.add_argument("-l", "--listen", action="append", default=[], help="Zenoh endpoint to listen on")
-    ap.add_argument("-m", "--mode", choices=["peer", "client", "router"], default="peer", help="Zenoh mode")
-    ap.add_argument("--no-multicast-scouting", action="store_true")
+    add_zenoh_flags(ap)
     ap.add_argument("--idle-timeout", type=float, default=60.0, help="give up after this long without a message")
     ap.add_argument("--no-check", action="store_true",
                     help="take each frame (torch.from_dlpack) but do not check its bytes (frames of other publishers)")
     args = ap.parse_args()
 
-    zenoh = {"mode": args.mode}
-    if args.connect:
-        zenoh["connect"] = {"endpoints": args.connect}
-    if args.listen:
-        zenoh["listen"] = {"endpoints": args.listen}
-    if args.no_multicast_scouting:
-        zenoh["scouting"] = {"multicast": {"enabled": False}}
+    zenoh = zenoh_config(ap, args)
     # Ctrl-C and SIGTERM end the loop and print the summary, also when this process
     # started with SIGINT ignored (as a background job of a script does).
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -123,6 +116,7 @@ def main():
         paths, last = {}, {}
         lat_us = []  # publish (the source timestamp) → received
         start = None
+        interrupted = False
         try:
             while args.n == 0 or n < args.n:
                 msg = receive(sub, n, args.idle_timeout)
@@ -146,16 +140,20 @@ def main():
                     print(f"[ros2] message {msg.seq} from {msg.publisher_gid}: MISMATCH", file=sys.stderr)
                 n += 1
         except KeyboardInterrupt:
-            pass
+            interrupted = True
         if use_torch and torch.cuda.is_available():
             torch.cuda.synchronize()
         secs = time.monotonic() - start if start else 0.0
         s = sub.stats()
-        print(json.dumps({"role": "ros2_sub", "frames": n, "bad": bad, "gaps": gaps, "disorder": disorder,
+        received = sum(s[k] for k in ("channel", "base", "buf_cpu", "cuda_buffers", "buf_gid"))
+        unread = max(0, received - n - s["dropped_queue_full"])
+        print(json.dumps({"role": "ros2_sub", "frames": n, "received": received, "unread": unread,
+                          "bad": bad, "gaps": gaps, "disorder": disorder,
                           "fps": round((n - 1) / secs, 2) if n > 1 and secs else 0,
                           "latency_us": percentiles(lat_us), "paths": paths,
                           "channel": s["channel"], "base": s["base"], "lost": s["lost"],
-                          "dropped_queue_full": s["dropped_queue_full"]}, separators=(",", ":")), flush=True)
+                          "dropped_queue_full": s["dropped_queue_full"], "interrupted": interrupted},
+                         separators=(",", ":")), flush=True)
     return 1 if bad or disorder or (args.n and n < args.n) else 0
 
 

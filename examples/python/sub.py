@@ -12,8 +12,11 @@ reads host memory in place; without PyTorch it does so with NumPy.
 
     python3 examples/python/sub.py
 
-Flags: -k/--key (demo/tensor), -n (100 messages), --device, -e/--connect, -l/--listen,
--m/--mode (peer).
+Flags, as the Rust examples': -k/--key (demo/tensor), -n (100 messages; 0: until
+Ctrl-C), --device, -m/--mode (peer), -e/--connect, -l/--listen, -c/--config (a Zenoh
+JSON5 file, alone: not with -m, -e, -l), --no-multicast-scouting, --idle-timeout (0 s:
+never give up). It says when it waits for a publisher, and ends on Ctrl-C or SIGTERM
+with a summary whose counts add up: received = checked + unread + dropped (queue full).
 """
 
 import argparse
@@ -30,23 +33,17 @@ except ImportError:  # the host-memory path needs NumPy only
         sys.exit("sub.py needs PyTorch, or NumPy for host memory: pip install numpy")
 
 import zenoh_cuda_shm as zcs
+from zenoh_flags import add_zenoh_flags, zenoh_config  # beside this file
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-k", "--key", default="demo/tensor", help="key to subscribe to")
-    ap.add_argument("-n", type=int, default=100, help="messages to receive")
-    ap.add_argument("--device", choices=["auto", "cuda", "host"], default="auto")
-    ap.add_argument("-e", "--connect", action="append", default=[], help="Zenoh endpoint to connect to")
-    ap.add_argument("-l", "--listen", action="append", default=[], help="Zenoh endpoint to listen on")
-    ap.add_argument("-m", "--mode", choices=["peer", "client", "router"], default="peer", help="Zenoh mode")
+    ap.add_argument("-n", "--count", type=int, default=100, help="messages to receive (0: until Ctrl-C)")
+    ap.add_argument("--idle-timeout", type=float, default=0, help="give up after this many seconds without a message")
+    add_zenoh_flags(ap)
     args = ap.parse_args()
-
-    zenoh = {"mode": args.mode}
-    if args.connect:
-        zenoh["connect"] = {"endpoints": args.connect}
-    if args.listen:
-        zenoh["listen"] = {"endpoints": args.listen}
+    zenoh = zenoh_config(ap, args)
     device = args.device
     if torch is None:
         # NumPy reads host memory only: a GPU session would hand it device blocks.
@@ -54,28 +51,67 @@ def main():
             sys.exit("sub.py: --device cuda needs PyTorch (pip install torch); --device host runs with NumPy")
         device = "host"
         print("PyTorch not found: reading samples with NumPy, in host memory")
-    # Ctrl-C ends the loop, also when this process started with SIGINT ignored (as a
-    # background job of a script does).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Ctrl-C and SIGTERM end the loop with the summary, also when this process started
+    # with SIGINT ignored (as a background job of a script does).
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.default_int_handler)
     with zcs.open({"device": device}, zenoh=zenoh) as session:
         cuda = session.backend == "cuda-vmm"
         sub = session.declare_subscriber(args.key)
         stream = torch.cuda.Stream() if cuda else None
-        print(f"waiting on {args.key!r} ({session.backend})")
-        paths, n, bad = {}, 0, 0
+        print(f"[sub] subscribed to {args.key!r} ({session.backend})", flush=True)
+        paths, n, bad, how = {}, 0, 0, "done"
         try:
-            for sample in sub:
+            while args.count == 0 or n < args.count:
+                sample = receive(sub, n, args.idle_timeout)
+                if sample is None:
+                    print(f"[sub] no message for {args.idle_timeout:g} s", file=sys.stderr)
+                    how = "stopped"
+                    break
                 n += 1
                 bad += not show(sub, sample, paths, cuda, stream)
                 del sample
-                if n == args.n:
-                    break
-        except KeyboardInterrupt:  # Ctrl-C: say how far it got
-            print(f"interrupted after {n} messages")
-        else:
-            print(f"done: {n} messages")
+        except KeyboardInterrupt:
+            how = "interrupted"
+        print(summary(how, n, sub.stats()), flush=True)
     if bad:
         sys.exit(f"{bad} of {n} messages did not hold seq - 1 in every element")
+    if how == "stopped":
+        sys.exit(1)
+
+
+def receive(sub, n, idle_timeout):
+    """The next sample, or None after `idle_timeout` s without one (0: wait for ever).
+    Says once per silence that it waits: after 2 s before a first message, after 5 s
+    between messages."""
+    notice = 2.0 if n == 0 else 5.0
+    waited = 0.0
+    while True:
+        step = notice if waited < notice else 1.0
+        if idle_timeout:
+            step = min(step, idle_timeout - waited)
+            if step <= 0:
+                return None
+        try:
+            return sub.recv(timeout=step)
+        except TimeoutError:
+            waited += step
+        if waited == notice:
+            print(f"[sub] waiting for a publisher on {sub.key!r}…" if n == 0 else
+                  f"[sub] nothing for 5 s after {n} messages; waiting for a publisher on {sub.key!r}…", flush=True)
+
+
+def summary(how, n, s):
+    """The last line: what came, by path, and what became of it (checked, unread at the
+    end, dropped by the full queue), then what was lost on the way."""
+    received = sum(s[p] for p in ("zero_copy", "peer_copy", "host_block", "inline", "cpu_bytes", "plain"))
+    dropped = s["dropped_queue_full"]
+    unread = max(0, received - n - dropped)
+    fate = "".join([f", {unread} unread at the end" if unread else "",
+                    f", {dropped} dropped as the queue was full" if dropped else ""])
+    return (f"[sub] {how}: {n} messages checked of {received} received (zero-copy {s['zero_copy']}, "
+            f"cpu-bytes {s['cpu_bytes']}, inline {s['inline']}, plain {s['plain']}){fate}; "
+            f"lost {s['lost']}, duplicates dropped {s['duplicates']}")
 
 
 def show(sub, sample, paths, cuda, stream):

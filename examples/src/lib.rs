@@ -264,6 +264,7 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
     let mut last_report = Instant::now();
     let idle = (args.idle_timeout > 0).then(|| Duration::from_secs(args.idle_timeout));
     let mut waiting = WaitingNotice::new();
+    let verb = if args.no_check { "read" } else { "checked" };
     // Why the loop ended early, reported after the summary.
     let mut failed: Option<String> = None;
     while args.count == 0 || n < args.count {
@@ -312,7 +313,8 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
             let p = |q| percentile(&lat_us, q);
             let s = subscriber.stats();
             println!(
-                "[sub] {n} msgs  {:.1} MB/s  publish->receive p50 {:.0} us p99 {:.0} us  zero-copy {}  cpu-bytes {}  inline {}  plain {}  bad {bad}",
+                "[sub] {n} msgs {verb}{}  {:.1} MB/s  publish->receive p50 {:.0} us p99 {:.0} us  zero-copy {}  cpu-bytes {}  inline {}  plain {}  bad {bad}",
+                Received::of(&s, n).behind(),
                 bytes as f64 / last_report.elapsed().as_secs_f64() / 1e6,
                 p(0.5).unwrap_or(f64::NAN),
                 p(0.99).unwrap_or(f64::NAN),
@@ -334,9 +336,17 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
     } else {
         "done"
     };
+    let r = Received::of(&s, n);
     println!(
-        "[sub] {how}: {n} messages (zero-copy {}, cpu-bytes {}, inline {}, plain {}; lost {}, duplicates dropped {})",
-        s.zero_copy, s.cpu_bytes, s.inline, s.plain, s.lost, s.duplicates
+        "[sub] {how}: {n} messages {verb} of {} received (zero-copy {}, cpu-bytes {}, inline {}, plain {}){}; lost {}, duplicates dropped {}",
+        r.received,
+        s.zero_copy,
+        s.cpu_bytes,
+        s.inline,
+        s.plain,
+        r.unread_text(),
+        s.lost,
+        s.duplicates
     );
     if bad > 0 {
         return Err(format!("{bad} of {n} messages had wrong content").into());
@@ -349,6 +359,54 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
         println!("[sub] every byte checked");
     }
     Ok(())
+}
+
+/// A subscriber's messages as its counters and its application see them: those its
+/// paths delivered, and of those the ones its application read, the ones its full
+/// queue dropped, and the ones still queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    /// Delivered by every path (`zero-copy` + `peer-copy` + `host-block` + `inline` +
+    /// `cpu-bytes` + `plain`).
+    pub received: u64,
+    /// Dropped, oldest first, by the subscriber's full queue.
+    pub dropped: u64,
+    /// Neither read nor dropped: waiting in the queue.
+    pub unread: u64,
+}
+
+impl Received {
+    /// The counters `s` of a subscriber whose application has read `read` messages.
+    pub fn of(s: &zenoh_cuda_shm::SubscriberStats, read: u64) -> Self {
+        let received = s.zero_copy + s.peer_copy + s.host_block + s.inline + s.cpu_bytes + s.plain;
+        let dropped = s.dropped_queue_full;
+        Self { received, dropped, unread: received.saturating_sub(read).saturating_sub(dropped) }
+    }
+
+    /// For a progress line: how far the application is behind what came, if it is.
+    pub fn behind(&self) -> String {
+        match (self.unread, self.dropped) {
+            (0, 0) => String::new(),
+            (u, 0) => format!(" ({} received, {u} queued)", self.received),
+            (u, d) => format!(" ({} received, {u} queued, {d} dropped: queue full)", self.received),
+        }
+    }
+
+    /// For a summary: what was received and not read, and why.
+    pub fn unread_text(&self) -> String {
+        let mut out = String::new();
+        if self.unread > 0 {
+            out += &format!(": {} unread at the end", self.unread);
+        }
+        if self.dropped > 0 {
+            out += &format!(
+                "{} {} dropped as the queue was full (the application read slower than they came)",
+                if out.is_empty() { ":" } else { "," },
+                self.dropped
+            );
+        }
+        out
+    }
 }
 
 /// The `q` quantile (0..=1) of sorted values, nearest rank below; `None` when empty.
@@ -531,6 +589,23 @@ pub mod ros2;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn received_messages_add_up_to_read_dropped_and_unread() {
+        let s = zenoh_cuda_shm::SubscriberStats {
+            zero_copy: 130,
+            cpu_bytes: 5,
+            plain: 3,
+            dropped_queue_full: 3,
+            ..Default::default()
+        };
+        let r = Received::of(&s, 85);
+        assert_eq!(r, Received { received: 138, dropped: 3, unread: 50 });
+        assert_eq!(r.behind(), " (138 received, 50 queued, 3 dropped: queue full)");
+        assert!(r.unread_text().starts_with(": 50 unread at the end, 3 dropped as the queue was full"));
+        let whole = Received::of(&zenoh_cuda_shm::SubscriberStats { zero_copy: 9, ..Default::default() }, 9);
+        assert_eq!((whole.behind(), whole.unread_text()), (String::new(), String::new()));
+    }
 
     #[test]
     fn zenoh_errors_lose_their_debug_form_and_source_location() {

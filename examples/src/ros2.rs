@@ -527,8 +527,11 @@ fn sub_loop<M: RosDataMessage>(
         );
     }
     let fps = if n > 1 && secs > 0.0 { (n - 1) as f64 / secs } else { 0.0 };
+    // What came adds up: frames (read) + dropped_queue_full + unread.
+    let received = st.channel + st.base + st.buf_cpu + st.cuda_buffers + st.buf_gid;
+    let unread = received.saturating_sub(n).saturating_sub(st.dropped_queue_full);
     println!(
-        "{{\"role\":\"ros2_sub\",\"frames\":{n},\"bad\":{bad},\"gaps\":{},\"disorder\":{},\"extra\":{extra},\"fps\":{fps:.2},\"latency_us\":{},\"paths\":{:?},\"path_reasons\":{:?},\"channel\":{},\"base\":{},\"buf_cpu\":{},\"cuda_buffers\":{},\"buf_gid\":{},\"backend_refused\":{},\"dropped_queue_full\":{},\"lost\":{},\"silent\":{},\"duplicates\":{},\"bad_attachment\":{},\"bad_cdr\":{},\"bad_envelope\":{},\"interrupted\":{}}}",
+        "{{\"role\":\"ros2_sub\",\"frames\":{n},\"received\":{received},\"unread\":{unread},\"bad\":{bad},\"gaps\":{},\"disorder\":{},\"extra\":{extra},\"fps\":{fps:.2},\"latency_us\":{},\"paths\":{:?},\"path_reasons\":{:?},\"channel\":{},\"base\":{},\"buf_cpu\":{},\"cuda_buffers\":{},\"buf_gid\":{},\"backend_refused\":{},\"dropped_queue_full\":{},\"lost\":{},\"silent\":{},\"duplicates\":{},\"bad_attachment\":{},\"bad_cdr\":{},\"bad_envelope\":{},\"interrupted\":{}}}",
         checks.gaps,
         checks.disorder,
         crate::latency_json(&mut lat_us),

@@ -483,7 +483,7 @@ fn cpp_example_and_the_python_examples() {
             .env("PYTHONUNBUFFERED", "1"),
         "sub.py",
     );
-    wait_for(&sub, "waiting on");
+    wait_for(&sub, "[sub] subscribed to");
     let publisher = start(
         c_program(build, "z_tensor")
             .args(["pub", "-k", "c-tensor/cpp-to-py", "-e", &format!("tcp/127.0.0.1:{port}"), "-n", &n.to_string()])
