@@ -162,9 +162,13 @@ pub fn run_pub(common: &CommonArgs, args: &PubArgs) -> Result<(), Box<dyn std::e
     let mut next = Instant::now();
     let mut last_report = Instant::now();
     let mut sent_bytes = 0u64;
-    let mut n = 0u64;
+    let (mut n, mut sent) = (0u64, 0u64);
+    // Time in loan and put this interval: where a slow subscriber holds the loop back.
+    let mut waited = Duration::ZERO;
     while (args.count == 0 || n < args.count) && !interrupted() {
+        let loaning = Instant::now();
         let mut loan = publisher.loan(args.size)?;
+        waited += loaning.elapsed();
         let seed = n + 1; // the seq this message will carry
         match (&kernels, loan.device_ptr()) {
             // SAFETY: the loan owns ≥ size mapped bytes until `put`, which orders the
@@ -172,13 +176,18 @@ pub fn run_pub(common: &CommonArgs, args: &PubArgs) -> Result<(), Box<dyn std::e
             (Some(k), Some(ptr)) => unsafe { k.fill(loan.stream().expect("CUDA loan"), ptr, args.size as u64, seed) }?,
             _ => fill_pattern(loan.as_mut_slice().expect("host loan"), 0, seed),
         }
+        let putting = Instant::now();
         let report = publisher.put(loan)?;
+        waited += putting.elapsed();
         debug_assert_eq!(report.seq, seed);
-        n += 1;
+        (n, sent) = (n + 1, sent + 1);
         sent_bytes += args.size as u64;
         if last_report.elapsed() >= Duration::from_secs(1) || (args.count != 0 && n == args.count) {
             let s = publisher.stats();
             let secs = last_report.elapsed().as_secs_f64();
+            if let Some(line) = held_back(args.rate, sent, last_report.elapsed(), waited, &publisher.holders()) {
+                println!("{line}");
+            }
             println!(
                 "[pub] {n} msgs  {:.1} MB/s  zero-copy subscribers: {}  aware: {}  plain listeners: {}  copies out: {}",
                 sent_bytes as f64 / secs / 1e6,
@@ -187,7 +196,7 @@ pub fn run_pub(common: &CommonArgs, args: &PubArgs) -> Result<(), Box<dyn std::e
                 publisher.plain_subscribers(),
                 s.copies_out
             );
-            sent_bytes = 0;
+            (sent_bytes, sent, waited) = (0, 0, Duration::ZERO);
             last_report = Instant::now();
         }
         if !period.is_zero() {
@@ -199,7 +208,8 @@ pub fn run_pub(common: &CommonArgs, args: &PubArgs) -> Result<(), Box<dyn std::e
     }
     let s = publisher.stats();
     let how = if interrupted() { "interrupted" } else { "done" };
-    println!("[pub] {how}: {n} messages; device->host copies out: {}", s.copies_out);
+    let copies = if session.gpu().is_some() { "device->host copies out" } else { "block->bytes copies out" };
+    println!("[pub] {how}: {n} messages; {copies}: {}", s.copies_out);
     // Give subscribers a moment to finish reading before the publisher goes away.
     std::thread::sleep(Duration::from_millis(500));
     Ok(())
@@ -359,54 +369,6 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
         println!("[sub] every byte checked");
     }
     Ok(())
-}
-
-/// A subscriber's messages as its counters and its application see them: those its
-/// paths delivered, and of those the ones its application read, the ones its full
-/// queue dropped, and the ones still queued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Received {
-    /// Delivered by every path (`zero-copy` + `peer-copy` + `host-block` + `inline` +
-    /// `cpu-bytes` + `plain`).
-    pub received: u64,
-    /// Dropped, oldest first, by the subscriber's full queue.
-    pub dropped: u64,
-    /// Neither read nor dropped: waiting in the queue.
-    pub unread: u64,
-}
-
-impl Received {
-    /// The counters `s` of a subscriber whose application has read `read` messages.
-    pub fn of(s: &zenoh_cuda_shm::SubscriberStats, read: u64) -> Self {
-        let received = s.zero_copy + s.peer_copy + s.host_block + s.inline + s.cpu_bytes + s.plain;
-        let dropped = s.dropped_queue_full;
-        Self { received, dropped, unread: received.saturating_sub(read).saturating_sub(dropped) }
-    }
-
-    /// For a progress line: how far the application is behind what came, if it is.
-    pub fn behind(&self) -> String {
-        match (self.unread, self.dropped) {
-            (0, 0) => String::new(),
-            (u, 0) => format!(" ({} received, {u} queued)", self.received),
-            (u, d) => format!(" ({} received, {u} queued, {d} dropped: queue full)", self.received),
-        }
-    }
-
-    /// For a summary: what was received and not read, and why.
-    pub fn unread_text(&self) -> String {
-        let mut out = String::new();
-        if self.unread > 0 {
-            out += &format!(": {} unread at the end", self.unread);
-        }
-        if self.dropped > 0 {
-            out += &format!(
-                "{} {} dropped as the queue was full (the application read slower than they came)",
-                if out.is_empty() { ":" } else { "," },
-                self.dropped
-            );
-        }
-        out
-    }
 }
 
 /// The `q` quantile (0..=1) of sorted values, nearest rank below; `None` when empty.
@@ -584,28 +546,14 @@ pub fn init_logging() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
 }
 pub mod chatter;
+mod progress;
 pub mod ros2;
+
+pub use progress::{Received, held_back};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn received_messages_add_up_to_read_dropped_and_unread() {
-        let s = zenoh_cuda_shm::SubscriberStats {
-            zero_copy: 130,
-            cpu_bytes: 5,
-            plain: 3,
-            dropped_queue_full: 3,
-            ..Default::default()
-        };
-        let r = Received::of(&s, 85);
-        assert_eq!(r, Received { received: 138, dropped: 3, unread: 50 });
-        assert_eq!(r.behind(), " (138 received, 50 queued, 3 dropped: queue full)");
-        assert!(r.unread_text().starts_with(": 50 unread at the end, 3 dropped as the queue was full"));
-        let whole = Received::of(&zenoh_cuda_shm::SubscriberStats { zero_copy: 9, ..Default::default() }, 9);
-        assert_eq!((whole.behind(), whole.unread_text()), (String::new(), String::new()));
-    }
 
     #[test]
     fn zenoh_errors_lose_their_debug_form_and_source_location() {

@@ -4,7 +4,8 @@
 //! stall every key of the link (docs/reliability.md, "Slow consumers").
 //!
 //! Host-memory sessions, loopback TCP; the stalled key is fed by a plain Zenoh
-//! publisher, whose samples are delivered in Zenoh's callback.
+//! publisher, whose samples are delivered in Zenoh's callback. A publisher names the
+//! subscriber that holds its blocks (what the examples say when it is held back).
 
 use std::time::Duration;
 
@@ -56,4 +57,35 @@ fn a_stalled_fifo_drops_its_oldest_and_holds_up_no_other_key() {
     assert_eq!(kept, [47, 48, 49, 50], "the newest four, in order");
     assert!(stalled.try_recv().is_none());
     assert_eq!(healthy.stats().dropped_queue_full, 0);
+}
+
+/// A publisher names the subscriber that holds its blocks (`GpuPublisher::holders`):
+/// a zero-copy subscriber that keeps three samples holds three blocks, under its own
+/// process id, and none once it lets them go.
+#[test]
+fn a_publisher_names_the_subscriber_holding_its_blocks() {
+    let _w = watchdog_guard("a_publisher_names_the_subscriber_holding_its_blocks", Duration::from_secs(60));
+    let port = free_tcp_port();
+    let cfg = ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() };
+    let ours = GpuSession::open(loopback_zenoh_config(Some(port), None, None), cfg.clone()).wait().unwrap();
+    let theirs = GpuSession::open(loopback_zenoh_config(None, Some(port), None), cfg).wait().unwrap();
+    let sub = theirs.declare_subscriber("zcs-test/holders").wait().unwrap();
+    let publisher = ours.declare_publisher("zcs-test/holders").wait().unwrap();
+    zcs_tests::wait_until("the zero-copy path", IO, || publisher.zero_copy_subscribers() == 1);
+    assert_eq!(publisher.holders().iter().map(|h| h.holds).collect::<Vec<_>>(), [0]);
+    let held: Vec<_> = (0..3)
+        .map(|_| {
+            let mut loan = publisher.loan(64 << 10).unwrap();
+            loan.write_bytes(0, &[7u8; 64 << 10]).unwrap();
+            publisher.put(loan).unwrap();
+            let s = sub.recv_timeout(IO).unwrap();
+            assert_eq!(s.path(), Path::ZeroCopy);
+            s
+        })
+        .collect();
+    let h = publisher.holders();
+    assert_eq!(h.len(), 1, "{h:?}");
+    assert_eq!((h[0].pid, h[0].holds, h[0].at_limit), (std::process::id() as i32, 3, false), "{h:?}");
+    drop(held);
+    zcs_tests::wait_until("the blocks released", IO, || publisher.holders()[0].holds == 0);
 }

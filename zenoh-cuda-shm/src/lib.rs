@@ -58,7 +58,7 @@ pub use signal::SignalError;
 pub use tensor::{HostTensor, OwnedTensor, TensorPublishError, TensorReadError, TensorView};
 /// The tensor metadata crate ([`tensor_codec::TensorMeta`], [`tensor_codec::DType`], …).
 pub use tensor_codec;
-pub use transport::publisher::{DeclareError, PublisherStats, PutError, PutReport};
+pub use transport::publisher::{BlockHolder, DeclareError, PublisherStats, PutError, PutReport};
 pub use transport::shm_out::ShmOutError;
 pub use transport::subscriber::SubscriberStats;
 

@@ -42,7 +42,7 @@ use crate::protocol::{self, BytesHeader, Group, Role, Token};
 use crate::sync::Unpoisoned;
 use bytes_lane::{BytesLane, BytesOut};
 use host_lane::HostLane;
-pub use stats::PublisherStats;
+pub use stats::{BlockHolder, PublisherStats};
 use stats::{Counters, inc};
 
 /// A GPU-ready subscriber connection.

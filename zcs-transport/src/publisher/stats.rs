@@ -1,6 +1,42 @@
-//! A publisher's counters: live atomics its threads bump, read as [`PublisherStats`].
+//! A publisher's counters: live atomics its threads bump, read as [`PublisherStats`];
+//! and who holds its blocks ([`BlockHolder`]), to name a subscriber that holds it back.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::PublisherCore;
+use crate::pool::HolderId;
+
+/// A subscriber on the zero-copy path, as its publisher sees it now.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BlockHolder {
+    /// The subscriber's instance id (its token's).
+    pub subscriber: u64,
+    /// Its process id (0 where its process is not visible from this PID namespace).
+    pub pid: i32,
+    /// Blocks it holds: samples it has not released yet, queued or held by its
+    /// application. A publisher whose pool runs dry waits for these.
+    pub holds: usize,
+    /// It kept its lease limit through a whole wait: it is served bytes at its limit,
+    /// without waiting, until it has released half of what it holds.
+    pub at_limit: bool,
+}
+
+impl PublisherCore {
+    /// The subscribers on the zero-copy path and what each holds, most first.
+    pub fn holders(&self) -> Vec<BlockHolder> {
+        let sh = &self.shared;
+        let mut out: Vec<BlockHolder> = (self.state().ready.iter())
+            .map(|(&h, r)| BlockHolder {
+                subscriber: r.subscriber,
+                pid: r.conn.peer_cred().pid,
+                holds: sh.pool(r.host).map_or(0, |p| p.holds(HolderId::new(h))),
+                at_limit: r.lease_stalled,
+            })
+            .collect();
+        out.sort_by_key(|b| std::cmp::Reverse(b.holds));
+        out
+    }
+}
 
 /// Counters of one publisher. All monotonic.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]

@@ -483,6 +483,13 @@ impl GpuPublisher {
         self.core.stats()
     }
 
+    /// The subscribers on the zero-copy path and how many blocks each holds now, most
+    /// first: when puts or loans wait (the pool runs dry, a subscriber at its lease
+    /// limit), the first is the one holding the publisher back.
+    pub fn holders(&self) -> Vec<crate::BlockHolder> {
+        self.core.holders()
+    }
+
     /// The pool's counters.
     pub fn pool_stats(&self) -> PoolStats {
         self.core.medium().stats()
