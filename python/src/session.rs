@@ -101,9 +101,8 @@ impl Session {
     }
 
     /// Declares a subscriber on a key expression, delivering through a FIFO queue of
-    /// `capacity` samples (when it is full, a sample that arrives in a Zenoh callback
-    /// replaces the oldest, counted in `dropped_queue_full`; one on the zero-copy path
-    /// waits, holding back its publisher only).
+    /// `capacity` samples (when it is full, a new sample replaces the oldest, counted in
+    /// `dropped_queue_full`: delivery never waits for the application).
     /// `peer_gpus` (`"in_place"`, `"copy"`, `"host"` or `"off"`) overrides the session's
     /// choice for publishers on another GPU of this host.
     #[pyo3(signature = (key, capacity = 256, peer_gpus = None))]

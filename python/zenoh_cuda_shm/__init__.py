@@ -164,10 +164,9 @@ class Session(_Native):
     ) -> "Subscriber":
         """Declares a subscriber on a key expression (wildcards allowed).
 
-        Samples queue in a FIFO of ``capacity``. When it is full, a sample that arrives
-        as bytes replaces the oldest queued one (counted in ``stats()["dropped_queue_full"]``),
-        so that no other key waits for this one; a zero-copy sample waits for room,
-        holding back its publisher only.
+        Samples queue in a FIFO of ``capacity``. When it is full, a new sample replaces
+        the oldest queued one (counted in ``stats()["dropped_queue_full"]``), so that
+        neither another key nor the publisher's other subscribers wait for this one.
         With ``callback``, a thread of this process calls it for every sample, in order;
         Zenoh's own threads never wait for Python code or the GIL. ``peer_gpus``
         (``"in_place"``, ``"copy"``, ``"host"`` or ``"off"``) overrides the session's

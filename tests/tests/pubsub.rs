@@ -958,6 +958,40 @@ fn a_subscriber_at_its_lease_limit_slows_the_publisher() {
     );
 }
 
+/// Beside another subscriber, a subscriber at its lease limit holds up nobody: the put
+/// does not wait for it (it is served bytes at once), and the other keeps every message
+/// zero-copy. The negative control is the test above (alone, the put waits).
+#[test]
+fn a_subscriber_at_its_lease_limit_beside_another_holds_up_nobody() {
+    const TEST: &str = "a_subscriber_at_its_lease_limit_beside_another_holds_up_nobody";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let (port, key, len, limit) = (free_tcp_port(), test_key(TEST), MIB + 5, 4);
+    let mut cfg = host_config();
+    cfg.pool.max_holds_per_holder = limit;
+    cfg.lease_wait_ms = 20_000;
+    let pub_session = host_session_with(port, true, cfg);
+    let publisher = pub_session.declare_publisher(key.clone()).wait().expect("declare publisher");
+    let sub_session = host_session(port, false);
+    let stalled = sub_session.declare_subscriber(key.clone()).wait().expect("the stalled subscriber");
+    let healthy = sub_session.declare_subscriber(key.clone()).wait().expect("the healthy subscriber");
+    wait_zero_copy_only(&publisher, 2);
+    let n = limit as u64 + 3;
+    for seq in 1..=n {
+        let put_started = Instant::now();
+        let r = publish_block(&publisher, seq, len);
+        assert!(put_started.elapsed() < Duration::from_secs(5), "seq {seq}: the put waited");
+        assert_eq!(r.zero_copy, if seq <= limit as u64 { 2 } else { 1 }, "seq {seq}: {r:?}");
+        let s = recv(&healthy, TEST);
+        assert_eq!((s.info().seq, s.path()), (seq, Path::ZeroCopy));
+    }
+    let st = publisher.stats();
+    assert_eq!((st.lease_waits, st.lease_limited), (0, n - limit as u64), "{st:?}");
+    let got: Vec<(u64, Path)> = (1..=n).map(|_| recv(&stalled, TEST)).map(|s| (s.info().seq, s.path())).collect();
+    let want: Vec<(u64, Path)> =
+        (1..=n).map(|seq| (seq, if seq <= limit as u64 { Path::ZeroCopy } else { Path::CpuBytes })).collect();
+    assert_eq!(got, want, "the stalled subscriber still gets every message, in order");
+}
+
 #[test]
 fn small_messages_travel_inline() {
     const TEST: &str = "small_messages_travel_inline";

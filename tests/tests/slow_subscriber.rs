@@ -1,7 +1,8 @@
 //! A subscriber whose control connection ends while it still holds samples must read
 //! them, byte-exact, for as long as it holds them (gap G14), whichever side ended it:
-//! - the publisher disconnects it as slow: it stops routing to it, but keeps that
-//!   connection's leases until the subscriber has let go of them;
+//! - the publisher disconnects it as slow (its callback stopped returning, so its link
+//!   stopped reading): it stops routing to it, but keeps that connection's leases until
+//!   the subscriber has let go of them;
 //! - the subscriber's own end is shut while its process runs on: the publisher keeps the
 //!   leases until that process exits (it may still map the blocks), then frees them.
 //!
@@ -50,7 +51,17 @@ fn a_subscriber_disconnected_as_slow_reads_what_it_held_and_queued() {
     let port = free_tcp_port();
     let ps = session(Some(port), None);
     let ss = session(None, Some(port));
-    let sub = ss.declare_subscriber(KEY).fifo(FIFO).wait().expect("subscriber");
+    // A callback that waits for room in the application's queue of FIFO samples when one
+    // comes on the zero-copy link, and drops one that comes by bytes (a Zenoh callback
+    // must not wait): once the application stops reading, it holds its link.
+    let (tx, queue) = flume::bounded(FIFO);
+    let sub = ss
+        .declare_subscriber(KEY)
+        .callback(move |s| {
+            let _ = if s.path() == Path::ZeroCopy { tx.send(s).map_err(drop) } else { tx.try_send(s).map_err(drop) };
+        })
+        .wait()
+        .expect("subscriber");
     let p = ps.declare_publisher(KEY).wait().expect("publisher");
     let t = Instant::now();
     while p.zero_copy_subscribers() < 1 {
@@ -62,14 +73,15 @@ fn a_subscriber_disconnected_as_slow_reads_what_it_held_and_queued() {
     let held: Vec<GpuSample> = (0..2)
         .map(|_| {
             publish(&p);
-            let s = sub.recv_timeout(IO).expect("a held sample");
+            let s = queue.recv_timeout(IO).expect("a held sample");
             assert_eq!(s.path(), Path::ZeroCopy);
             s
         })
         .collect();
 
-    // The application stops reading: its queue fills, its link stops reading the control
-    // socket, the socket fills, and a put gives up on it after the push timeout.
+    // The application stops reading: its queue fills, its callback waits, its link stops
+    // reading the control socket, the socket fills, and a put gives up on it after the
+    // push timeout.
     let t = Instant::now();
     while p.stats().slow_disconnects == 0 {
         assert!(t.elapsed() < IO, "the publisher never disconnected the subscriber as slow: {:?}", p.stats());
@@ -87,7 +99,7 @@ fn a_subscriber_disconnected_as_slow_reads_what_it_held_and_queued() {
     }
     // What it had queued, and what its link delivers as it drains the socket.
     let mut drained = 0;
-    while let Ok(s) = sub.recv_timeout(Duration::from_millis(300)) {
+    while let Ok(s) = queue.recv_timeout(Duration::from_millis(300)) {
         check(&s, "queued at the disconnect");
         drained += 1;
     }
@@ -97,7 +109,7 @@ fn a_subscriber_disconnected_as_slow_reads_what_it_held_and_queued() {
     while zero_copy < 10 {
         assert!(t.elapsed() < IO, "not back on the zero-copy path: {:?}", sub.stats());
         publish(&p);
-        if let Ok(s) = sub.recv_timeout(Duration::from_millis(50)) {
+        if let Ok(s) = queue.recv_timeout(Duration::from_millis(50)) {
             check(&s, "after the disconnect");
             zero_copy += usize::from(s.path() == Path::ZeroCopy);
         }
@@ -107,13 +119,13 @@ fn a_subscriber_disconnected_as_slow_reads_what_it_held_and_queued() {
     // held samples' blocks are still not handed out again.
     for _ in 0..300 {
         publish(&p);
-        while sub.try_recv().is_some() {}
+        while queue.try_recv().is_ok() {}
     }
     for s in &held {
         check(s, "held after the reconnection");
     }
     drop(held);
-    drop(sub);
+    drop((sub, queue));
     // Once the subscriber let go of everything, every lease is back.
     let t = Instant::now();
     while p.pool_stats().blocks_in_use > 0 {

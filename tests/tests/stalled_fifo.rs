@@ -4,8 +4,9 @@
 //! stall every key of the link (docs/reliability.md, "Slow consumers").
 //!
 //! Host-memory sessions, loopback TCP; the stalled key is fed by a plain Zenoh
-//! publisher, whose samples are delivered in Zenoh's callback. A publisher names the
-//! subscriber that holds its blocks (what the examples say when it is held back).
+//! publisher (samples delivered in Zenoh's callback) and by ours (the zero-copy link).
+//! A publisher names the subscriber that holds its blocks (what the examples say when it
+//! is held back).
 
 use std::time::Duration;
 
@@ -88,4 +89,33 @@ fn a_publisher_names_the_subscriber_holding_its_blocks() {
     assert_eq!((h[0].pid, h[0].holds, h[0].at_limit), (std::process::id() as i32, 3, false), "{h:?}");
     drop(held);
     zcs_tests::wait_until("the blocks released", IO, || publisher.holders()[0].holds == 0);
+}
+
+/// On the zero-copy path too, a full FIFO drops its oldest sample (its block goes back
+/// to the publisher) instead of holding the subscriber's link, and with it the
+/// publisher and the publisher's other subscribers.
+#[test]
+fn a_stalled_fifo_on_the_zero_copy_path_drops_its_oldest_and_holds_up_nobody() {
+    const TEST: &str = "a_stalled_fifo_on_the_zero_copy_path_drops_its_oldest_and_holds_up_nobody";
+    let _w = watchdog_guard(TEST, Duration::from_secs(60));
+    let port = free_tcp_port();
+    let cfg = ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() };
+    let ours = GpuSession::open(loopback_zenoh_config(Some(port), None, None), cfg.clone()).wait().unwrap();
+    let theirs = GpuSession::open(loopback_zenoh_config(None, Some(port), None), cfg).wait().unwrap();
+    let stalled = theirs.declare_subscriber("zcs-test/stalled/zc").fifo(4).wait().unwrap();
+    let healthy = theirs.declare_subscriber("zcs-test/stalled/zc").wait().unwrap();
+    let publisher = ours.declare_publisher("zcs-test/stalled/zc").wait().unwrap();
+    zcs_tests::wait_until("both on the zero-copy path", IO, || publisher.zero_copy_subscribers() == 2);
+    for seq in 1..=20u64 {
+        let mut loan = publisher.loan(64 << 10).unwrap();
+        loan.write_bytes(0, &seq.to_le_bytes()).unwrap();
+        publisher.put(loan).unwrap();
+        let s = healthy.recv_timeout(IO).expect("the healthy subscriber keeps receiving");
+        assert_eq!((s.info().seq, s.path()), (seq, Path::ZeroCopy));
+    }
+    zcs_tests::wait_until("16 dropped", IO, || stalled.stats().dropped_queue_full == 16);
+    let kept: Vec<(u64, Path)> =
+        (0..4).map(|_| stalled.recv_timeout(IO).unwrap()).map(|s| (s.info().seq, s.path())).collect();
+    assert_eq!(kept, (17..=20).map(|seq| (seq, Path::ZeroCopy)).collect::<Vec<_>>(), "the newest four, in order");
+    zcs_tests::wait_until("the dropped samples' blocks back", IO, || publisher.holders().iter().all(|h| h.holds == 0));
 }

@@ -324,8 +324,22 @@ impl PublisherCore {
     /// time of hundreds of zero-copy frames). The wait is outside the state lock, so
     /// releases, handshakes and departures go on meanwhile; a holder still at its limit
     /// afterwards is served bytes by `put_block`.
+    ///
+    /// Only while that subscriber is the message's one receiver: a wait holds back every
+    /// receiver of the put, so beside others (another zero-copy subscriber, bytes
+    /// receivers) a subscriber at its limit is served bytes at once and nobody waits
+    /// for it (`zcs_stall_bench`).
     fn wait_for_lease_room(&self, published: &PublishedAny) {
-        let holders: Vec<(u64, bool)> = self.state().ready.iter().map(|(h, r)| (*h, r.lease_stalled)).collect();
+        let holders: Vec<(u64, bool)> = {
+            let st = self.state();
+            if st.ready.len() != 1 || st.aware_needs_bytes() {
+                return;
+            }
+            st.ready.iter().map(|(h, r)| (*h, r.lease_stalled)).collect()
+        };
+        if self.plain_matching() {
+            return;
+        }
         let deadline = Instant::now() + self.shared.lease_wait;
         let mut waited = false;
         let set_stalled = |h: u64, on: bool| {

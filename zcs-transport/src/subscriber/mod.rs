@@ -48,7 +48,6 @@ use crate::pool::recycler::Recycler;
 use crate::protocol::{self, Group, Request, Role, Token};
 use crate::sync::Unpoisoned;
 pub use delivery::{Delivery, DeviceRead, ForeignBlock, ReadError};
-pub use order::delivering_on_zenoh_thread;
 
 use dedup::Dedup;
 use discovery::{publisher_appeared, publisher_vanished};

@@ -121,38 +121,10 @@ fn decode_meta(sample: &Sample) -> Option<BytesHeader> {
     protocol::decode_attachment(&att.to_bytes()).ok().flatten()
 }
 
-thread_local! {
-    /// Set while this thread runs one of our Zenoh callbacks ([`on_bytes`]).
-    static ON_ZENOH_CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether the calling thread is delivering from inside a Zenoh callback: a delivery
-/// that waited here would hold up every other key of the session's link (Zenoh runs
-/// callbacks on the thread that reads it), so queues must not wait when this is true.
-pub fn delivering_on_zenoh_thread() -> bool {
-    ON_ZENOH_CALLBACK.with(std::cell::Cell::get)
-}
-
-/// Marks the thread as in a Zenoh callback until dropped.
-struct OnZenohCallback(bool);
-
-impl OnZenohCallback {
-    fn enter() -> Self {
-        Self(ON_ZENOH_CALLBACK.with(|f| f.replace(true)))
-    }
-}
-
-impl Drop for OnZenohCallback {
-    fn drop(&mut self) {
-        ON_ZENOH_CALLBACK.with(|f| f.set(self.0));
-    }
-}
-
 pub(super) fn on_bytes(sh: &Arc<Shared>, sample: &Sample, plain_key: bool) {
     if sample.kind() != SampleKind::Put && plain_key {
         return;
     }
-    let _zenoh = OnZenohCallback::enter();
     #[cfg(feature = "fault-injection")]
     if crate::fault::bytes_delayed() {
         let (sh, sample) = (Arc::clone(sh), sample.clone());

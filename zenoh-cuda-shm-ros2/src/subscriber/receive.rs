@@ -83,7 +83,7 @@ impl Core {
 pub(super) struct Shared<M> {
     pub(super) tx: flume::Sender<RosSample<M>>,
     /// KEEP_LAST: the queue's own receiving end, to drop its oldest message when full
-    /// (`None`: KEEP_ALL, whose sends wait for room).
+    /// (`None`: KEEP_ALL, whose queue has no limit).
     pub(super) oldest: Option<flume::Receiver<RosSample<M>>>,
     pub(super) core: Arc<Core>,
 }

@@ -16,13 +16,12 @@ use crate::transport::subscriber::{SubMedium, SubscriberCore, SubscriberSpec, Su
 
 use super::*;
 
-/// Handler: a FIFO channel of the given capacity. When it is full, a sample that
-/// arrives in a Zenoh callback (bytes, inline and plain samples) takes the place of the
-/// oldest one queued, which is dropped and counted in
-/// [`SubscriberStats::dropped_queue_full`]: waiting there would hold up every other key
-/// of the session's link. A sample that arrives on the subscriber's own link (the
-/// zero-copy paths) waits for room, holding back its publisher only, which stops
-/// routing to this subscriber after a second and serves it bytes.
+/// Handler: a FIFO channel of the given capacity. When it is full, a new sample takes
+/// the place of the oldest one queued, which is dropped (its block goes back to its
+/// publisher) and counted in [`SubscriberStats::dropped_queue_full`]. Delivery never
+/// waits for the application: waiting in a Zenoh callback would hold up every other key
+/// of the session's link, and waiting on a zero-copy link would hold up the publisher
+/// and with it every other subscriber it serves.
 #[derive(Debug, Clone, Copy)]
 pub struct Fifo(pub usize);
 
@@ -123,10 +122,6 @@ impl SubscriberBuilder<Fifo> {
         let counted = Arc::clone(&drops);
         let key = self.key.clone();
         let core = self.core(drops, Box::new(move |s| {
-            if !crate::transport::subscriber::delivering_on_zenoh_thread() {
-                let _ = tx.send(s);
-                return;
-            }
             let dropped = crate::transport::subscriber::queue::push_dropping_oldest(&tx, &oldest, s);
             if dropped > 0 && counted.fetch_add(dropped, Ordering::Relaxed) == 0 {
                 tracing::warn!(%key, "a subscriber's queue is full: its oldest samples are dropped (SubscriberStats::dropped_queue_full); the application reads slower than they come");
