@@ -110,7 +110,8 @@ rm -rf .gpu-pack/wheels
 # Benchmarks: `.gpu-pack/bench.tar.xz` and `.gpu-pack/wheels`.
 mkdir -p .gpu-pack
 rm -f .gpu-pack/*.tar.xz
-bench_bins=(zcs_pool_bench zcs_latency zcs_throughput zcs_zenoh_shm zcs_peer_bench zcs_rosidl_bench zcs_report)
+bench_bins=(zcs_pool_bench zcs_latency zcs_throughput zcs_zenoh_shm zcs_peer_bench zcs_rosidl_bench zcs_stall_bench
+  zcs_report)
 # The second archive also holds gpu_rosidl_cuda: its child publisher serves the Python
 # GPU test of a CUDA buffer backend publisher, run in the same call (with the wheel).
 tests_2=(test-tests-crash_matrix test-tests-provider test-tests-shm_out test-tests-gpu_peer test-tests-ros2_stream

@@ -54,6 +54,8 @@ fail=0
 # namespace standing in for another host (scripts/netns-link.sh; `ip` from
 # .gpu-pack/iproute/ where the machine has none), ours against Zenoh's host payloads.
 # ZCS_GPU_PART=ros2-bench: the ROS 2 rows only (zcs_rosidl_bench, zcs_ros2_sub_bench.py).
+# ZCS_GPU_PART=stall: a stalled subscriber beside a healthy one (zcs_stall_bench), on the
+# GPU and on host memory.
 # Several parts at once: ZCS_GPU_PART="host shm-out cross-host".
 part=${ZCS_GPU_PART:-all}
 want() { [ "$part" = all ] || [[ " $part " == *" $1 "* ]]; }
@@ -85,6 +87,7 @@ fi
 want bench && for b in .gpu-bin/zcs_*bench .gpu-bin/zcs_latency .gpu-bin/zcs_throughput .gpu-bin/zcs_zenoh_shm; do
   [ -x "$b" ] || continue
   [ "$b" = .gpu-bin/zcs_peer_bench ] && continue  # two GPUs only, below
+  [ "$b" = .gpu-bin/zcs_stall_bench ] && continue  # both memories, below
   echo "== $b" | tee -a "$out/bench.log"
   timeout 300 "$b" --backend cuda >"$out/$(basename "$b").jsonl" 2>>"$out/bench.log" || { echo "FAILED: $b" | tee -a "$out/bench.log"; fail=1; }
 done
@@ -254,6 +257,13 @@ if { want bench || want py-bench; } && [ -d bench/python ]; then
   # A pair without our rows (the wheel not carried: the script skips) fails the part.
   python3 scripts/py-latency-ratio.py "$out"/torch_ipc_latency-*.jsonl "$out"/zcs_python_latency*-[12].jsonl | tee -a "$out/bench.log"
   [ "${PIPESTATUS[0]}" = 0 ] || { echo "FAILED: scripts/py-latency-ratio.py (a pair lacks torch's or our rows)" | tee -a "$out/bench.log"; fail=1; }
+fi
+if { want bench || want stall; } && [ -x .gpu-bin/zcs_stall_bench ]; then
+  for backend in cuda host; do
+    echo "== .gpu-bin/zcs_stall_bench --backend $backend" | tee -a "$out/bench.log"
+    timeout 200 .gpu-bin/zcs_stall_bench --backend "$backend" >"$out/zcs_stall_bench-$backend.jsonl" 2>>"$out/bench.log" \
+      || { echo "FAILED: zcs_stall_bench --backend $backend" | tee -a "$out/bench.log"; fail=1; }
+  done
 fi
 # ROS 2 rows (in `bench`, or alone as ZCS_GPU_PART=ros2-bench with the bench archive and
 # the wheel): the CUDA buffer backend's paths against ours (zcs_rosidl_bench; `bench`
