@@ -282,6 +282,9 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
             let r = subscriber.recv_timeout(t);
             if r.is_err() && waiting.due(n) {
                 println!("{}", waiting.line("sub", &format!("'{}'", args.key)));
+                if let Some(hint) = publishers_elsewhere(&session, &args.key).filter(|_| n == 0) {
+                    println!("{hint}");
+                }
             }
             r
         };
@@ -465,6 +468,21 @@ impl WaitingNotice {
             ),
         }
     }
+}
+
+/// What a subscriber of `key` that hears nothing can learn of the graph: the keys of
+/// this library's publishers its session sees that `key` does not match (a mistyped
+/// key, say). `None` when there are none, or they cannot be asked for.
+pub fn publishers_elsewhere(session: &GpuSession, key: &str) -> Option<String> {
+    let ours = zenoh::key_expr::KeyExpr::try_from(key).ok()?;
+    let keys = session.publisher_keys(Duration::from_millis(500)).ok()?;
+    let other: Vec<String> = (keys.into_iter())
+        .filter(|k| zenoh::key_expr::KeyExpr::try_from(k.as_str()).is_ok_and(|k| !k.intersects(&ours)))
+        .map(|k| format!("'{k}'"))
+        .collect();
+    (!other.is_empty()).then(|| {
+        format!("[sub] publishers seen on other keys: {} (plain Zenoh publishers are not listed)", other.join(", "))
+    })
 }
 
 /// Why a subscriber's loop ended before its count: a receive error, or `--idle-timeout`

@@ -5,8 +5,8 @@
 //!   0, not silently (`z_cuda_sub`, `z_cuda_pub`, `ros2_image_pub`, `ros2_image_sub`,
 //!   `ros2_listener`).
 //! - A subscriber that has received nothing for 2 s says once that it waits for a
-//!   publisher, and a ROS one names the publishers of its topic that it cannot hear
-//!   (another type, here).
+//!   publisher, and names what it cannot hear: a plain one, our publishers on other
+//!   keys; a ROS one, the publishers of its topic of another type.
 //! - `ros2_image_sub` ended by `--idle-timeout` before `-n` messages prints its summary,
 //!   then the error, and exits non-zero.
 //!
@@ -229,4 +229,38 @@ fn a_waiting_ros2_subscriber_names_a_publisher_of_another_type() {
     assert!(sub.wait().success(), "{}", sub.dump());
     // The quiet publisher printed no progress line.
     drop(publisher);
+}
+
+#[test]
+fn a_waiting_subscriber_names_publishers_on_other_keys() {
+    let _watchdog = watchdog_guard("a_waiting_subscriber_names_publishers_on_other_keys", TEST_LIMIT);
+    let scratch = Scratch::new("other-keys");
+    let (ours, theirs) =
+        (format!("zcs/examples-keys/{}/a", std::process::id()), format!("zcs/examples-keys/{}/b", std::process::id()));
+    let (mut publisher, listen) = (1..=3)
+        .find_map(|attempt| {
+            let listen = format!("tcp/127.0.0.1:{}", free_tcp_port());
+            let mut p = Proc::spawn("z_cuda_pub", &scratch.0, &["-l", &listen, "-k", &theirs, "-s", "4096", "-r", "5"]);
+            match p.try_wait_line("its first progress line", |l| l.starts_with("[pub] ")) {
+                Ok(_) => Some((p, listen)),
+                Err(status) if attempt < 3 => {
+                    eprintln!("attempt {attempt}: {} exited ({status}); another port\n{}", p.name, p.dump());
+                    None
+                }
+                Err(status) => panic!("{} exited ({status})\n{}", p.name, p.dump()),
+            }
+        })
+        .expect("a publisher listening");
+    let sub = Proc::spawn("z_cuda_sub", &scratch.0, &["-e", &listen, "-k", &ours]);
+    let out = terminate(sub, "[sub] publishers seen on other keys:", "[sub] interrupted: 0 messages");
+    let hint = out.lines().find(|l| l.starts_with("[sub] publishers seen")).unwrap();
+    assert_eq!(
+        hint,
+        format!("[sub] publishers seen on other keys: '{theirs}' (plain Zenoh publishers are not listed)")
+    );
+    let waiting = out.lines().position(|l| l == format!("[sub] waiting for a publisher on '{ours}'…"));
+    let hinted = out.lines().position(|l| l == hint);
+    assert!(waiting.is_some() && waiting < hinted, "the waiting line first\n{out}");
+    publisher.signal(Signal::SIGTERM);
+    assert!(publisher.wait().success(), "{}", publisher.dump());
 }

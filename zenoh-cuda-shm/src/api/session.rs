@@ -280,6 +280,26 @@ impl GpuSession {
         &self.0.zenoh
     }
 
+    /// The keys of this library's publishers that this session can see now, from their
+    /// liveliness tokens (sorted, each once), waiting at most `timeout` for answers.
+    /// Plain Zenoh publishers declare no token and are not listed. A subscriber that
+    /// hears nothing can name them, in case its key was mistyped.
+    ///
+    /// # Errors
+    /// Zenoh's error when the liveliness query cannot be sent.
+    pub fn publisher_keys(&self, timeout: Duration) -> Result<Vec<String>, zenoh::Error> {
+        use zenoh::Wait;
+        let replies =
+            self.zenoh().liveliness().get(format!("{}/pub/**", crate::protocol::TOKEN_ROOT)).timeout(timeout).wait()?;
+        let mut keys = std::collections::BTreeSet::new();
+        while let Ok(reply) = replies.recv() {
+            if let Some(t) = reply.result().ok().and_then(|s| crate::protocol::Token::parse(s.key_expr().as_str())) {
+                keys.insert(t.key);
+            }
+        }
+        Ok(keys.into_iter().collect())
+    }
+
     /// The GPU, if the session uses one.
     pub fn gpu(&self) -> Option<&Gpu> {
         self.0.gpu.as_ref()
