@@ -1,9 +1,12 @@
 /* Shared by the C examples: the test pattern (the same bytes as the Rust examples'
  * cuda::kernels::pattern_byte, so C and Rust processes check each other's frames), the
- * configuration strings built from command-line flags, and error reporting. */
+ * configuration strings built from command-line flags, error reporting, and what the
+ * Rust examples say while they run (the end on SIGINT/SIGTERM with a summary, the
+ * waiting lines, a subscriber's counts adding up). */
 #ifndef ZCS_EXAMPLES_COMMON_H
 #define ZCS_EXAMPLES_COMMON_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,7 +53,7 @@ static inline void zcs_flags_help(FILE *out, const char *key, uint64_t count, in
             "  -c, --config FILE       a Zenoh JSON5 configuration file (mode and endpoints then\n"
             "                          come from it: -m, -e and -l cannot be added to it)\n"
             "  --device DEVICE         block memory: auto (default: a GPU if usable), host or cuda\n"
-            "  -n, --count N           messages (default %llu)\n",
+            "  -n, --count N           messages (default %llu; 0: until Ctrl-C or SIGTERM)\n",
             key, (unsigned long long)count);
     if (size) fprintf(out, "  -s, --size BYTES        bytes per message (default %d)\n", size);
     fprintf(out, "  -h, --help              this text\n");
@@ -182,6 +185,56 @@ static inline char *zcs_zenoh_config(const struct zcs_flags *f) {
 /* Our configuration: the device. */
 static inline void zcs_our_config(const struct zcs_flags *f, char ours[128]) {
     snprintf(ours, 128, "{device: \"%s\"}", f->device ? f->device : "auto");
+}
+
+/* Set by SIGINT or SIGTERM once zcs_catch_signals() has run: loops end there and print
+ * their summary, as Ctrl-C or `kill` end the Rust examples. */
+static volatile sig_atomic_t zcs_stop = 0;
+
+static void zcs_on_signal(int sig) {
+    (void)sig;
+    zcs_stop = 1;
+}
+
+static inline void zcs_catch_signals(void) {
+    signal(SIGINT, zcs_on_signal);
+    signal(SIGTERM, zcs_on_signal);
+}
+
+/* A subscriber's silence: `waited_ms` without a message since the last one (or the
+ * start), and whether it was said. */
+struct zcs_waiting {
+    uint64_t waited_ms;
+    bool said;
+};
+
+/* Adds `step_ms` without a message; says once per silence that it waits: after 2 s
+ * before a first message, after 5 s between messages (the Rust examples' lines). */
+static inline void zcs_waiting_tick(struct zcs_waiting *w, uint64_t step_ms, uint64_t got, const char *key) {
+    w->waited_ms += step_ms;
+    if (w->said || w->waited_ms < (got == 0 ? 2000u : 5000u)) return;
+    w->said = true;
+    if (got == 0)
+        printf("[sub] waiting for a publisher on '%s'\xe2\x80\xa6\n", key);
+    else
+        printf("[sub] nothing for 5 s after %llu messages; waiting for a publisher on '%s'\xe2\x80\xa6\n",
+               (unsigned long long)got, key);
+    fflush(stdout);
+}
+
+/* The summary's account of what came: `checked` of the samples received (by path), the
+ * rest unread at the end or dropped by the full queue; then what was lost. */
+static inline void zcs_print_received(const char *how, uint64_t checked, const struct zcs_subscriber_stats_t *s) {
+    uint64_t received = s->zero_copy + s->peer_copy + s->host_block + s->inline_samples + s->cpu_bytes + s->plain;
+    uint64_t gone = checked + s->dropped_queue_full;
+    printf("[sub] %s: %llu messages checked of %llu received (zero-copy %llu, cpu-bytes %llu, inline %llu, plain %llu)",
+           how, (unsigned long long)checked, (unsigned long long)received, (unsigned long long)s->zero_copy,
+           (unsigned long long)s->cpu_bytes, (unsigned long long)s->inline_samples, (unsigned long long)s->plain);
+    if (received > gone) printf(": %llu unread at the end", (unsigned long long)(received - gone));
+    if (s->dropped_queue_full > 0)
+        printf("%s %llu dropped as the queue was full", received > gone ? "," : ":",
+               (unsigned long long)s->dropped_queue_full);
+    printf("; lost %llu, duplicates dropped %llu\n", (unsigned long long)s->lost, (unsigned long long)s->duplicates);
 }
 
 /* Opens the session these flags describe. */

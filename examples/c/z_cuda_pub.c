@@ -5,7 +5,7 @@
  *
  * A host loan is written by the CPU; a device loan (a CUDA session) by a copy enqueued
  * on the loan's stream, which the put orders every subscriber's reads after: no wait
- * on the host. */
+ * on the host. Ctrl-C or SIGTERM ends it with its summary. */
 #include <time.h>
 
 #include "common.h"
@@ -23,9 +23,12 @@ int main(int argc, char **argv) {
     zcs_check(zcs_session_backend(session, &backend), "backend");
     zcs_publisher_t pub = {0};
     zcs_check(zcs_publisher_declare(session, f.key, &pub), "declare the publisher");
+    zcs_catch_signals();
+    printf("[pub] publishing on '%s' (%s)\n", f.key, backend);
+    fflush(stdout);
     size_t aware = 0;
     bool plain = false;
-    for (int i = 0; i < 1000 && aware == 0 && !plain; i++) {
+    for (int i = 0; i < 1000 && aware == 0 && !plain && !zcs_stop; i++) {
         zcs_check(zcs_publisher_subscribers(pub, &aware, &plain), "subscribers");
         sleep_ms(10);
     }
@@ -33,7 +36,8 @@ int main(int argc, char **argv) {
     uint8_t *frame = malloc(f.size);
     struct zcs_cuda cu;
     int cuda_loaded = 0;
-    for (uint64_t n = 1; n <= f.count; n++) {
+    uint64_t sent = 0;
+    for (uint64_t n = 1; (f.count == 0 || n <= f.count) && !zcs_stop; n++) {
         zcs_loan_t loan = {0};
         zcs_check(zcs_publisher_loan(pub, f.size, &loan), "loan");
         uint8_t *host = NULL;
@@ -63,9 +67,11 @@ int main(int argc, char **argv) {
             fprintf(stderr, "error: message %llu went out as %llu\n", (unsigned long long)n, (unsigned long long)seq);
             return 1;
         }
+        sent = n;
     }
     free(frame);
-    printf("[pub] %llu messages of %zu bytes published (%s)\n", (unsigned long long)f.count, f.size, backend);
+    printf("[pub] %s%llu messages of %zu bytes published (%s)\n", zcs_stop ? "interrupted: " : "",
+           (unsigned long long)sent, f.size, backend);
     zcs_check(zcs_publisher_drop(&pub), "drop the publisher");
     zcs_check(zcs_session_close(&session), "close the session");
     return 0;

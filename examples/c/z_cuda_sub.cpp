@@ -1,7 +1,7 @@
 // Receives COUNT frames on KEY through zenoh-cuda-shm and checks every byte against
 // the pattern of the frame's sequence number; prints how the frames came (zero-copy,
-// cpu-bytes, inline, …). Exits 1 on a wrong byte, a frame out of order or a silence
-// of 20 s. C++: the owners of zenoh_cuda_shm.hpp, errors as exceptions. On a GPU,
+// cpu-bytes, inline, …). Says when it waits for a publisher; ends on Ctrl-C or SIGTERM
+// with its summary. Exits 1 on a wrong byte, a frame out of order or a silence of 20 s. C++: the owners of zenoh_cuda_shm.hpp, errors as exceptions. On a GPU,
 // each frame is read on a stream of this program's own, in place, and copied to the
 // host there to be checked.
 //
@@ -40,16 +40,25 @@ int main(int argc, char **argv) try {
         }
     }
     zcs::Subscriber sub(session, f.key);
+    zcs_catch_signals();
     std::printf("[sub] ready\n");
     std::fflush(stdout);
     uint64_t got = 0, bad = 0, last = 0;
     std::set<std::string> paths;
-    while (got < f.count) {
-        auto s = sub.recv(std::chrono::seconds(20));
+    zcs_waiting waiting{};
+    const char *how = "done";
+    while ((f.count == 0 || got < f.count) && !zcs_stop) {
+        auto s = sub.recv(std::chrono::milliseconds(200));
         if (!s) {
-            std::fprintf(stderr, "[sub] nothing for 20 s after %llu frames\n", (unsigned long long)got);
-            return 1;
+            zcs_waiting_tick(&waiting, 200, got, f.key);
+            if (waiting.waited_ms >= 20000) {
+                std::fprintf(stderr, "[sub] nothing for 20 s after %llu frames\n", (unsigned long long)got);
+                how = "stopped";
+                break;
+            }
+            continue;
         }
+        waiting = zcs_waiting{};
         uint64_t seq = s->seq();
         std::vector<uint8_t> copy;
         const uint8_t *data;
@@ -90,7 +99,10 @@ int main(int argc, char **argv) try {
     std::string all;
     for (const auto &p : paths) all += (all.empty() ? "" : ",") + p;
     std::printf("[sub] %llu frames, %llu bad, paths %s\n", (unsigned long long)got, (unsigned long long)bad, all.c_str());
-    return bad == 0 ? 0 : 1;
+    if (zcs_stop) how = "interrupted";
+    zcs_subscriber_stats_t st = sub.stats();
+    zcs_print_received(how, got, &st);
+    return bad == 0 && std::string(how) != "stopped" ? 0 : 1;
 } catch (const zcs::Error &e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

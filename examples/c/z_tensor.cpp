@@ -211,7 +211,9 @@ int publish(const Args &a) {
     const auto period = a.rate > 0 ? std::chrono::duration<double>(1.0 / a.rate) : std::chrono::duration<double>(0);
     auto next = std::chrono::steady_clock::now();
     uint64_t copies = 0, loans = 0;
-    for (uint64_t n = 1; n <= a.zenoh.count; n++) {
+    zcs_catch_signals();
+    uint64_t sent = 0;
+    for (uint64_t n = 1; (a.zenoh.count == 0 || n <= a.zenoh.count) && !zcs_stop; n++) {
         const uint32_t bits = value_bits(n);
         const bool by_copy = a.how == How::Copy || (a.how == How::Alternate && n % 2 == 1);
         uint64_t seq = 0;
@@ -236,6 +238,7 @@ int publish(const Args &a) {
         }
         if (seq != n) throw std::runtime_error("message " + std::to_string(n) + " went out as " + std::to_string(seq));
         (by_copy ? copies : loans)++;
+        sent = n;
         std::printf("[pub] put #%" PRIu64 " (%s) %s float32: value %g\n", seq, by_copy ? "copy" : "loan",
                     shape.c_str(), static_cast<double>(n - 1));
         if (period.count() > 0) {
@@ -249,9 +252,9 @@ int publish(const Args &a) {
     while (pub.blocks_in_use() > 0 && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    std::printf("[pub] %" PRIu64 " tensors %s float32 published (%s): %" PRIu64 " by copy (%s), %" PRIu64
+    std::printf("[pub] %s%" PRIu64 " tensors %s float32 published (%s): %" PRIu64 " by copy (%s), %" PRIu64
                 " from loans (put_tensor)\n",
-                a.zenoh.count, shape.c_str(), backend.c_str(), copies,
+                zcs_stop ? "interrupted: " : "", sent, shape.c_str(), backend.c_str(), copies,
                 cuda ? "put_tensor_device" : "put_tensor_host", loans);
     return 0;
 }
@@ -292,12 +295,21 @@ int subscribe(const Args &a) {
     std::vector<uint8_t> copy;
     uint64_t got = 0, ok = 0, bad = 0, lost = 0, last = 0;
     std::set<std::string> paths;
-    while (got < a.zenoh.count) {
-        std::optional<zcs::Sample> s = sub.recv(std::chrono::seconds(20));
+    zcs_catch_signals();
+    zcs_waiting waiting{};
+    const char *how = "done";
+    while ((a.zenoh.count == 0 || got < a.zenoh.count) && !zcs_stop) {
+        std::optional<zcs::Sample> s = sub.recv(std::chrono::milliseconds(200));
         if (!s) {
-            std::fprintf(stderr, "[sub] nothing for 20 s after %" PRIu64 " tensors\n", got);
-            return 1;
+            zcs_waiting_tick(&waiting, 200, got, a.zenoh.key);
+            if (waiting.waited_ms >= 20000) {
+                std::fprintf(stderr, "[sub] nothing for 20 s after %" PRIu64 " tensors\n", got);
+                how = "stopped";
+                break;
+            }
+            continue;
         }
+        waiting = zcs_waiting{};
         got++;
         const uint64_t seq = s->seq();
         const std::string path = s->path();
@@ -353,7 +365,10 @@ int subscribe(const Args &a) {
     for (const auto &p : paths) all += (all.empty() ? "" : ",") + p;
     std::printf("[sub] %" PRIu64 " tensors: %" PRIu64 " ok, %" PRIu64 " bad, %" PRIu64 " lost; paths %s\n", got, ok,
                 bad, lost, all.c_str());
-    return bad == 0 && lost == 0 ? 0 : 1;
+    if (zcs_stop) how = "interrupted";
+    zcs_subscriber_stats_t st = sub.stats();
+    zcs_print_received(how, got, &st);
+    return bad == 0 && lost == 0 && std::string(how) != "stopped" ? 0 : 1;
 }
 
 }  // namespace

@@ -100,6 +100,32 @@ typedef struct zcs_subscriber_t {
 // pointer given at declaration.
 typedef void (*zcs_sample_callback_t)(struct zcs_sample_t sample, void *context);
 
+// A subscriber's counters (all monotonic). The samples received add up to
+// `zero_copy + peer_copy + host_block + inline_samples + cpu_bytes + plain`; of those,
+// a queueing subscriber's application has taken some with `zcs_subscriber_recv`, its
+// full queue dropped `dropped_queue_full` (oldest first), and the rest wait queued.
+typedef struct zcs_subscriber_stats_t {
+  // Samples read in place (the zero-copy path).
+  uint64_t zero_copy;
+  // Samples of a publisher on another GPU, copied onto this subscriber's GPU.
+  uint64_t peer_copy;
+  // Samples read in place from shared host blocks (a GPU publisher's copy).
+  uint64_t host_block;
+  // Samples carried whole over the control connection (small messages).
+  uint64_t inline_samples;
+  // Samples that came as bytes copied out of a block.
+  uint64_t cpu_bytes;
+  // Samples of plain Zenoh publishers.
+  uint64_t plain;
+  // Messages of a publisher that never came (gaps, and a tail its end notice shows).
+  uint64_t lost;
+  // Second copies of a message, dropped.
+  uint64_t duplicates;
+  // Samples a full queue dropped, oldest first (the application read slower than
+  // they came).
+  uint64_t dropped_queue_full;
+} zcs_subscriber_stats_t;
+
 // A tensor's description, as DLPack's `DLTensor` has it, without the data pointer.
 //
 // Publishing: `ndim` values at `shape`; `strides` NULL for compact row-major, else
@@ -485,6 +511,13 @@ zcs_result_t zcs_subscriber_declare_callback(struct zcs_session_t session,
 zcs_result_t zcs_subscriber_recv(struct zcs_subscriber_t subscriber,
                                  uint64_t timeout_ms,
                                  struct zcs_sample_t *out);
+
+// The counters of a subscriber (queueing or callback).
+//
+// # Safety
+// `out` is NULL or points to a `zcs_subscriber_stats_t`.
+zcs_result_t zcs_subscriber_stats(struct zcs_subscriber_t subscriber,
+                                  struct zcs_subscriber_stats_t *out);
 
 // Undeclares a subscriber and zeroes its handle. Samples received from it stay valid
 // until dropped. A callback subscriber's callback may still be running when this

@@ -350,6 +350,12 @@ class Subscriber : public detail::Owner<zcs_subscriber_t, zcs_subscriber_drop> {
         detail::check(r, "zcs_subscriber_recv");
         return Sample(s);
     }
+    // Its counters: what came by each path, lost, duplicates, dropped by the full queue.
+    zcs_subscriber_stats_t stats() const {
+        zcs_subscriber_stats_t st{};
+        detail::check(zcs_subscriber_stats(handle(), &st), "zcs_subscriber_stats");
+        return st;
+    }
 };
 
 // ROS 2 over rmw_zenoh (the zcs_ros_* functions): a node, and publishers and

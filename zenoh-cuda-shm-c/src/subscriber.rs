@@ -36,9 +36,9 @@ enum Sub {
         sub: GpuSubscriber<flume::Receiver<GpuSample>>,
         gpu: Option<Gpu>,
     },
-    /// Held for its callback; dropping it undeclares.
+    /// Held for its callback (and its counters); dropping it undeclares.
     Callback {
-        _held: GpuSubscriber<()>,
+        held: GpuSubscriber<()>,
     },
 }
 
@@ -113,7 +113,7 @@ pub unsafe extern "C" fn zcs_subscriber_declare_callback(
             .wait()
             .map_err(|e| declare_failed(key, &e))?;
         // SAFETY: not null (checked above); the caller passes a writable handle.
-        unsafe { set_out(out, zcs_subscriber_t { id: SUBSCRIBERS.insert(Sub::Callback { _held: sub }) }) };
+        unsafe { set_out(out, zcs_subscriber_t { id: SUBSCRIBERS.insert(Sub::Callback { held: sub }) }) };
         Ok(())
     })
 }
@@ -151,6 +151,67 @@ pub unsafe extern "C" fn zcs_subscriber_recv(
         };
         // SAFETY: not null (checked above); the caller passes a writable handle.
         unsafe { set_out(out, register(sample, gpu.clone())) };
+        Ok(())
+    })
+}
+
+/// A subscriber's counters (all monotonic). The samples received add up to
+/// `zero_copy + peer_copy + host_block + inline_samples + cpu_bytes + plain`; of those,
+/// a queueing subscriber's application has taken some with `zcs_subscriber_recv`, its
+/// full queue dropped `dropped_queue_full` (oldest first), and the rest wait queued.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct zcs_subscriber_stats_t {
+    /// Samples read in place (the zero-copy path).
+    pub zero_copy: u64,
+    /// Samples of a publisher on another GPU, copied onto this subscriber's GPU.
+    pub peer_copy: u64,
+    /// Samples read in place from shared host blocks (a GPU publisher's copy).
+    pub host_block: u64,
+    /// Samples carried whole over the control connection (small messages).
+    pub inline_samples: u64,
+    /// Samples that came as bytes copied out of a block.
+    pub cpu_bytes: u64,
+    /// Samples of plain Zenoh publishers.
+    pub plain: u64,
+    /// Messages of a publisher that never came (gaps, and a tail its end notice shows).
+    pub lost: u64,
+    /// Second copies of a message, dropped.
+    pub duplicates: u64,
+    /// Samples a full queue dropped, oldest first (the application read slower than
+    /// they came).
+    pub dropped_queue_full: u64,
+}
+
+/// The counters of a subscriber (queueing or callback).
+///
+/// # Safety
+/// `out` is NULL or points to a `zcs_subscriber_stats_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_subscriber_stats(
+    subscriber: zcs_subscriber_t,
+    out: *mut zcs_subscriber_stats_t,
+) -> zcs_result_t {
+    guard(|| {
+        non_null(out, "out")?;
+        let s = SUBSCRIBERS.get(subscriber.id)?;
+        let st = match &*s {
+            Sub::Queue { sub, .. } => sub.stats(),
+            Sub::Callback { held } => held.stats(),
+        };
+        let stats = zcs_subscriber_stats_t {
+            zero_copy: st.zero_copy,
+            peer_copy: st.peer_copy,
+            host_block: st.host_block,
+            inline_samples: st.inline,
+            cpu_bytes: st.cpu_bytes,
+            plain: st.plain,
+            lost: st.lost,
+            duplicates: st.duplicates,
+            dropped_queue_full: st.dropped_queue_full,
+        };
+        // SAFETY: not null (checked above); the caller passes a writable struct.
+        unsafe { set_out(out, stats) };
         Ok(())
     })
 }

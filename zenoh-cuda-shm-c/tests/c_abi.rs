@@ -66,6 +66,8 @@ fn c_programs_use_the_abi_as_documented() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the C subscriber:\n{text}");
     assert!(text.contains(&format!("[sub] {FRAMES} frames, 0 bad")), "{text}");
+    let summary = format!("[sub] done: {FRAMES} messages checked of {FRAMES} received (zero-copy ");
+    assert!(text.lines().any(|l| l.starts_with(&summary) && l.ends_with("; lost 0, duplicates dropped 0")), "{text}");
     println!("rust → c: {}", text.lines().find(|l| l.contains("frames")).unwrap_or(""));
     drop(publisher);
     drop(session);
@@ -94,6 +96,38 @@ fn c_programs_use_the_abi_as_documented() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the C publisher:\n{text}");
     println!("c → rust: {FRAMES} frames of {SIZE} bytes, every byte checked; {}", text.trim());
+
+    c_examples_wait_aloud_and_end_on_sigterm_with_a_summary(&build);
+}
+
+/// As the Rust examples: a C subscriber with nothing to receive says so after 2 s, and
+/// SIGTERM ends it and the publisher with their summaries, status 0.
+fn c_examples_wait_aloud_and_end_on_sigterm_with_a_summary(build: &std::path::Path) {
+    use std::io::{BufRead, BufReader};
+    let terminate = |name: &str, args: &[&str], ready: &str| {
+        let mut child = c_program(build, name)
+            .args(args)
+            .args(["--device", "host", "-n", "0", "-l", &format!("tcp/127.0.0.1:{}", free_tcp_port())])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut seen = String::new();
+        while !seen.lines().any(|l| l.starts_with(ready)) {
+            assert!(out.read_line(&mut seen).expect("read") > 0, "{name} ended before {ready:?}:\n{seen}");
+        }
+        let killed = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        assert!(killed.is_ok_and(|s| s.success()), "kill -TERM {name}");
+        let status = child.wait().expect("wait");
+        std::io::Read::read_to_string(&mut out, &mut seen).expect("read");
+        assert!(status.success(), "{name} ended by SIGTERM with {status}:\n{seen}");
+        seen
+    };
+    let text = terminate("z_cuda_sub", &["-k", "c-abi/nobody"], "[sub] waiting for a publisher on 'c-abi/nobody'");
+    assert!(text.lines().any(|l| l.starts_with("[sub] interrupted: 0 messages checked of 0 received")), "{text}");
+    let text = terminate("z_cuda_pub", &["-k", "c-abi/nobody", "-s", "4096"], "[pub] publishing on 'c-abi/nobody'");
+    assert!(text.lines().any(|l| l.starts_with("[pub] interrupted: ")), "{text}");
 }
 
 /// The C examples' flags are the Rust examples' (`-k -m -e -l -c -n`, `--device`, and `-s`
