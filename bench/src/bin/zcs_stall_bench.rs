@@ -6,13 +6,14 @@
 //! session, for the healthy subscriber: messages received, their rate, publish→receive
 //! p50 / p99 / max; the publisher's puts that took longest; what the stalled one and
 //! the publisher counted.
-//! - `plain-alone` (the anchor) and `plain-beside-stalled`: `GpuSubscriber`s with a
-//!   FIFO of 256 on one key;
-//! - `ros-alone` (the anchor), `ros-beside-stalled-keep-last` (depth 10) and
+//! - `plain-alone`, `plain-beside-reader` (a second subscriber that reads everything: the
+//!   cost of serving two) and `plain-beside-stalled`: `GpuSubscriber`s with a FIFO of 256
+//!   on one key;
+//! - `ros-alone`, `ros-beside-reader`, `ros-beside-stalled-keep-last` (depth 10) and
 //!   `ros-beside-stalled-keep-all`: ROS 2 Image subscriptions of one topic.
 //!
-//! The goal is a healthy rate and p50 within a few percent of its anchor, and a p99 and
-//! max of the same order (docs/benchmarks.md, "A stalled consumer").
+//! The goal: beside a stalled subscriber, the healthy one's rate and latency are those it
+//! has beside a second subscriber that reads (docs/benchmarks.md, "A stalled consumer").
 //!
 //! ```text
 //! zcs_stall_bench --backend host --secs 5 --rate 200 --size 1MiB
@@ -51,8 +52,43 @@ struct Args {
     rows: Vec<String>,
 }
 
-const ROWS: [&str; 5] =
-    ["plain-alone", "plain-beside-stalled", "ros-alone", "ros-beside-stalled-keep-last", "ros-beside-stalled-keep-all"];
+const ROWS: [&str; 7] = [
+    "plain-alone",
+    "plain-beside-reader",
+    "plain-beside-stalled",
+    "ros-alone",
+    "ros-beside-reader",
+    "ros-beside-stalled-keep-last",
+    "ros-beside-stalled-keep-all",
+];
+
+/// Who shares the healthy subscriber's key or topic.
+#[derive(Clone, Copy)]
+enum Beside {
+    Nobody,
+    /// A second subscriber that reads (and drops) every message on a thread of its own.
+    Reader,
+    /// A second subscriber whose application never reads (a ROS 2 one of this QoS).
+    Stalled(Qos),
+}
+
+/// Runs `row` while, if `reads`, `read_one` is called on a thread of its own until the
+/// row is over: the second subscriber that reads.
+fn with_reader<T>(reads: bool, read_one: impl Fn() + Sync, row: impl FnOnce() -> T) -> T {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        if reads {
+            scope.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    read_one();
+                }
+            });
+        }
+        let out = row();
+        stop.store(true, Ordering::Relaxed);
+        out
+    })
+}
 
 /// A publisher's session and the subscribers' session, connected over loopback TCP.
 fn sessions(device: DeviceChoice) -> (GpuSession, GpuSession) {
@@ -121,47 +157,52 @@ fn latency_us(published_ns: u64) -> f64 {
     now_ns().saturating_sub(published_ns) as f64 / 1e3
 }
 
-fn plain_row(args: &Args, device: DeviceChoice, kernels: Option<&Kernels>, stalled: bool) -> Value {
+fn plain_row(args: &Args, device: DeviceChoice, kernels: Option<&Kernels>, beside: Beside, name: &str) -> Value {
     let (p, s) = sessions(device);
     let key = format!("zcs-bench/stall/{}", std::process::id());
     let healthy = s.declare_subscriber(key.clone()).fifo(256).wait().expect("healthy subscriber");
-    let stalled = stalled.then(|| s.declare_subscriber(key.clone()).fifo(256).wait().expect("stalled subscriber"));
+    let second = match beside {
+        Beside::Nobody => None,
+        _ => Some(s.declare_subscriber(key.clone()).fifo(256).wait().expect("second subscriber")),
+    };
     let publisher = p.declare_publisher(key).wait().expect("publisher");
-    let want = 1 + usize::from(stalled.is_some());
+    let want = 1 + usize::from(second.is_some());
     let t = Instant::now();
     while publisher.zero_copy_subscribers() < want {
         assert!(t.elapsed() < Duration::from_secs(30), "subscribers not on the zero-copy path");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let (mut puts, seen) = drive(
-        args,
-        |seq| {
-            let mut loan = loan_waiting(&publisher, args.size, Duration::from_secs(30));
-            fill_loan(&mut loan, kernels, seq);
-            publisher.put(loan).expect("put");
-        },
-        |done| {
-            let mut lat_us = Vec::new();
-            while !done.load(Ordering::Relaxed) {
-                if let Ok(sample) = healthy.recv_timeout(Duration::from_millis(50)) {
-                    lat_us.push(latency_us(sample.info().timestamp_ns));
+    let read_one = || drop(second.as_ref().map(|x| x.recv_timeout(Duration::from_millis(50))));
+    let (mut puts, seen) = with_reader(matches!(beside, Beside::Reader), read_one, || {
+        drive(
+            args,
+            |seq| {
+                let mut loan = loan_waiting(&publisher, args.size, Duration::from_secs(30));
+                fill_loan(&mut loan, kernels, seq);
+                publisher.put(loan).expect("put");
+            },
+            |done| {
+                let mut lat_us = Vec::new();
+                while !done.load(Ordering::Relaxed) {
+                    if let Ok(sample) = healthy.recv_timeout(Duration::from_millis(50)) {
+                        lat_us.push(latency_us(sample.info().timestamp_ns));
+                    }
                 }
-            }
-            Healthy { lat_us }
-        },
-    );
+                Healthy { lat_us }
+            },
+        )
+    });
     let ps = publisher.stats();
     let counters = json!({
-        "stalled": stalled.as_ref().map(|x| x.stats()),
+        "second": second.as_ref().map(|x| x.stats()),
         "healthy_lost": healthy.stats().lost,
         "publisher": {"slow_disconnects": ps.slow_disconnects, "lease_waits": ps.lease_waits,
                       "lease_limited": ps.lease_limited, "copies_out": ps.copies_out},
     });
-    let name = if stalled.is_some() { "plain-beside-stalled" } else { "plain-alone" };
     seen.row(name, args, &mut puts, counters)
 }
 
-fn ros_row(args: &Args, device: DeviceChoice, kernels: Option<&Kernels>, stalled: Option<Qos>, name: &str) -> Value {
+fn ros_row(args: &Args, device: DeviceChoice, kernels: Option<&Kernels>, beside: Beside, name: &str) -> Value {
     let (p, s) = sessions(device);
     let domain = 100 + (std::process::id() % 100);
     let options = |n: &str| NodeOptions::new(n).domain(domain).rmw_wire(RmwWire::BufferAware);
@@ -169,9 +210,14 @@ fn ros_row(args: &Args, device: DeviceChoice, kernels: Option<&Kernels>, stalled
         (RosNode::new(&p, options("stall_pub")).expect("node"), RosNode::new(&s, options("stall_sub")).expect("node"));
     let qos = Qos::reliable(10);
     let healthy = listener.subscriber::<Image<()>>("/stall", qos).expect("healthy subscription");
-    let stalled = stalled.map(|q| listener.subscriber::<Image<()>>("/stall", q).expect("stalled subscription"));
+    let second = match beside {
+        Beside::Nobody => None,
+        Beside::Reader => Some(qos),
+        Beside::Stalled(q) => Some(q),
+    }
+    .map(|q| listener.subscriber::<Image<()>>("/stall", q).expect("second subscription"));
     let publisher = talker.publisher::<Image<()>>("/stall", qos).expect("publisher");
-    let want = 1 + usize::from(stalled.is_some());
+    let want = 1 + usize::from(second.is_some());
     let t = Instant::now();
     while publisher.channel().zero_copy_subscribers() < want {
         assert!(t.elapsed() < Duration::from_secs(30), "subscriptions not on the zero-copy path");
@@ -187,26 +233,29 @@ fn ros_row(args: &Args, device: DeviceChoice, kernels: Option<&Kernels>, stalled
         step: width * 4,
         data: (),
     };
-    let (mut puts, seen) = drive(
-        args,
-        |seq| {
-            let mut loan = loan_waiting(publisher.channel(), width as usize * 4, Duration::from_secs(30));
-            fill_loan(&mut loan, kernels, seq);
-            publisher.publish(&fields, loan).expect("publish");
-        },
-        |done| {
-            let mut lat_us = Vec::new();
-            while !done.load(Ordering::Relaxed) {
-                if let Ok(m) = healthy.recv_timeout(Duration::from_millis(50)) {
-                    lat_us.push(latency_us(u64::try_from(m.attachment().timestamp_ns).unwrap_or(0)));
+    let read_one = || drop(second.as_ref().map(|x| x.recv_timeout(Duration::from_millis(50))));
+    let (mut puts, seen) = with_reader(matches!(beside, Beside::Reader), read_one, || {
+        drive(
+            args,
+            |seq| {
+                let mut loan = loan_waiting(publisher.channel(), width as usize * 4, Duration::from_secs(30));
+                fill_loan(&mut loan, kernels, seq);
+                publisher.publish(&fields, loan).expect("publish");
+            },
+            |done| {
+                let mut lat_us = Vec::new();
+                while !done.load(Ordering::Relaxed) {
+                    if let Ok(m) = healthy.recv_timeout(Duration::from_millis(50)) {
+                        lat_us.push(latency_us(u64::try_from(m.attachment().timestamp_ns).unwrap_or(0)));
+                    }
                 }
-            }
-            Healthy { lat_us }
-        },
-    );
+                Healthy { lat_us }
+            },
+        )
+    });
     let ps = publisher.channel().stats();
     let counters = json!({
-        "stalled": stalled.as_ref().map(|x| { let st = x.stats(); json!({"dropped_queue_full": st.dropped_queue_full, "queued": st.queued, "channel": st.channel}) }),
+        "second": second.as_ref().map(|x| { let st = x.stats(); json!({"dropped_queue_full": st.dropped_queue_full, "queued": st.queued, "channel": st.channel}) }),
         "healthy_lost": healthy.stats().lost,
         "publisher": {"slow_disconnects": ps.slow_disconnects, "lease_waits": ps.lease_waits,
                       "lease_limited": ps.lease_limited, "copies_out": ps.copies_out},
@@ -233,11 +282,13 @@ fn main() {
     let keep_all = Qos::reliable(10).keep_all();
     for name in ROWS.iter().filter(|r| args.rows.is_empty() || args.rows.iter().any(|a| a == *r)) {
         let row = match *name {
-            "plain-alone" => plain_row(&args, device, k, false),
-            "plain-beside-stalled" => plain_row(&args, device, k, true),
-            "ros-alone" => ros_row(&args, device, k, None, name),
-            "ros-beside-stalled-keep-last" => ros_row(&args, device, k, Some(Qos::reliable(10)), name),
-            _ => ros_row(&args, device, k, Some(keep_all), name),
+            "plain-alone" => plain_row(&args, device, k, Beside::Nobody, name),
+            "plain-beside-reader" => plain_row(&args, device, k, Beside::Reader, name),
+            "plain-beside-stalled" => plain_row(&args, device, k, Beside::Stalled(keep_all), name),
+            "ros-alone" => ros_row(&args, device, k, Beside::Nobody, name),
+            "ros-beside-reader" => ros_row(&args, device, k, Beside::Reader, name),
+            "ros-beside-stalled-keep-last" => ros_row(&args, device, k, Beside::Stalled(Qos::reliable(10)), name),
+            _ => ros_row(&args, device, k, Beside::Stalled(keep_all), name),
         };
         println!("{row}");
     }
