@@ -74,6 +74,27 @@ impl Proc {
         Self { name: name.into(), child, log }
     }
 
+    /// Spawns `name` listening on a port found free a moment before, which another
+    /// process may take meanwhile (a listen that fails ends the example): then on
+    /// another, up to three times. Returns it once it printed a line starting with
+    /// `ready`, with its endpoint.
+    fn spawn_listening(name: &str, dir: &Path, args: &[&str], ready: &str) -> (Self, String) {
+        (1..=3)
+            .find_map(|attempt| {
+                let listen = format!("tcp/127.0.0.1:{}", free_tcp_port());
+                let mut p = Self::spawn(name, dir, &[&["-l", listen.as_str()][..], args].concat());
+                match p.try_wait_line(ready, |l| l.starts_with(ready)) {
+                    Ok(_) => Some((p, listen)),
+                    Err(status) if attempt < 3 => {
+                        eprintln!("attempt {attempt}: {name} exited ({status}); another port\n{}", p.dump());
+                        None
+                    }
+                    Err(status) => panic!("{name} exited ({status})\n{}", p.dump()),
+                }
+            })
+            .expect("a process listening")
+    }
+
     fn output(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -195,22 +216,8 @@ fn a_waiting_ros2_subscriber_names_a_publisher_of_another_type() {
     let _watchdog = watchdog_guard("a_waiting_ros2_subscriber_names_a_publisher_of_another_type", TEST_LIMIT);
     let scratch = Scratch::new("hints");
     let topic = format!("/zcs_examples_hints_{}", std::process::id());
-    // The subscriber listens on a port found free a moment before, which another process
-    // may take meanwhile (a listen that fails ends the example): then another port.
-    let (mut sub, listen) = (1..=3)
-        .find_map(|attempt| {
-            let listen = format!("tcp/127.0.0.1:{}", free_tcp_port());
-            let mut sub = Proc::spawn("ros2_image_sub", &scratch.0, &["-l", &listen, "-t", &topic]);
-            match sub.try_wait_line("its subscription", |l| l.starts_with("[ros2] subscribed to")) {
-                Ok(_) => Some((sub, listen)),
-                Err(status) if attempt < 3 => {
-                    eprintln!("attempt {attempt}: {} exited ({status}); another port\n{}", sub.name, sub.dump());
-                    None
-                }
-                Err(status) => panic!("{} exited ({status})\n{}", sub.name, sub.dump()),
-            }
-        })
-        .expect("a subscriber listening");
+    let (mut sub, listen) =
+        Proc::spawn_listening("ros2_image_sub", &scratch.0, &["-t", &topic], "[ros2] subscribed to");
     let args = ["-e", &listen, "-t", &topic, "--width", "8", "--height", "4", "-r", "10", "-q"];
     let publisher = Proc::spawn("ros2_tensor_pub", &scratch.0, &args);
     let hint = sub.wait_line("the hint", |l| l.contains("will not be heard"));
@@ -237,20 +244,8 @@ fn a_waiting_subscriber_names_publishers_on_other_keys() {
     let scratch = Scratch::new("other-keys");
     let (ours, theirs) =
         (format!("zcs/examples-keys/{}/a", std::process::id()), format!("zcs/examples-keys/{}/b", std::process::id()));
-    let (mut publisher, listen) = (1..=3)
-        .find_map(|attempt| {
-            let listen = format!("tcp/127.0.0.1:{}", free_tcp_port());
-            let mut p = Proc::spawn("z_cuda_pub", &scratch.0, &["-l", &listen, "-k", &theirs, "-s", "4096", "-r", "5"]);
-            match p.try_wait_line("its first progress line", |l| l.starts_with("[pub] ")) {
-                Ok(_) => Some((p, listen)),
-                Err(status) if attempt < 3 => {
-                    eprintln!("attempt {attempt}: {} exited ({status}); another port\n{}", p.name, p.dump());
-                    None
-                }
-                Err(status) => panic!("{} exited ({status})\n{}", p.name, p.dump()),
-            }
-        })
-        .expect("a publisher listening");
+    let (mut publisher, listen) =
+        Proc::spawn_listening("z_cuda_pub", &scratch.0, &["-k", &theirs, "-s", "4096", "-r", "5"], "[pub] ");
     let sub = Proc::spawn("z_cuda_sub", &scratch.0, &["-e", &listen, "-k", &ours]);
     let out = terminate(sub, "[sub] publishers seen on other keys:", "[sub] interrupted: 0 messages");
     let hint = out.lines().find(|l| l.starts_with("[sub] publishers seen")).unwrap();

@@ -17,6 +17,14 @@ use zenoh_cuda_shm::{GpuSession, Path, ZcsConfig};
 
 const IO: Duration = Duration::from_secs(10);
 
+/// A publisher's session and a subscribers' session on host memory, over loopback TCP.
+fn host_pair() -> (GpuSession, GpuSession) {
+    let port = free_tcp_port();
+    let cfg = ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() };
+    let open = |listen, connect| GpuSession::open(loopback_zenoh_config(listen, connect, None), cfg.clone()).wait();
+    (open(Some(port), None).unwrap(), open(None, Some(port)).unwrap())
+}
+
 #[test]
 fn a_stalled_fifo_drops_its_oldest_and_holds_up_no_other_key() {
     let _w = watchdog_guard("a_stalled_fifo_drops_its_oldest_and_holds_up_no_other_key", Duration::from_secs(60));
@@ -66,10 +74,7 @@ fn a_stalled_fifo_drops_its_oldest_and_holds_up_no_other_key() {
 #[test]
 fn a_publisher_names_the_subscriber_holding_its_blocks() {
     let _w = watchdog_guard("a_publisher_names_the_subscriber_holding_its_blocks", Duration::from_secs(60));
-    let port = free_tcp_port();
-    let cfg = ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() };
-    let ours = GpuSession::open(loopback_zenoh_config(Some(port), None, None), cfg.clone()).wait().unwrap();
-    let theirs = GpuSession::open(loopback_zenoh_config(None, Some(port), None), cfg).wait().unwrap();
+    let (ours, theirs) = host_pair();
     let sub = theirs.declare_subscriber("zcs-test/holders").wait().unwrap();
     let publisher = ours.declare_publisher("zcs-test/holders").wait().unwrap();
     zcs_tests::wait_until("the zero-copy path", IO, || publisher.zero_copy_subscribers() == 1);
@@ -98,10 +103,7 @@ fn a_publisher_names_the_subscriber_holding_its_blocks() {
 fn a_stalled_fifo_on_the_zero_copy_path_drops_its_oldest_and_holds_up_nobody() {
     const TEST: &str = "a_stalled_fifo_on_the_zero_copy_path_drops_its_oldest_and_holds_up_nobody";
     let _w = watchdog_guard(TEST, Duration::from_secs(60));
-    let port = free_tcp_port();
-    let cfg = ZcsConfig { device: DeviceChoice::Host, ..ZcsConfig::default() };
-    let ours = GpuSession::open(loopback_zenoh_config(Some(port), None, None), cfg.clone()).wait().unwrap();
-    let theirs = GpuSession::open(loopback_zenoh_config(None, Some(port), None), cfg).wait().unwrap();
+    let (ours, theirs) = host_pair();
     let stalled = theirs.declare_subscriber("zcs-test/stalled/zc").fifo(4).wait().unwrap();
     let healthy = theirs.declare_subscriber("zcs-test/stalled/zc").wait().unwrap();
     let publisher = ours.declare_publisher("zcs-test/stalled/zc").wait().unwrap();
