@@ -11,6 +11,12 @@
 #include "common.h"
 #include "cuda_min.h"
 
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 static void sleep_ms(long ms) {
     struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&t, NULL);
@@ -37,6 +43,7 @@ int main(int argc, char **argv) {
     struct zcs_cuda cu;
     int cuda_loaded = 0;
     uint64_t sent = 0;
+    double last_report = now_s();
     for (uint64_t n = 1; (f.count == 0 || n <= f.count) && !zcs_stop; n++) {
         zcs_loan_t loan = {0};
         zcs_check(zcs_publisher_loan(pub, f.size, &loan), "loan");
@@ -68,6 +75,15 @@ int main(int argc, char **argv) {
             return 1;
         }
         sent = n;
+        if (now_s() - last_report >= 1.0) {
+            size_t zero_copy = 0;
+            zcs_check(zcs_publisher_subscribers(pub, &aware, &plain), "subscribers");
+            zcs_check(zcs_publisher_zero_copy_subscribers(pub, &zero_copy), "zero-copy subscribers");
+            printf("[pub] %llu msgs  subscribers: %zu aware (%zu zero-copy)%s\n", (unsigned long long)n, aware,
+                   zero_copy, plain ? " + plain listeners" : "");
+            fflush(stdout);
+            last_report = now_s();
+        }
     }
     free(frame);
     printf("[pub] %s%llu messages of %zu bytes published (%s)\n", zcs_stop ? "interrupted: " : "",
