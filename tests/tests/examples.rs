@@ -186,7 +186,9 @@ fn sigterm_ends_each_example_with_its_summary() {
 
     // Publishers: a progress line each second, then the summary.
     let publisher = Proc::spawn("z_cuda_pub", dir, &[&alone[..], &["-k", &key, "-s", "4096", "-r", "20"]].concat());
-    terminate(publisher, "[pub] ", "[pub] interrupted: ");
+    let out = terminate(publisher, "[pub] ", "[pub] interrupted: ");
+    // Host memory: its copies out are block->bytes, not device->host.
+    assert!(out.contains("; block->bytes copies out: ") && !out.contains("device->host"), "{out}");
 
     let args = ["-t", &topic, "--width", "16", "--height", "8", "-r", "20"];
     let publisher = Proc::spawn("ros2_image_pub", dir, &[&alone[..], &args].concat());
