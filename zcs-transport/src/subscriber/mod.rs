@@ -109,8 +109,8 @@ pub struct SubscriberStats {
     /// Time this subscriber's threads spent busy-polling for messages, in µs: what
     /// `spin_us` cost in CPU time (each polling thread keeps one core busy).
     pub polled_us: u64,
-    /// Samples dropped, oldest first, by a full queue of the subscriber's handler where
-    /// waiting for room would have held up a Zenoh thread.
+    /// Samples dropped, oldest first, by the subscriber's full queue (its FIFO never
+    /// waits for the application: that would hold up a Zenoh thread or the publisher).
     pub dropped_queue_full: u64,
 }
 
