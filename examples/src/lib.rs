@@ -282,7 +282,8 @@ pub fn run_sub(common: &CommonArgs, args: &SubArgs) -> Result<(), Box<dyn std::e
             let r = subscriber.recv_timeout(t);
             if r.is_err() && waiting.due(n) {
                 println!("{}", waiting.line("sub", &format!("'{}'", args.key)));
-                if let Some(hint) = publishers_elsewhere(&session, &args.key).filter(|_| n == 0) {
+                // Only before a first message: after one, the key was right.
+                if let Some(hint) = (n == 0).then(|| publishers_elsewhere(&session, &args.key)).flatten() {
                     println!("{hint}");
                 }
             }
