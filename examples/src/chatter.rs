@@ -105,7 +105,7 @@ pub fn run_listener(common: &CommonArgs, ros: &RosArgs, args: &ListenerArgs) -> 
     let mut offsets: HashMap<[u8; 16], i64> = HashMap::new();
     let mut paths: BTreeMap<String, u64> = BTreeMap::new();
     let (mut n, mut bad) = (0u64, 0u64);
-    let mut waiting = WaitingForPublisher::new("listener", topic, &node, s.gid());
+    let mut waiting = WaitingForPublisher::new("listener", s.topic(), || s.unheard_publishers());
     // Why the loop ended before `-n` messages, reported after the summary.
     let mut failed: Option<String> = None;
     while args.count == 0 || n < args.count {

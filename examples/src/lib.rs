@@ -475,12 +475,8 @@ impl WaitingNotice {
 /// this library's publishers its session sees that `key` does not match (a mistyped
 /// key, say). `None` when there are none, or they cannot be asked for.
 pub fn publishers_elsewhere(session: &GpuSession, key: &str) -> Option<String> {
-    let ours = zenoh::key_expr::KeyExpr::try_from(key).ok()?;
-    let keys = session.publisher_keys(Duration::from_millis(500)).ok()?;
-    let other: Vec<String> = (keys.into_iter())
-        .filter(|k| zenoh::key_expr::KeyExpr::try_from(k.as_str()).is_ok_and(|k| !k.intersects(&ours)))
-        .map(|k| format!("'{k}'"))
-        .collect();
+    let keys = session.other_publisher_keys(key, Duration::from_millis(500)).ok()?;
+    let other: Vec<String> = keys.iter().map(|k| format!("'{k}'")).collect();
     (!other.is_empty()).then(|| {
         format!("[sub] publishers seen on other keys: {} (plain Zenoh publishers are not listed)", other.join(", "))
     })

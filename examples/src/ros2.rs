@@ -15,11 +15,8 @@ use zcs_memory::cuda::Kernels;
 use zcs_memory::cuda::kernels::{check_pattern, fill_pattern};
 use zenoh_cuda_shm::tensor_codec::cdr::{ExperimentalTensor, Header, Image, Time};
 use zenoh_cuda_shm::{GpuSession, RecvError};
-use zenoh_cuda_shm_ros2::names::HUMBLE_TYPE_HASH;
 use zenoh_cuda_shm_ros2::names::gid_hex;
-use zenoh_cuda_shm_ros2::{
-    Durability, EntityKind, NodeOptions, Qos, Reliability, RosDataMessage, RosNode, RosSample, SilenceReason,
-};
+use zenoh_cuda_shm_ros2::{EntityKind, NodeOptions, Qos, RosDataMessage, RosNode, RosSample, SilentPublisher};
 
 use crate::{
     CommonArgs, DeviceChecker, WaitingNotice, catch_interrupt, ended_early, interrupted, next_or_interrupt, open,
@@ -327,71 +324,33 @@ fn report_silent<M: RosDataMessage>(s: &zenoh_cuda_shm_ros2::RosSubscriber<M>) {
     }
 }
 
-/// Why the publishers of a subscription's topic that the node's graph shows will not be
-/// heard by it (another type or type hash, incompatible QoS): each one's GID and a line
-/// in the words of the silent-publisher report ([`SilenceReason`]); none when the graph
-/// does not show the subscription or such publishers.
-pub fn graph_hints(graph: &zenoh_cuda_shm_ros2::GraphView, subscription: [u8; 16]) -> Vec<([u8; 16], String)> {
-    let ours = graph.entities.iter().find(|e| e.kind == EntityKind::Subscription && e.gid == subscription);
-    let Some(sub) = ours.and_then(|e| e.topic.as_ref()) else { return Vec::new() };
-    let mut hints = Vec::new();
-    for e in graph.entities.iter().filter(|e| e.kind == EntityKind::Publisher) {
-        let Some(t) = e.topic.as_ref().filter(|t| t.name == sub.name) else { continue };
-        let mut reasons = Vec::new();
-        if t.dds_type != sub.dds_type {
-            reasons.push(SilenceReason::TypeMismatch { theirs: t.dds_type.clone() });
-        } else if t.hash != sub.hash {
-            reasons.push(if t.hash == HUMBLE_TYPE_HASH {
-                SilenceReason::Humble
-            } else if sub.hash == HUMBLE_TYPE_HASH {
-                SilenceReason::LaterDistro { theirs: t.hash.clone() }
-            } else {
-                SilenceReason::TypeHashMismatch { theirs: t.hash.clone() }
-            });
-        }
-        if let (Some(theirs), Some(mine)) = (t.qos, sub.qos) {
-            if theirs.reliability == Reliability::BestEffort && mine.reliability == Reliability::Reliable {
-                reasons.push(SilenceReason::QosIncompatible("a best-effort publisher and a reliable subscription"));
-            }
-            if theirs.durability == Durability::Volatile && mine.durability == Durability::TransientLocal {
-                reasons.push(SilenceReason::QosIncompatible("a volatile publisher and a transient-local subscription"));
-            }
-        }
-        if !reasons.is_empty() {
-            let reasons: Vec<String> = reasons.iter().map(ToString::to_string).collect();
-            let line = format!(
-                "publisher {} of {} (node {}/{}) will not be heard: {}",
-                gid_hex(&e.gid),
-                t.name,
-                e.namespace.trim_end_matches('/'),
-                e.node,
-                reasons.join("; ")
-            );
-            hints.push((e.gid, line));
-        }
-    }
-    hints
+/// The line a subscription of `topic` prints for a publisher it will not hear
+/// ([`RosSubscriber::unheard_publishers`](zenoh_cuda_shm_ros2::RosSubscriber::unheard_publishers)).
+pub fn unheard_line(topic: &str, p: &SilentPublisher) -> String {
+    let reasons: Vec<String> = p.reasons.iter().map(ToString::to_string).collect();
+    format!("publisher {} of {topic} (node {}) will not be heard: {}", gid_hex(&p.gid), p.node, reasons.join("; "))
 }
 
 /// What a subscription says while nothing comes ([`WaitingNotice`]): that it waits for a
 /// publisher of its topic; and, before a first message, about once a second from then
-/// on, each publisher of the topic in the graph that it will not hear ([`graph_hints`]),
-/// once.
+/// on, each publisher of the topic in the graph that it will not hear
+/// ([`unheard_line`]), once.
 pub(crate) struct WaitingForPublisher<'a> {
     notice: WaitingNotice,
     said: bool,
     who: &'static str,
     topic: &'a str,
-    node: &'a RosNode,
-    subscription: [u8; 16],
+    unheard: Box<dyn Fn() -> Vec<SilentPublisher> + 'a>,
     told: HashSet<[u8; 16]>,
     looked: Option<Instant>,
 }
 
 impl<'a> WaitingForPublisher<'a> {
-    pub(crate) fn new(who: &'static str, topic: &'a str, node: &'a RosNode, subscription: [u8; 16]) -> Self {
+    /// For a subscription of `topic` (as resolved) whose unheard publishers `unheard`
+    /// lists.
+    pub(crate) fn new(who: &'static str, topic: &'a str, unheard: impl Fn() -> Vec<SilentPublisher> + 'a) -> Self {
         let notice = WaitingNotice::new();
-        Self { notice, said: false, who, topic, node, subscription, told: HashSet::new(), looked: None }
+        Self { notice, said: false, who, topic, unheard: Box::new(unheard), told: HashSet::new(), looked: None }
     }
 
     /// Called when a receive timed out, `received` messages having arrived so far.
@@ -404,9 +363,9 @@ impl<'a> WaitingForPublisher<'a> {
             return;
         }
         self.looked = Some(Instant::now());
-        for (gid, hint) in graph_hints(&self.node.graph(), self.subscription) {
-            if self.told.insert(gid) {
-                println!("[{}] {hint}", self.who);
+        for p in (self.unheard)() {
+            if self.told.insert(p.gid) {
+                println!("[{}] {}", self.who, unheard_line(self.topic, &p));
             }
         }
     }
@@ -421,7 +380,7 @@ pub fn run_sub(kind: Kind, common: &CommonArgs, ros: &RosArgs, args: &RosSubArgs
             let node = ros.node(&session, "zcs_image_sub")?;
             let topic = ros.topic.clone().unwrap_or_else(|| "/camera/image".into());
             let s = node.subscriber::<Image<()>>(&topic, ros.qos()?)?;
-            sub_loop(&session, &node, &topic, &s, args, |m: &Image<()>, len| {
+            sub_loop(&session, &s, args, |m: &Image<()>, len| {
                 m.step == m.width * 4 && len == (m.step as usize) * (m.height as usize) && m.encoding == "rgba8"
             })
         }
@@ -429,7 +388,7 @@ pub fn run_sub(kind: Kind, common: &CommonArgs, ros: &RosArgs, args: &RosSubArgs
             let node = ros.node(&session, "zcs_tensor_sub")?;
             let topic = ros.topic.clone().unwrap_or_else(|| "/tensor".into());
             let s = node.subscriber::<ExperimentalTensor<()>>(&topic, ros.qos()?)?;
-            sub_loop(&session, &node, &topic, &s, args, |m: &ExperimentalTensor<()>, len| {
+            sub_loop(&session, &s, args, |m: &ExperimentalTensor<()>, len| {
                 m.dtype().is_ok() && m.shape.len() == 2 && (m.shape[0] * m.shape[1] * 4) as usize == len
             })
         }
@@ -438,8 +397,6 @@ pub fn run_sub(kind: Kind, common: &CommonArgs, ros: &RosArgs, args: &RosSubArgs
 
 fn sub_loop<M: RosDataMessage>(
     session: &GpuSession,
-    node: &RosNode,
-    topic: &str,
     s: &zenoh_cuda_shm_ros2::RosSubscriber<M>,
     args: &RosSubArgs,
     fields_ok: impl Fn(&M, usize) -> bool,
@@ -455,7 +412,7 @@ fn sub_loop<M: RosDataMessage>(
     // Made at the first device sample (the kernels load once, not per message).
     let mut checker: Option<DeviceChecker> = None;
     let mut first: Option<Instant> = None;
-    let mut waiting = WaitingForPublisher::new("ros2", topic, node, s.gid());
+    let mut waiting = WaitingForPublisher::new("ros2", s.topic(), || s.unheard_publishers());
     // Why the loop ended before `-n` messages, reported after the summary.
     let mut failed: Option<String> = None;
     while args.count == 0 || n < args.count {
@@ -567,76 +524,29 @@ fn sub_loop<M: RosDataMessage>(
 
 #[cfg(test)]
 mod tests {
-    use zenoh_cuda_shm_ros2::{Entity, GraphView, TopicInfo};
+    use zenoh_cuda_shm_ros2::SilenceReason;
 
     use super::*;
 
-    const IMAGE: &str = "sensor_msgs::msg::dds_::Image_";
-    const HASH: &str = "RIHS01_d31d41a9a4c4bc8eae9be757b0beed306564f7526c88ea6a4588fb9582527d47";
-
-    fn endpoint(kind: EntityKind, id: u8, node: &str, dds_type: &str, hash: &str, qos: Qos) -> Entity {
-        Entity {
-            kind,
-            domain: 0,
-            zid: "1".into(),
-            nid: 1,
-            eid: u64::from(id),
-            namespace: "/".into(),
-            node: node.into(),
-            topic: Some(TopicInfo {
-                name: "/camera/image".into(),
-                dds_type: dds_type.into(),
-                hash: hash.into(),
-                qos: Some(qos),
-                key: String::new(),
-                backends: None,
-                backends_error: None,
-            }),
-            gid: [id; 16],
-            token: String::new(),
-        }
-    }
-
     #[test]
-    fn the_graph_says_which_publishers_of_the_topic_will_not_be_heard() {
-        let sub = endpoint(EntityKind::Subscription, 1, "zcs_image_sub", IMAGE, HASH, Qos::reliable(10));
-        let mut graph = GraphView { entities: vec![sub], malformed: 0, malformed_backends: 0 };
-        assert!(graph_hints(&graph, [1; 16]).is_empty(), "no publisher, nothing to say");
-
-        let fine = endpoint(EntityKind::Publisher, 2, "fine", IMAGE, HASH, Qos::reliable(10));
-        let tensor = endpoint(
-            EntityKind::Publisher,
-            3,
-            "tensor_pub",
-            "tensor_msgs::msg::dds_::ExperimentalTensor_",
-            HASH,
-            Qos::reliable(10),
-        );
-        let humble = endpoint(EntityKind::Publisher, 4, "old", IMAGE, HUMBLE_TYPE_HASH, Qos::reliable(10));
-        let sensor = endpoint(EntityKind::Publisher, 5, "camera", IMAGE, HASH, Qos::sensor_data());
-        let mut elsewhere =
-            endpoint(EntityKind::Publisher, 6, "other", "std_msgs::msg::dds_::String_", HASH, Qos::reliable(10));
-        elsewhere.topic.as_mut().unwrap().name = "/chatter".into();
-        graph.entities.extend([fine, tensor, humble, sensor, elsewhere]);
-
-        let hints = graph_hints(&graph, [1; 16]);
-        assert_eq!(hints.iter().map(|(gid, _)| gid[0]).collect::<Vec<_>>(), [3, 4, 5], "{hints:#?}");
-        let hints: Vec<String> = hints.into_iter().map(|(_, line)| line).collect();
+    fn an_unheard_publisher_is_named_with_its_node_and_every_reason() {
+        let p = SilentPublisher {
+            token: String::new(),
+            gid: [3; 16],
+            node: "/ns/tensor_pub".into(),
+            reasons: vec![
+                SilenceReason::TypeMismatch { theirs: "tensor_msgs::msg::dds_::ExperimentalTensor_".into() },
+                SilenceReason::QosIncompatible("a best-effort publisher and a reliable subscription"),
+            ],
+        };
         assert_eq!(
-            hints[0],
+            unheard_line("/camera/image", &p),
             format!(
-                "publisher {} of /camera/image (node /tensor_pub) will not be heard: it publishes another type \
-                 (tensor_msgs::msg::dds_::ExperimentalTensor_)",
+                "publisher {} of /camera/image (node /ns/tensor_pub) will not be heard: it publishes another type \
+                 (tensor_msgs::msg::dds_::ExperimentalTensor_); incompatible QoS: a best-effort publisher and a \
+                 reliable subscription",
                 gid_hex(&[3; 16])
             )
         );
-        assert!(hints[1].contains("(node /old) will not be heard: it is a Humble node"), "{}", hints[1]);
-        assert!(
-            hints[2].ends_with("(node /camera) will not be heard: incompatible QoS: a best-effort publisher and a reliable subscription"),
-            "{}",
-            hints[2]
-        );
-        // Not our subscription's GID: no reference to compare with.
-        assert!(graph_hints(&graph, [9; 16]).is_empty());
     }
 }

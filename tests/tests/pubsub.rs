@@ -1239,6 +1239,29 @@ fn a_token_outliving_its_publisher_is_reported_as_a_gone_publisher() {
     assert_eq!(sub.stats().handshakes, 0);
 }
 
+/// A session lists the keys of our publishers it sees, and those a subscriber's key
+/// does not match; a key that is not a key expression is an error, not an empty list.
+#[test]
+fn a_session_names_the_publishers_a_key_does_not_match() {
+    const TEST: &str = "a_session_names_the_publishers_a_key_does_not_match";
+    let _w = watchdog_guard(TEST, TEST_LIMIT);
+    let port = free_tcp_port();
+    let session = host_session(port, true);
+    let other = host_session(port, false);
+    let root = test_key(TEST);
+    let (a, b) = (format!("{root}/camera/left"), format!("{root}/lidar"));
+    let _pa = other.declare_publisher(a.clone()).wait().expect("declare publisher");
+    let _pb = other.declare_publisher(b.clone()).wait().expect("declare publisher");
+    let t = Duration::from_millis(500);
+    let mine = |keys: Vec<String>| keys.into_iter().filter(|k| k.starts_with(&root)).collect::<Vec<_>>();
+    wait_until("both publishers to be listed", IO, || mine(session.publisher_keys(t).unwrap()).len() == 2);
+    assert_eq!(mine(session.publisher_keys(t).unwrap()), [a.clone(), b.clone()]);
+    assert_eq!(mine(session.other_publisher_keys(&format!("{root}/camera/*"), t).unwrap()), std::slice::from_ref(&b));
+    assert_eq!(mine(session.other_publisher_keys(&format!("{root}/lidr"), t).unwrap()), [a, b]);
+    assert!(mine(session.other_publisher_keys(&format!("{root}/**"), t).unwrap()).is_empty());
+    assert!(session.other_publisher_keys("/leading/slash", t).is_err());
+}
+
 /// A publisher whose blocks travel only as a handle type this build cannot import (a
 /// later release's fabric handles, say) is refused at its `Welcome`, with the reason,
 /// and its messages keep coming as bytes.

@@ -434,6 +434,44 @@ fn silent_publishers_are_reported_once_with_a_reason() {
     wait_for("the silence tokens to go", || silences().is_empty());
 }
 
+/// A subscription names the publishers of its topic that the graph shows will not reach
+/// it as soon as they are in the graph, with the silence check off; an idle publisher
+/// that would be heard, and one heard from, are not named.
+#[test]
+fn unheard_publishers_are_named_at_once() {
+    let _w = watchdog_guard("unheard_publishers_are_named_at_once", Duration::from_secs(60));
+    let (node, raw) = sessions_with(NodeOptions::new("waiter").domain(16).silence_window(None));
+    let hash = <Image<()> as RosDataMessage>::type_hash().to_string();
+    let sub = node.subscriber::<Image<()>>("/t", Qos::reliable(10)).unwrap();
+    let other_hash = endpoint(&raw, 16, 1, "MP", &format!("RIHS01_{}", "cd".repeat(32)), ":1:,5:,:,:,,", "");
+    let best_effort = endpoint(&raw, 16, 2, "MP", &hash, "2:1:,5:,:,:,,", "");
+    let idle = endpoint(&raw, 16, 3, "MP", &hash, ":1:,5:,:,:,,", "");
+    let _tokens: Vec<_> = [&other_hash, &best_effort, &idle]
+        .into_iter()
+        .map(|t| raw.liveliness().declare_token(t.clone()).wait().unwrap())
+        .collect();
+    let _ours = node.publisher::<Image<()>>("/t", Qos::reliable(10)).unwrap();
+    wait_for("two unheard publishers", || sub.unheard_publishers().len() == 2);
+    let mut named = sub.unheard_publishers();
+    named.sort_by_key(|p| p.token.clone());
+    assert_eq!(
+        named.iter().map(|p| (p.gid, p.node.as_str(), p.reasons.clone())).collect::<Vec<_>>(),
+        vec![
+            (
+                gid_of(&other_hash),
+                "/other",
+                vec![SilenceReason::TypeHashMismatch { theirs: format!("RIHS01_{}", "cd".repeat(32)) }]
+            ),
+            (
+                gid_of(&best_effort),
+                "/other",
+                vec![SilenceReason::QosIncompatible("a best-effort publisher and a reliable subscription")]
+            ),
+        ]
+    );
+    assert_eq!(sub.stats().silent_publishers, 0, "the silence check is off");
+}
+
 /// On Humble's wire (rmw_zenoh 0.1.2 and later), our endpoints use the data key and
 /// tokens with `TypeHashNotSupported`: a Humble subscription of the topic is ordinary
 /// (it gets CDR on that key, with our GID), a Jazzy one is another key and is not

@@ -126,8 +126,17 @@ pub struct SilentPublisher {
     pub token: String,
     /// Its GID.
     pub gid: [u8; 16],
+    /// Its node's fully qualified name (`/namespace/name`).
+    pub node: String,
     /// Every reason found (at least one).
     pub reasons: Vec<SilenceReason>,
+}
+
+impl SilentPublisher {
+    fn of(e: &Entity, reasons: Vec<SilenceReason>) -> Self {
+        let node = format!("{}/{}", e.namespace.trim_end_matches('/'), e.node);
+        Self { token: e.token.clone(), gid: e.gid, node, reasons }
+    }
 }
 
 /// What one subscription is, for the check.
@@ -214,6 +223,26 @@ pub(crate) fn diagnose(
     reasons
 }
 
+/// The publishers of `watch`'s topic in `graph` that it has not heard from and that the
+/// graph alone shows will not reach it (each with a reason other than
+/// [`SilenceReason::Unknown`]), at once: no window, as for a subscription that waits for
+/// its first message.
+pub(crate) fn unheard(watch: &Watch, graph: &Graph) -> Vec<SilentPublisher> {
+    let s = &watch.subject;
+    let mut found = Vec::new();
+    for (e, _, ours) in graph.publishers_of(strip_slashes(&s.topic)) {
+        let refused = (watch.refused)(&e.gid);
+        if (watch.heard)(&e.gid) && refused.is_none() {
+            continue;
+        }
+        let reasons = diagnose(s, &e, ours, refused);
+        if reasons != [SilenceReason::Unknown] {
+            found.push(SilentPublisher::of(&e, reasons));
+        }
+    }
+    found
+}
+
 /// Runs one check of `watch` against the graph: reports each publisher of its topic
 /// that has been known for `window` without being heard, once; forgets publishers that
 /// were heard since or left.
@@ -250,7 +279,7 @@ pub(crate) fn check(watch: &Watch, graph: &Graph, window: Duration, now: Instant
                 None
             }
         };
-        let publisher = SilentPublisher { token: e.token.clone(), gid: e.gid, reasons };
+        let publisher = SilentPublisher::of(&e, reasons);
         silent.insert(e.gid, Report { publisher, _token: token });
     }
 }

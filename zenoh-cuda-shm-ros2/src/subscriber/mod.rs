@@ -166,7 +166,7 @@ pub struct RosSubscriber<M: RosDataMessage> {
     topic: String,
     token: String,
     gid: [u8; 16],
-    _node: RosNode,
+    node: RosNode,
 }
 
 impl<M: RosDataMessage> std::fmt::Debug for RosSubscriber<M> {
@@ -299,7 +299,7 @@ impl<M: RosDataMessage> RosSubscriber<M> {
             topic,
             token,
             gid,
-            _node: node,
+            node,
         })
     }
 
@@ -314,6 +314,16 @@ impl<M: RosDataMessage> RosSubscriber<M> {
     /// one that is heard from later, or leaves, drops off this list.
     pub fn silent_publishers(&self) -> Vec<SilentPublisher> {
         self.watch.silent.locked().values().map(|r| r.publisher.clone()).collect()
+    }
+
+    /// The publishers of this subscription's topic in the node's graph now that will not
+    /// reach it, and why (another type or type hash, incompatible QoS, a key it does not
+    /// hear, refused descriptors), without waiting for the silence window: what a
+    /// subscription that hears nothing can tell its user at once. Publishers silent for
+    /// reasons the graph does not show are left to
+    /// [`silent_publishers`](Self::silent_publishers).
+    pub fn unheard_publishers(&self) -> Vec<SilentPublisher> {
+        crate::silence::unheard(&self.watch, &self.node.0.graph)
     }
 
     /// The data key.

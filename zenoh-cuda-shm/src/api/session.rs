@@ -300,6 +300,19 @@ impl GpuSession {
         Ok(keys.into_iter().collect())
     }
 
+    /// The keys of [`publisher_keys`](Self::publisher_keys) that `key` does not match:
+    /// where to look when a subscriber of `key` hears nothing (a mistyped key, say).
+    ///
+    /// # Errors
+    /// Zenoh's error when `key` is not a key expression or the liveliness query cannot
+    /// be sent.
+    pub fn other_publisher_keys(&self, key: &str, timeout: Duration) -> Result<Vec<String>, zenoh::Error> {
+        let ours = zenoh::key_expr::KeyExpr::try_from(key)?;
+        let mut keys = self.publisher_keys(timeout)?;
+        keys.retain(|k| zenoh::key_expr::KeyExpr::try_from(k.as_str()).is_ok_and(|k| !k.intersects(&ours)));
+        Ok(keys)
+    }
+
     /// The GPU, if the session uses one.
     pub fn gpu(&self) -> Option<&Gpu> {
         self.0.gpu.as_ref()
