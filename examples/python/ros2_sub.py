@@ -17,7 +17,9 @@ Flags: -t/--topic (/camera/image), -n (100 messages; 0: until Ctrl-C), --qos
 (keep-all, reliable, sensor), --domain, --device, -m/--mode (peer), -e/--connect,
 -l/--listen, -c/--config (a Zenoh JSON5 file, alone), --no-multicast-scouting,
 --idle-timeout (60 s), --no-check (take each frame, check nothing: for other publishers).
-The summary's counts add up: received = frames + dropped_queue_full + unread.
+It says when it waits for a publisher and names those of the topic that it will not
+hear (another type or type hash, incompatible QoS). The summary's counts add up:
+received = frames + dropped_queue_full + unread.
 """
 
 import argparse
@@ -67,9 +69,11 @@ def percentiles(lat_us):
     return {"p50": at(0.5), "p99": at(0.99)}
 
 
-def receive(sub, n, idle_timeout):
+def receive(sub, n, idle_timeout, told):
     """The next message, or None after `idle_timeout` s without one. Says once that it
-    waits: after 2 s before a first message, after 5 s between messages."""
+    waits: after 2 s before a first message, after 5 s between messages. Before a first
+    message it then names, about once a second, each publisher of the topic in the graph
+    that will not be heard (`told`: the GIDs named so far)."""
     notice = 2.0 if n == 0 else 5.0
     try:
         return sub.recv(timeout=min(notice, idle_timeout))
@@ -80,10 +84,21 @@ def receive(sub, n, idle_timeout):
         print(f"[ros2] waiting for a publisher on {sub.topic}…", flush=True)
     else:
         print(f"[ros2] nothing for 5 s after {n} messages; waiting for a publisher on {sub.topic}…", flush=True)
-    try:
-        return sub.recv(timeout=idle_timeout - notice)
-    except TimeoutError:
-        return None
+    waited = notice
+    while True:
+        if n == 0:
+            for gid, node, reasons in sub.unheard_publishers():
+                if gid not in told:
+                    told.add(gid)
+                    print(f"[ros2] publisher {gid} of {sub.topic} (node {node}) will not be heard: {'; '.join(reasons)}",
+                          flush=True)
+        step = min(1.0, idle_timeout - waited) if n == 0 else idle_timeout - waited
+        if step <= 0:
+            return None
+        try:
+            return sub.recv(timeout=step)
+        except TimeoutError:
+            waited += step
 
 
 def main():
@@ -113,13 +128,14 @@ def main():
         print(f"[ros2] subscribed to {sub.topic!r} gid {sub.gid} (checking with {'PyTorch' if use_torch else 'NumPy'})",
               flush=True)
         n = bad = gaps = disorder = 0
+        told = set()  # publishers named as not heard
         paths, last = {}, {}
         lat_us = []  # publish (the source timestamp) → received
         start = None
         interrupted = False
         try:
             while args.n == 0 or n < args.n:
-                msg = receive(sub, n, args.idle_timeout)
+                msg = receive(sub, n, args.idle_timeout, told)
                 if msg is None:
                     print(f"[ros2] no message for {args.idle_timeout} s", file=sys.stderr)
                     break

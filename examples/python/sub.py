@@ -15,8 +15,9 @@ reads host memory in place; without PyTorch it does so with NumPy.
 Flags, as the Rust examples': -k/--key (demo/tensor), -n (100 messages; 0: until
 Ctrl-C), --device, -m/--mode (peer), -e/--connect, -l/--listen, -c/--config (a Zenoh
 JSON5 file, alone: not with -m, -e, -l), --no-multicast-scouting, --idle-timeout (0 s:
-never give up). It says when it waits for a publisher, and ends on Ctrl-C or SIGTERM
-with a summary whose counts add up: received = checked + unread + dropped (queue full).
+never give up). It says when it waits for a publisher (and names ours on other keys),
+and ends on Ctrl-C or SIGTERM with a summary whose counts add up: received = checked +
+unread + dropped (queue full).
 """
 
 import argparse
@@ -63,7 +64,7 @@ def main():
         paths, n, bad, how = {}, 0, 0, "done"
         try:
             while args.count == 0 or n < args.count:
-                sample = receive(sub, n, args.idle_timeout)
+                sample = receive(sub, n, args.idle_timeout, lambda: elsewhere(session, args.key))
                 if sample is None:
                     print(f"[sub] no message for {args.idle_timeout:g} s", file=sys.stderr)
                     how = "stopped"
@@ -80,10 +81,10 @@ def main():
         sys.exit(1)
 
 
-def receive(sub, n, idle_timeout):
+def receive(sub, n, idle_timeout, hint):
     """The next sample, or None after `idle_timeout` s without one (0: wait for ever).
     Says once per silence that it waits: after 2 s before a first message, after 5 s
-    between messages."""
+    between messages; before a first message, `hint()` follows that line."""
     notice = 2.0 if n == 0 else 5.0
     waited = 0.0
     while True:
@@ -99,6 +100,16 @@ def receive(sub, n, idle_timeout):
         if waited == notice:
             print(f"[sub] waiting for a publisher on {sub.key!r}…" if n == 0 else
                   f"[sub] nothing for 5 s after {n} messages; waiting for a publisher on {sub.key!r}…", flush=True)
+            if n == 0:
+                hint()
+
+
+def elsewhere(session, key):
+    """Names our publishers on keys that `key` does not match (a mistyped key, say)."""
+    keys = session.publisher_keys(timeout=0.5, other_than=key)
+    if keys:
+        print(f"[sub] publishers seen on other keys: {', '.join(repr(k) for k in keys)} "
+              "(plain Zenoh publishers are not listed)", flush=True)
 
 
 def summary(how, n, s):

@@ -150,6 +150,15 @@ impl RosSub {
             .collect())
     }
 
+    /// Publishers of the topic in the graph now that will not reach this subscription,
+    /// each as `(gid, node, [reasons])` in words, without waiting for the silence window.
+    fn unheard_publishers(&self) -> PyResult<Vec<(String, String, Vec<String>)>> {
+        let v = with_sub!(&*self.state.get()?, s => s.unheard_publishers());
+        Ok(v.into_iter()
+            .map(|p| (gid_hex(&p.gid), p.node, p.reasons.iter().map(ToString::to_string).collect()))
+            .collect())
+    }
+
     /// The counters, as `(name, value)` pairs.
     fn stats(&self) -> PyResult<Vec<(&'static str, u64)>> {
         let s = with_sub!(&*self.state.get()?, s => s.stats());

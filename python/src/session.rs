@@ -1,6 +1,7 @@
 //! `open()` and `Session`.
 
 use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -187,6 +188,28 @@ impl Session {
     #[getter]
     fn gpu_name(&self) -> PyResult<Option<String>> {
         Ok(self.state.get()?.gpu().map(|g| g.name().to_owned()))
+    }
+
+    /// The keys of this library's publishers the session sees now (sorted, each once),
+    /// waiting at most `timeout` seconds for answers; with `other_than`, those that key
+    /// expression does not match (where to look when a subscriber hears nothing). Plain
+    /// Zenoh publishers are not listed.
+    #[pyo3(signature = (timeout = 0.5, other_than = None))]
+    fn publisher_keys(&self, py: Python<'_>, timeout: f64, other_than: Option<String>) -> PyResult<Vec<String>> {
+        if !(timeout.is_finite() && timeout >= 0.0) {
+            return Err(PyValueError::new_err(format!("timeout must be a finite number ≥ 0, got {timeout}")));
+        }
+        if let Some(k) = &other_than {
+            zenoh::key_expr::KeyExpr::try_from(k.as_str())
+                .map_err(|e| PyValueError::new_err(format!("other_than is not a key expression: {}", chain(&*e))))?;
+        }
+        let s = self.state.get()?;
+        let timeout = Duration::from_secs_f64(timeout);
+        py.detach(|| match &other_than {
+            Some(k) => s.other_publisher_keys(k, timeout),
+            None => s.publisher_keys(timeout),
+        })
+        .map_err(|e| zcs_err(&*e))
     }
 
     /// The Zenoh session id.

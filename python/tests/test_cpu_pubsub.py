@@ -11,7 +11,7 @@ import pytest
 import cases
 import peer as peer_roles
 import zenoh_cuda_shm as zcs
-from zcs_testing import IO_TIMEOUT, Peer
+from zcs_testing import IO_TIMEOUT, Peer, zenoh_config
 
 
 def same_values(got: np.ndarray, want: np.ndarray) -> bool:
@@ -218,3 +218,22 @@ def test_close_wakes_a_blocked_recv(host_session, key):
     assert not t.is_alive() and len(caught) == 1
     assert time.monotonic() - t0 < 2
     assert list(sub) == []
+
+
+def test_publisher_keys_name_ours_and_those_a_key_misses(host_session, port, key):
+    root = key.split("/")[0]
+    mine = lambda keys: [k for k in keys if k.startswith(root + "/")]  # noqa: E731
+    with zcs.open({"device": "host"}, zenoh=zenoh_config(connect=port)) as other:
+        pubs = [other.declare_publisher(f"{root}/camera/left"), other.declare_publisher(f"{root}/lidar")]
+        end = time.monotonic() + IO_TIMEOUT
+        while len(mine(host_session.publisher_keys())) < 2:
+            assert time.monotonic() < end, host_session.publisher_keys()
+        assert mine(host_session.publisher_keys()) == [f"{root}/camera/left", f"{root}/lidar"]
+        assert mine(host_session.publisher_keys(other_than=f"{root}/camera/*")) == [f"{root}/lidar"]
+        assert mine(host_session.publisher_keys(timeout=0.5, other_than=f"{root}/**")) == []
+        with pytest.raises(ValueError, match="other_than is not a key expression: Invalid Key Expr `/lidar`: .*slashes$"):
+            host_session.publisher_keys(other_than="/lidar")
+        with pytest.raises(ValueError, match="timeout must be a finite number"):
+            host_session.publisher_keys(timeout=-1)
+        for p in pubs:
+            p.close()

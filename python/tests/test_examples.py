@@ -98,3 +98,24 @@ def test_bad_flags_are_named(script, args, words):
 def test_a_bad_shape_is_named():
     code, out = finish(example("pub.py", "--shape", "4,x"))
     assert code == 2 and "--shape takes comma-separated whole numbers, not '4,x'" in out, out
+
+
+def test_a_waiting_subscriber_names_publishers_on_other_keys():
+    """A subscriber whose key matches no publisher names ours on other keys (a mistyped
+    key), after its waiting line."""
+    port, root = free_port(), f"test/examples/{free_port()}"
+    sub = example("sub.py", "-k", f"{root}/camera", "-l", f"tcp/127.0.0.1:{port}", "--no-multicast-scouting",
+                  "--idle-timeout", 4)
+    read_until(sub, "[sub] subscribed to")
+    pub = example("pub.py", "-k", f"{root}/camra", "-n", 0, "--shape", 4, "-r", 5, "-e", f"tcp/127.0.0.1:{port}",
+                  "--no-multicast-scouting")
+    try:
+        code, out = finish(sub)
+    finally:
+        pub.kill()
+        pub.wait()
+    lines = out.splitlines()
+    waiting = lines.index(f"[sub] waiting for a publisher on '{root}/camera'…")
+    assert lines[waiting + 1] == (f"[sub] publishers seen on other keys: '{root}/camra' "
+                                  "(plain Zenoh publishers are not listed)"), out
+    assert code == 1, out

@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -282,3 +283,25 @@ def test_python_examples_stop_on_signals_with_a_summary(script, ready, role, sig
         proc.kill()
         proc.wait()
     assert code == 0 and (res["frames"] > 0) == (role == "ros2_pub"), out
+
+
+def test_a_waiting_python_subscriber_names_a_publisher_it_will_not_hear():
+    """ros2_sub.py waits aloud, then names a publisher of its topic of another type (the
+    graph's word, before any silence window); a publisher of another topic is not named."""
+    port, domain, topic = free_port(), random.randrange(1, 200), f"/py_hints_{os.getpid()}"
+    with zcs.open({"device": "host"}, zenoh=zenoh_config(listen=port)) as session:
+        node = ros2.Node(session, "py_text_pub", domain=domain)
+        pubs = [node.create_publisher(ros2.String, topic), node.create_publisher(ros2.Image, "/elsewhere")]
+        proc = subprocess.Popen([sys.executable, str(ROOT / "examples" / "python" / "ros2_sub.py"), "--device",
+                                 "host", "--no-multicast-scouting", "-e", f"tcp/127.0.0.1:{port}", "--domain",
+                                 str(domain), "-t", topic, "--idle-timeout", "5"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        res, code, out = summary(proc, "ros2_sub")
+        assert all(not p.closed for p in pubs)
+    lines = out.splitlines()
+    waiting = lines.index(f"[ros2] waiting for a publisher on {topic}…")
+    hints = [i for i, line in enumerate(lines) if "will not be heard" in line]
+    assert len(hints) == 1 and waiting < hints[0], out
+    assert re.fullmatch(rf"\[ros2\] publisher [0-9a-f]{{32}} of {topic} \(node /py_text_pub\) will not be heard: "
+                        r"it publishes another type \(std_msgs::msg::dds_::String_\)", lines[hints[0]]), out
+    assert code == 1 and res["frames"] == 0, out

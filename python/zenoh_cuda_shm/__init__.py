@@ -209,6 +209,13 @@ class Session(_Native):
         """The Zenoh session id."""
         return self._native.zid
 
+    def publisher_keys(self, timeout: float = 0.5, other_than: Optional[str] = None) -> List[str]:
+        """The keys of this library's publishers the session sees now (sorted), waiting
+        at most ``timeout`` s for answers; with ``other_than``, those that key expression
+        does not match: where to look when a subscriber hears nothing (a mistyped key).
+        Plain Zenoh publishers are not listed."""
+        return self._native.publisher_keys(timeout, other_than)
+
 
 
 class Publisher(_Native):

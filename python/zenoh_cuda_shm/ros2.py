@@ -542,6 +542,12 @@ class Subscription(Subscriber):
         ``(gid, token, [reasons in words])``."""
         return self._native.silent_publishers()
 
+    def unheard_publishers(self) -> List[Tuple[str, str, List[str]]]:
+        """Publishers of the topic in the graph now that will not reach this
+        subscription (another type or type hash, incompatible QoS, …), without waiting
+        for the silence window: ``(gid, node, [reasons in words])``."""
+        return self._native.unheard_publishers()
+
     def stats(self) -> Dict[str, int]:
         """Counters: per way in (``channel``, ``base``, ``buf_cpu``, ``cuda_buffers``),
         ``lost``, ``duplicates``, ``dropped_queue_full``, ``queued``, malformed input."""
