@@ -1,9 +1,10 @@
 // Receives COUNT frames on KEY through zenoh-cuda-shm and checks every byte against
 // the pattern of the frame's sequence number; prints how the frames came (zero-copy,
-// cpu-bytes, inline, …). Says when it waits for a publisher; ends on Ctrl-C or SIGTERM
-// with its summary. Exits 1 on a wrong byte, a frame out of order or a silence of 20 s. C++: the owners of zenoh_cuda_shm.hpp, errors as exceptions. On a GPU,
-// each frame is read on a stream of this program's own, in place, and copied to the
-// host there to be checked.
+// cpu-bytes, inline, …). Says when it waits for a publisher, naming ours on other keys;
+// ends on Ctrl-C or SIGTERM with its summary. Exits 1 on a wrong byte, a frame out of
+// order or a silence of 20 s. C++: the owners of zenoh_cuda_shm.hpp, errors as
+// exceptions. On a GPU, each frame is read on a stream of this program's own, in place,
+// and copied to the host there to be checked.
 //
 //   z_cuda_sub -k demo/zcs/frame -e tcp/127.0.0.1:7447 -n 100
 #include <chrono>
@@ -18,6 +19,16 @@
 extern "C" {
 #include "common.h"
 #include "cuda_min.h"
+}
+
+// Names our publishers on keys that `key` does not match (a mistyped key, say).
+static void print_other_keys(const zcs::Session &session, const char *key) {
+    std::vector<std::string> keys = session.publisher_keys(std::chrono::milliseconds(500), key);
+    if (keys.empty()) return;
+    std::string list;
+    for (const std::string &k : keys) list += (list.empty() ? "'" : ", '") + k + "'";
+    std::printf("[sub] publishers seen on other keys: %s (plain Zenoh publishers are not listed)\n", list.c_str());
+    std::fflush(stdout);
 }
 
 int main(int argc, char **argv) try {
@@ -50,7 +61,10 @@ int main(int argc, char **argv) try {
     while ((f.count == 0 || got < f.count) && !zcs_stop) {
         auto s = sub.recv(std::chrono::milliseconds(200));
         if (!s) {
+            bool said = waiting.said;
             zcs_waiting_tick(&waiting, 200, got, f.key);
+            // Only before a first message: after one, the key was right.
+            if (!said && waiting.said && got == 0) print_other_keys(session, f.key);
             if (waiting.waited_ms >= 20000) {
                 std::fprintf(stderr, "[sub] nothing for 20 s after %llu frames\n", (unsigned long long)got);
                 how = "stopped";

@@ -89,6 +89,10 @@ typedef struct zcs_read_t {
   uint64_t id;
 } zcs_read_t;
 
+// Called by [`zcs_session_publisher_keys`] once per key, on the caller's thread, before
+// it returns; `key` is valid during the call only. `context` is the pointer given.
+typedef void (*zcs_key_callback_t)(const char *key, void *context);
+
 // A subscriber on a key expression.
 typedef struct zcs_subscriber_t {
   // The handle (0: null).
@@ -477,6 +481,22 @@ zcs_result_t zcs_session_close(struct zcs_session_t *session);
 // # Safety
 // `out` is NULL or points to a `const char*`.
 zcs_result_t zcs_session_backend(struct zcs_session_t session, const char **out);
+
+// Calls `callback(key, context)` for each key of this library's publishers the session
+// sees now (sorted, each once), waiting at most `timeout_ms` for answers. With
+// `other_than` (not NULL), only the keys that key expression does not match: where to
+// look when a subscriber of `other_than` hears nothing (a mistyped key). Plain Zenoh
+// publishers are not listed. An `other_than` that is not a key expression is
+// `ZCS_ERR_INVALID`.
+//
+// # Safety
+// `other_than` is NULL or NUL-terminated; `callback` is NULL or a function that does not
+// unwind.
+zcs_result_t zcs_session_publisher_keys(struct zcs_session_t session,
+                                        const char *other_than,
+                                        uint64_t timeout_ms,
+                                        zcs_key_callback_t callback,
+                                        void *context);
 
 // Declares a subscriber on `key` (a key expression) that queues its samples for
 // `zcs_subscriber_recv`.

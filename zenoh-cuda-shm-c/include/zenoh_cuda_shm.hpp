@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -231,6 +232,29 @@ class Session : public detail::Owner<zcs_session_t, zcs_session_close> {
         const char *b = nullptr;
         detail::check(zcs_session_backend(handle(), &b), "zcs_session_backend");
         return b;
+    }
+    // The keys of this library's publishers the session sees now (sorted), waiting up to
+    // `timeout` for answers; with `other_than`, those that key expression does not match
+    // (where to look when a subscriber hears nothing). Plain Zenoh publishers are not listed.
+    std::vector<std::string> publisher_keys(std::chrono::milliseconds timeout = std::chrono::milliseconds(500),
+                                            const char *other_than = nullptr) const {
+        struct Keys {
+            std::vector<std::string> list;
+            bool failed = false;
+        } keys;
+        auto add = [](const char *key, void *context) noexcept {
+            auto *k = static_cast<Keys *>(context);
+            try {
+                k->list.emplace_back(key);
+            } catch (...) {
+                k->failed = true;
+            }
+        };
+        detail::check(zcs_session_publisher_keys(handle(), other_than, static_cast<uint64_t>(timeout.count()), add,
+                                                 &keys),
+                      "zcs_session_publisher_keys");
+        if (keys.failed) throw std::bad_alloc();
+        return keys.list;
     }
 };
 

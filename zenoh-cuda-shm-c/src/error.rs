@@ -48,16 +48,10 @@ impl Error {
     }
 }
 
-/// An error and its sources, joined by ": ".
+/// An error and its sources, joined by ": ", without the source locations Zenoh's
+/// errors carry (` at <file>.rs:<line>`).
 pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
+    zenoh_cuda_shm::error::chain(e)
 }
 
 thread_local! {

@@ -5,7 +5,7 @@ use zenoh_cuda_shm::cuda::{Gpu, Stream};
 
 use zenoh_cuda_shm::{GpuSession, ZcsConfig};
 
-use crate::error::{Error, ZCS_ERR_INVALID, guard, non_null, str_arg, zcs_result_t};
+use crate::error::{Error, ZCS_ERR_INVALID, chain, guard, non_null, str_arg, zcs_result_t};
 use crate::handle::{Registry, end};
 
 /// A session: a Zenoh session with our transport on top.
@@ -36,7 +36,7 @@ pub unsafe extern "C" fn zcs_session_open(
             true => zenoh::Config::default(),
             // SAFETY: not null; NUL-terminated (the caller's contract).
             false => zenoh::Config::from_json5(unsafe { str_arg(zenoh_json5, "zenoh_json5") }?)
-                .map_err(|e| Error::new(ZCS_ERR_INVALID, format!("Zenoh configuration: {e}")))?,
+                .map_err(|e| Error::new(ZCS_ERR_INVALID, format!("Zenoh configuration: {}", chain(&*e))))?,
         };
         let config = match zcs_json5.is_null() {
             true => ZcsConfig::default(),
@@ -94,4 +94,56 @@ pub(crate) unsafe fn caller_stream(gpu: &Gpu, raw: *mut c_void) -> Stream {
         // SAFETY: the caller's contract.
         false => unsafe { Stream::from_raw(gpu, raw) },
     }
+}
+
+/// Called by [`zcs_session_publisher_keys`] once per key, on the caller's thread, before
+/// it returns; `key` is valid during the call only. `context` is the pointer given.
+pub type zcs_key_callback_t = Option<unsafe extern "C" fn(key: *const c_char, context: *mut c_void)>;
+
+/// Calls `callback(key, context)` for each key of this library's publishers the session
+/// sees now (sorted, each once), waiting at most `timeout_ms` for answers. With
+/// `other_than` (not NULL), only the keys that key expression does not match: where to
+/// look when a subscriber of `other_than` hears nothing (a mistyped key). Plain Zenoh
+/// publishers are not listed. An `other_than` that is not a key expression is
+/// `ZCS_ERR_INVALID`.
+///
+/// # Safety
+/// `other_than` is NULL or NUL-terminated; `callback` is NULL or a function that does not
+/// unwind.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn zcs_session_publisher_keys(
+    session: zcs_session_t,
+    other_than: *const c_char,
+    timeout_ms: u64,
+    callback: zcs_key_callback_t,
+    context: *mut c_void,
+) -> zcs_result_t {
+    guard(|| {
+        let Some(callback) = callback else { return Err(Error::new(crate::error::ZCS_ERR_NULL, "callback is null")) };
+        let other_than = match other_than.is_null() {
+            true => None,
+            // SAFETY: not null; NUL-terminated (the caller's contract).
+            false => Some(unsafe { str_arg(other_than, "other_than") }?),
+        };
+        if let Some(k) = other_than {
+            zenoh::key_expr::KeyExpr::try_from(k).map_err(|e| {
+                Error::new(ZCS_ERR_INVALID, format!("other_than is not a key expression: {}", chain(&*e)))
+            })?;
+        }
+        let s = SESSIONS.get(session.id)?;
+        let timeout = std::time::Duration::from_millis(timeout_ms);
+        let keys = match other_than {
+            Some(k) => s.other_publisher_keys(k, timeout),
+            None => s.publisher_keys(timeout),
+        }
+        .map_err(|e| Error::failed("ask for the publishers' keys", &*e))?;
+        for key in keys {
+            // Key expressions hold no NUL.
+            let Ok(key) = std::ffi::CString::new(key) else { continue };
+            // SAFETY: a function that does not unwind (the contract), given a string that
+            // lives through the call and the caller's context.
+            unsafe { callback(key.as_ptr(), context) };
+        }
+        Ok(())
+    })
 }

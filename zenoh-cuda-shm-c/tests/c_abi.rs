@@ -128,6 +128,34 @@ fn c_examples_wait_aloud_and_end_on_sigterm_with_a_summary(build: &std::path::Pa
     assert!(text.lines().any(|l| l.starts_with("[sub] interrupted: 0 messages checked of 0 received")), "{text}");
     let text = terminate("z_cuda_pub", &["-k", "c-abi/nobody", "-s", "4096"], "[pub] publishing on 'c-abi/nobody'");
     assert!(text.lines().any(|l| l.starts_with("[pub] interrupted: ")), "{text}");
+
+    // A publisher of ours on a key the subscriber's does not match is named after the
+    // waiting line.
+    let port = free_tcp_port();
+    let session = host_session(Some(port), None);
+    let _elsewhere = session.declare_publisher("c-abi/camra").wait().expect("publisher");
+    let mut child = c_program(build, "z_cuda_sub")
+        .args(["-k", "c-abi/camera", "-e", &format!("tcp/127.0.0.1:{port}"), "--device", "host", "-n", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the C subscriber");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut lines: Vec<String> = Vec::new();
+    let waiting = "[sub] waiting for a publisher on 'c-abi/camera'…";
+    while lines.iter().rev().nth(1).is_none_or(|l| l.trim_end() != waiting) {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).expect("read") > 0, "z_cuda_sub ended early:\n{}", lines.concat());
+        lines.push(line);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        lines.last().map(|l| l.trim_end()),
+        Some("[sub] publishers seen on other keys: 'c-abi/camra' (plain Zenoh publishers are not listed)"),
+        "{}",
+        lines.concat()
+    );
 }
 
 /// The C examples' flags are the Rust examples' (`-k -m -e -l -c -n`, `--device`, and `-s`

@@ -33,6 +33,12 @@ static void drop_self(zcs_sample_t sample, void *context) {
     if (c->self.id != 0) atomic_store(&c->drop_rc, zcs_subscriber_drop(&c->self));
 }
 
+/* Counts the keys it is given. */
+static void count_key(const char *key, void *context) {
+    (void)key;
+    (*(int *)context)++;
+}
+
 int main(int argc, char **argv) {
     const char *zenoh = argc > 1 ? argv[1] : "{mode: \"peer\", scouting: {multicast: {enabled: false}}}";
     zcs_session_t null_session = {0};
@@ -79,6 +85,15 @@ int main(int argc, char **argv) {
     EXPECT(zcs_publisher_declare(s, "hostile/**", &p), ZCS_ERR_INVALID);
     EXPECT(zcs_publisher_declare(s, "hostile/c", &p), ZCS_OK);
     EXPECT(zcs_subscriber_declare(s, "hostile/c", &sub), ZCS_OK);
+    int keys = 0;
+    EXPECT(zcs_session_publisher_keys(s, NULL, 100, NULL, &keys), ZCS_ERR_NULL);
+    EXPECT(zcs_session_publisher_keys(null_session, NULL, 100, count_key, &keys), ZCS_ERR_STALE);
+    EXPECT(zcs_session_publisher_keys(s, "/hostile/c", 100, count_key, &keys), ZCS_ERR_INVALID);
+    EXPECT(zcs_session_publisher_keys(s, "hostile//c", 100, count_key, &keys), ZCS_ERR_INVALID);
+    if (keys != 0) {
+        fprintf(stderr, "zcs_session_publisher_keys called back %d times on bad input\n", keys);
+        return 1;
+    }
     size_t aware = 0;
     for (int i = 0; i < 500 && aware == 0; i++) {
         EXPECT(zcs_publisher_subscribers(p, &aware, NULL), ZCS_OK);
