@@ -16,7 +16,8 @@ a frame that differs is printed as MISMATCH and the program exits with status 1.
 Flags: -t/--topic (/camera/image), -n (100 messages; 0: until Ctrl-C), --qos
 (keep-all, reliable, sensor), --domain, --device, -m/--mode (peer), -e/--connect,
 -l/--listen, -c/--config (a Zenoh JSON5 file, alone), --no-multicast-scouting,
---idle-timeout (60 s), --no-check (take each frame, check nothing: for other publishers).
+--idle-timeout (60 s; 0: never give up), --no-check (take each frame, check nothing:
+for other publishers).
 It says when it waits for a publisher and names those of the topic that it will not
 hear (another type or type hash, incompatible QoS). The summary's counts add up:
 received = frames + dropped_queue_full + unread.
@@ -36,7 +37,8 @@ except ImportError:
     torch = None
 
 import zenoh_cuda_shm as zcs
-from zenoh_flags import add_zenoh_flags, zenoh_config  # beside this file
+from waiting import receive  # beside this file
+from zenoh_flags import add_zenoh_flags, zenoh_config
 from zenoh_cuda_shm import ros2
 from ros2_pub import QOS, pattern  # the publisher's pattern and QoS names, beside this file
 
@@ -69,36 +71,14 @@ def percentiles(lat_us):
     return {"p50": at(0.5), "p99": at(0.99)}
 
 
-def receive(sub, n, idle_timeout, told):
-    """The next message, or None after `idle_timeout` s without one. Says once that it
-    waits: after 2 s before a first message, after 5 s between messages. Before a first
-    message it then names, about once a second, each publisher of the topic in the graph
-    that will not be heard (`told`: the GIDs named so far)."""
-    notice = 2.0 if n == 0 else 5.0
-    try:
-        return sub.recv(timeout=min(notice, idle_timeout))
-    except TimeoutError:
-        if idle_timeout <= notice:
-            return None
-    if n == 0:
-        print(f"[ros2] waiting for a publisher on {sub.topic}…", flush=True)
-    else:
-        print(f"[ros2] nothing for 5 s after {n} messages; waiting for a publisher on {sub.topic}…", flush=True)
-    waited = notice
-    while True:
-        if n == 0:
-            for gid, node, reasons in sub.unheard_publishers():
-                if gid not in told:
-                    told.add(gid)
-                    print(f"[ros2] publisher {gid} of {sub.topic} (node {node}) will not be heard: {'; '.join(reasons)}",
-                          flush=True)
-        step = min(1.0, idle_timeout - waited) if n == 0 else idle_timeout - waited
-        if step <= 0:
-            return None
-        try:
-            return sub.recv(timeout=step)
-        except TimeoutError:
-            waited += step
+def unheard(sub, told):
+    """Names each publisher of the topic in the graph that will not be heard, once
+    (`told`: the GIDs named so far)."""
+    for gid, node, reasons in sub.unheard_publishers():
+        if gid not in told:
+            told.add(gid)
+            print(f"[ros2] publisher {gid} of {sub.topic} (node {node}) will not be heard: {'; '.join(reasons)}",
+                  flush=True)
 
 
 def main():
@@ -135,7 +115,9 @@ def main():
         interrupted = False
         try:
             while args.n == 0 or n < args.n:
-                msg = receive(sub, n, args.idle_timeout, told)
+                waiting = (f"[ros2] waiting for a publisher on {sub.topic}…" if n == 0 else
+                           f"[ros2] nothing for 5 s after {n} messages; waiting for a publisher on {sub.topic}…")
+                msg = receive(sub.recv, n, args.idle_timeout, waiting, lambda: unheard(sub, told))
                 if msg is None:
                     print(f"[ros2] no message for {args.idle_timeout} s", file=sys.stderr)
                     break

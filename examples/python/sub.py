@@ -34,7 +34,8 @@ except ImportError:  # the host-memory path needs NumPy only
         sys.exit("sub.py needs PyTorch, or NumPy for host memory: pip install numpy")
 
 import zenoh_cuda_shm as zcs
-from zenoh_flags import add_zenoh_flags, zenoh_config  # beside this file
+from waiting import receive  # beside this file
+from zenoh_flags import add_zenoh_flags, zenoh_config
 
 
 def main():
@@ -62,9 +63,12 @@ def main():
         stream = torch.cuda.Stream() if cuda else None
         print(f"[sub] subscribed to {args.key!r} ({session.backend})", flush=True)
         paths, n, bad, how = {}, 0, 0, "done"
+        told = set()  # keys named as other publishers' keys
         try:
             while args.count == 0 or n < args.count:
-                sample = receive(sub, n, args.idle_timeout, lambda: elsewhere(session, args.key))
+                waiting = (f"[sub] waiting for a publisher on {sub.key!r}…" if n == 0 else
+                           f"[sub] nothing for 5 s after {n} messages; waiting for a publisher on {sub.key!r}…")
+                sample = receive(sub.recv, n, args.idle_timeout, waiting, lambda: elsewhere(session, args.key, told))
                 if sample is None:
                     print(f"[sub] no message for {args.idle_timeout:g} s", file=sys.stderr)
                     how = "stopped"
@@ -81,33 +85,12 @@ def main():
         sys.exit(1)
 
 
-def receive(sub, n, idle_timeout, hint):
-    """The next sample, or None after `idle_timeout` s without one (0: wait for ever).
-    Says once per silence that it waits: after 2 s before a first message, after 5 s
-    between messages; before a first message, `hint()` follows that line."""
-    notice = 2.0 if n == 0 else 5.0
-    waited = 0.0
-    while True:
-        step = notice if waited < notice else 1.0
-        if idle_timeout:
-            step = min(step, idle_timeout - waited)
-            if step <= 0:
-                return None
-        try:
-            return sub.recv(timeout=step)
-        except TimeoutError:
-            waited += step
-        if waited == notice:
-            print(f"[sub] waiting for a publisher on {sub.key!r}…" if n == 0 else
-                  f"[sub] nothing for 5 s after {n} messages; waiting for a publisher on {sub.key!r}…", flush=True)
-            if n == 0:
-                hint()
-
-
-def elsewhere(session, key):
-    """Names our publishers on keys that `key` does not match (a mistyped key, say)."""
-    keys = session.publisher_keys(timeout=0.5, other_than=key)
+def elsewhere(session, key, told):
+    """Names our publishers on keys that `key` does not match (a mistyped key, say),
+    each once (`told`: the keys named so far)."""
+    keys = [k for k in session.publisher_keys(timeout=0.5, other_than=key) if k not in told]
     if keys:
+        told.update(keys)
         print(f"[sub] publishers seen on other keys: {', '.join(repr(k) for k in keys)} "
               "(plain Zenoh publishers are not listed)", flush=True)
 
