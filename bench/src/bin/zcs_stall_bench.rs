@@ -107,9 +107,16 @@ struct Healthy {
 }
 
 impl Healthy {
-    fn row(mut self, name: &str, args: &Args, puts_us: &mut [f64], extra: Value) -> Value {
+    /// The row's line: `puts_us` holds each message's (publish, loan) times in µs.
+    fn row(mut self, name: &str, args: &Args, puts_us: &[(f64, f64)], extra: Value) -> Value {
         self.lat_us.sort_by(f64::total_cmp);
+        // The slowest publish: its sequence number (from 1) and the part of it spent
+        // loaning and writing the block.
+        let slowest = (puts_us.iter().enumerate()).max_by(|a, b| a.1.0.total_cmp(&b.1.0));
+        let slowest = slowest.map(|(i, (_, loan))| json!({"seq": i + 1, "loan_us": loan}));
+        let mut puts_us: Vec<f64> = puts_us.iter().map(|p| p.0).collect();
         puts_us.sort_by(f64::total_cmp);
+        let puts_us = puts_us.as_slice();
         let p = |v: &[f64], q| if v.is_empty() { f64::NAN } else { percentile(v, q) };
         json!({
             "bench": "stall", "row": name, "size": args.size, "rate": args.rate, "secs": args.secs,
@@ -117,19 +124,21 @@ impl Healthy {
             "p50_us": p(&self.lat_us, 50.0), "p99_us": p(&self.lat_us, 99.0),
             "max_us": self.lat_us.last().copied().unwrap_or(f64::NAN),
             "put_p99_us": p(puts_us, 99.0), "put_max_us": puts_us.last().copied().unwrap_or(f64::NAN),
+            "slowest_put": slowest,
             "counters": extra,
         })
     }
 }
 
-/// Runs `publish` at the rate for the row's seconds, with `receive` on a thread of its
-/// own until the publisher is done and 1 s has passed; returns the put times (µs) and
+/// Runs `publish` (which returns the µs it spent loaning and writing the block) at the
+/// rate for the row's seconds, with `receive` on a thread of its own until the publisher
+/// is done and 1 s has passed; returns each message's (publish, loan) times (µs) and
 /// what the receiver saw.
 fn drive(
     args: &Args,
-    mut publish: impl FnMut(u64),
+    mut publish: impl FnMut(u64) -> f64,
     receive: impl FnOnce(&AtomicBool) -> Healthy + Send,
-) -> (Vec<f64>, Healthy) {
+) -> (Vec<(f64, f64)>, Healthy) {
     let done = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let receiver = scope.spawn(|| receive(&done));
@@ -140,8 +149,8 @@ fn drive(
         while start.elapsed().as_secs_f64() < args.secs {
             seq += 1;
             let t = Instant::now();
-            publish(seq);
-            puts.push(t.elapsed().as_secs_f64() * 1e6);
+            let loan_us = publish(seq);
+            puts.push((t.elapsed().as_secs_f64() * 1e6, loan_us));
             next += period;
             if let Some(d) = next.checked_duration_since(Instant::now()) {
                 std::thread::sleep(d);
@@ -173,13 +182,16 @@ fn plain_row(args: &Args, device: DeviceChoice, kernels: Option<&Kernels>, besid
         std::thread::sleep(Duration::from_millis(10));
     }
     let read_one = || drop(second.as_ref().map(|x| x.recv_timeout(Duration::from_millis(50))));
-    let (mut puts, seen) = with_reader(matches!(beside, Beside::Reader), read_one, || {
+    let (puts, seen) = with_reader(matches!(beside, Beside::Reader), read_one, || {
         drive(
             args,
             |seq| {
+                let t = Instant::now();
                 let mut loan = loan_waiting(&publisher, args.size, Duration::from_secs(30));
                 fill_loan(&mut loan, kernels, seq);
+                let loan_us = t.elapsed().as_secs_f64() * 1e6;
                 publisher.put(loan).expect("put");
+                loan_us
             },
             |done| {
                 let mut lat_us = Vec::new();
@@ -199,7 +211,7 @@ fn plain_row(args: &Args, device: DeviceChoice, kernels: Option<&Kernels>, besid
         "publisher": {"slow_disconnects": ps.slow_disconnects, "lease_waits": ps.lease_waits,
                       "lease_limited": ps.lease_limited, "copies_out": ps.copies_out},
     });
-    seen.row(name, args, &mut puts, counters)
+    seen.row(name, args, &puts, counters)
 }
 
 fn ros_row(args: &Args, device: DeviceChoice, kernels: Option<&Kernels>, beside: Beside, name: &str) -> Value {
@@ -234,13 +246,16 @@ fn ros_row(args: &Args, device: DeviceChoice, kernels: Option<&Kernels>, beside:
         data: (),
     };
     let read_one = || drop(second.as_ref().map(|x| x.recv_timeout(Duration::from_millis(50))));
-    let (mut puts, seen) = with_reader(matches!(beside, Beside::Reader), read_one, || {
+    let (puts, seen) = with_reader(matches!(beside, Beside::Reader), read_one, || {
         drive(
             args,
             |seq| {
+                let t = Instant::now();
                 let mut loan = loan_waiting(publisher.channel(), width as usize * 4, Duration::from_secs(30));
                 fill_loan(&mut loan, kernels, seq);
+                let loan_us = t.elapsed().as_secs_f64() * 1e6;
                 publisher.publish(&fields, loan).expect("publish");
+                loan_us
             },
             |done| {
                 let mut lat_us = Vec::new();
@@ -260,11 +275,15 @@ fn ros_row(args: &Args, device: DeviceChoice, kernels: Option<&Kernels>, beside:
         "publisher": {"slow_disconnects": ps.slow_disconnects, "lease_waits": ps.lease_waits,
                       "lease_limited": ps.lease_limited, "copies_out": ps.copies_out},
     });
-    seen.row(name, args, &mut puts, counters)
+    seen.row(name, args, &puts, counters)
 }
 
 fn main() {
     let args = Args::parse();
+    // Warnings by default; RUST_LOG=zcs=debug times what the publisher does (stderr).
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(std::io::stderr).try_init();
     let device = match args.backend.as_str() {
         "host" => DeviceChoice::Host,
         "cuda" => DeviceChoice::Cuda,
