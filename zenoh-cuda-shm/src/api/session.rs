@@ -62,6 +62,9 @@ pub(super) struct SessionInner {
 
 /// Zenoh's default `transport/link/rx/max_message_size` (zenoh-config 1.10.2).
 const ZENOH_MAX_MESSAGE: usize = 1 << 30;
+/// Descriptor-table slots a session reserves when it opens: room for a full pool's
+/// blocks (1024 by default) and as many imports, with Zenoh's sockets beside them.
+const FD_TABLE_SLOTS: usize = 4096;
 
 /// A Zenoh session with a GPU (or host-memory) block provider. Cheap to clone.
 ///
@@ -114,6 +117,11 @@ impl OpenBuilder {
     /// within `provider_discovery_ms`.
     pub fn wait(self) -> Result<GpuSession, OpenError> {
         use zenoh::Wait;
+        // Before Zenoh starts its threads: growing the table later stalls whichever
+        // thread opens a block's descriptor (`zcs_memory::fd_table`).
+        if let Err(e) = zcs_memory::fd_table::reserve(FD_TABLE_SLOTS) {
+            tracing::debug!(error = %e, "the descriptor table could not be grown up front");
+        }
         let (zenoh, dials, max_message) = match self.zenoh {
             Ok(c) => {
                 let dials = names_connect_endpoints(&c).then(|| c.get_json("connect/endpoints").unwrap_or_default());
