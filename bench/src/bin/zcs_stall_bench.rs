@@ -280,7 +280,7 @@ fn ros_row(args: &Args, device: DeviceChoice, kernels: Option<&Kernels>, beside:
 
 fn main() {
     let args = Args::parse();
-    // Warnings by default; RUST_LOG=zcs=debug times what the publisher does (stderr).
+    // Warnings by default, on stderr; RUST_LOG=zcs_memory=trace, say, times each block made.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(std::io::stderr).try_init();
