@@ -63,12 +63,12 @@ def main():
         stream = torch.cuda.Stream() if cuda else None
         print(f"[sub] subscribed to {args.key!r} ({session.backend})", flush=True)
         paths, n, bad, how = {}, 0, 0, "done"
-        told = set()  # keys named as other publishers' keys
+        hint = elsewhere(session, args.key)
         try:
             while args.count == 0 or n < args.count:
                 waiting = (f"[sub] waiting for a publisher on {sub.key!r}…" if n == 0 else
                            f"[sub] nothing for 5 s after {n} messages; waiting for a publisher on {sub.key!r}…")
-                sample = receive(sub.recv, n, args.idle_timeout, waiting, lambda: elsewhere(session, args.key, told))
+                sample = receive(sub.recv, n, args.idle_timeout, waiting, hint)
                 if sample is None:
                     print(f"[sub] no message for {args.idle_timeout:g} s", file=sys.stderr)
                     how = "stopped"
@@ -85,14 +85,22 @@ def main():
         sys.exit(1)
 
 
-def elsewhere(session, key, told):
-    """Names our publishers on keys that `key` does not match (a mistyped key, say),
-    each once (`told`: the keys named so far)."""
-    keys = [k for k in session.publisher_keys(timeout=0.5, other_than=key) if k not in told]
-    if keys:
-        told.update(keys)
-        print(f"[sub] publishers seen on other keys: {', '.join(repr(k) for k in keys)} "
-              "(plain Zenoh publishers are not listed)", flush=True)
+def elsewhere(session, key):
+    """A hint that, the first time it runs, names our publishers on keys that `key` does
+    not match (a mistyped key, say), as the Rust subscriber does once."""
+    asked = False
+
+    def hint():
+        nonlocal asked
+        if asked:
+            return
+        asked = True
+        keys = session.publisher_keys(timeout=0.5, other_than=key)
+        if keys:
+            print(f"[sub] publishers seen on other keys: {', '.join(repr(k) for k in keys)} "
+                  "(plain Zenoh publishers are not listed)", flush=True)
+
+    return hint
 
 
 def summary(how, n, s):
